@@ -1,0 +1,178 @@
+"""``grouprl`` command line: train, eval, plot, init-model."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any, get_args, get_origin
+
+import yaml
+
+from grouprl.config import SECTIONS, ConfigError, build_config
+
+
+def _parse_value(text: str) -> Any:
+    # Values are validated by pydantic later; YAML only turns "true"/"1e-4"/"null" into scalars.
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--field`` per config field, grouped by section, with the default in the help."""
+    parser.add_argument("--config", default=None, help="YAML recipe (default: None)")
+    for section, cls in SECTIONS.items():
+        group = parser.add_argument_group(f"{section} options")
+        for name, field in cls.model_fields.items():
+            default = field.default_factory() if field.default_factory else field.default
+            is_list = get_origin(field.annotation) is list or any(
+                get_origin(a) is list for a in get_args(field.annotation))
+            group.add_argument(
+                f"--{name}", dest=name, default=argparse.SUPPRESS, nargs="+" if is_list else None,
+                type=str, metavar=name.upper(),
+                help=f"{field.description} (default: {default})",
+            )
+
+
+def config_from_args(args: argparse.Namespace):
+    cli: dict[str, Any] = {}
+    for section_cls in SECTIONS.values():
+        for name in section_cls.model_fields:
+            if hasattr(args, name):
+                raw = getattr(args, name)
+                cli[name] = [_parse_value(v) for v in raw] if isinstance(raw, list) else _parse_value(raw)
+    return build_config(args.config, cli)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    cfg = config_from_args(args)
+    from rich.console import Console
+    from rich.table import Table
+
+    from grouprl.train.run import run_training
+
+    console = Console()
+    summary = run_training(cfg, console)
+    table = Table(title="grouprl run summary")
+    table.add_column("field")
+    table.add_column("value")
+    for k, v in summary.items():
+        table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
+    console.print(table)
+    console.print(f"summary written to {os.path.join(cfg.train.output_dir, 'summary.json')}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from grouprl.config import build_config as _build
+    from grouprl.policy.loading import load_policy, pick_device
+    from grouprl.rollout.generation import SamplingParams
+    from grouprl.tasks import load_task
+    from grouprl.train.evaluate import evaluate
+
+    cli = {"model_name_or_path": args.model, "task": args.task, "n_eval": args.n}
+    if args.dataset_name_or_path:
+        cli["dataset_name_or_path"] = args.dataset_name_or_path
+    cfg = _build(None, cli)
+    task = load_task(cfg)
+    device = pick_device(args.device)
+    policy = load_policy(cfg.model, args.model, device, need_reference=False)
+    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+                            greedy=not args.sample, batch_size=args.batch_size)
+    out = args.out or os.path.join(args.model, f"eval_{args.task}.jsonl")
+    result = evaluate(policy.model, policy.tokenizer, task, task.eval_rows[: args.n], params, device, out)
+    result["per_example"] = out
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from grouprl.observe.plots import plot_rollouts
+
+    path = plot_rollouts(args.rollouts, args.out, args.prompt_id)
+    print(path)
+    return 0
+
+
+def cmd_init_model(args: argparse.Namespace) -> int:
+    from grouprl.policy.tiny import init_tiny
+    from grouprl.tasks import load_task
+    from grouprl.train.run import task_corpus
+
+    cli = {"task": args.task}
+    if args.dataset_name_or_path:
+        cli["dataset_name_or_path"] = args.dataset_name_or_path
+    cfg = build_config(None, cli)
+    task = load_task(cfg)
+    out = init_tiny(task_corpus(task) + (task.system_prompt or ""), args.out, args.hidden_size, args.num_layers,
+                    args.num_heads, args.seed)
+    print(out)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="grouprl", formatter_class=fmt,
+        description="Group-relative RL post-training (GRPO) for language models.\n\n"
+                    "`grouprl train` with no options runs the embedded default: build a tiny Qwen2 model for an\n"
+                    "arithmetic task, warm it with SFT, evaluate, run GRPO, evaluate again.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    train = sub.add_parser("train", help="train with GRPO (defaults < --config < env vars < flags)",
+                           formatter_class=fmt,
+                           description="Train with GRPO. Precedence: defaults < --config YAML < environment "
+                                       "(MODEL_NAME, OUTPUT_DIR, MAX_STEPS, NUM_GENERATIONS, MAX_NEW_TOKENS, "
+                                       "BATCH_SIZE, GRAD_ACCUM, LR, N_TRAIN, N_EVAL, SEED, GROUPRL_<FIELD>) < flags.")
+    add_config_flags(train)
+    train.set_defaults(func=cmd_train)
+
+    ev = sub.add_parser("eval", help="accuracy of a model on a task's held-out split")
+    ev.add_argument("--model", required=True, help="model dir or hub id (required)")
+    ev.add_argument("--task", default="gsm8k", choices=["gsm8k", "arithmetic"], help="task (default: gsm8k)")
+    ev.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
+    ev.add_argument("--n", type=int, default=200, help="examples to evaluate (default: 200)")
+    ev.add_argument("--max_new_tokens", type=int, default=512, help="completion cap (default: 512)")
+    ev.add_argument("--sample", action="store_true", help="sample instead of greedy decoding (default: False)")
+    ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
+    ev.add_argument("--batch_size", type=int, default=64, help="sequences per generate call (default: 64)")
+    ev.add_argument("--device", default="auto", help="auto, cpu, cuda or mps (default: auto)")
+    ev.add_argument("--out", default=None, help="per-example JSONL (default: MODEL/eval_TASK.jsonl)")
+    ev.set_defaults(func=cmd_eval)
+
+    pl = sub.add_parser("plot", help="reward curve and one prompt's accuracy from rollouts.jsonl")
+    pl.add_argument("rollouts", help="path to rollouts/rollouts.jsonl")
+    pl.add_argument("--out", default="reward_curve.png", help="PNG to write (default: reward_curve.png)")
+    pl.add_argument("--prompt_id", default=None, help="prompt to follow (default: the most repeated one)")
+    pl.set_defaults(func=cmd_plot)
+
+    im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
+    im.add_argument("--task", default="arithmetic", choices=["gsm8k", "arithmetic"],
+                    help="task whose corpus defines the vocabulary (default: arithmetic)")
+    im.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
+    im.add_argument("--out", default="tiny_model", help="output dir (default: tiny_model)")
+    im.add_argument("--hidden_size", type=int, default=128, help="hidden size (default: 128)")
+    im.add_argument("--num_layers", type=int, default=4, help="decoder layers (default: 4)")
+    im.add_argument("--num_heads", type=int, default=4, help="attention heads (default: 4)")
+    im.add_argument("--seed", type=int, default=0, help="init seed (default: 0)")
+    im.set_defaults(func=cmd_init_model)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper(),
+                        format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as err:
+        print(f"grouprl: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

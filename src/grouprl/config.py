@@ -1,0 +1,248 @@
+"""Run configuration: one pydantic model per section.
+
+Precedence, lowest first: field defaults < YAML recipe (``--config``) < environment
+variables < command-line flags. Every field name is unique across sections, so a
+flag is just ``--field_name`` (as in TRL) and a recipe may be nested by section or flat.
+Unknown keys and bad values fail here, before any model loads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, protected_namespaces=())
+
+
+class ModelConfig(Section):
+    model_name_or_path: str | None = Field(
+        None, description="Hub id or local dir of a causal LM; empty = build the task's tiny model and SFT-warm it"
+    )
+    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto = bfloat16 on CUDA, float32 elsewhere"
+    )
+    use_peft: bool = Field(False, description="train LoRA adapters; the reference is the base with adapters off")
+    lora_r: int = Field(16, gt=0, description="LoRA rank")
+    lora_alpha: int = Field(32, gt=0, description="LoRA alpha")
+    lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
+    lora_target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="modules to adapt"
+    )
+    tiny_hidden_size: int = Field(128, gt=0, description="tiny model: hidden size")
+    tiny_num_layers: int = Field(4, gt=0, description="tiny model: decoder layers")
+    tiny_num_heads: int = Field(4, gt=0, description="tiny model: attention heads")
+
+
+class TaskConfig(Section):
+    task: Literal["arithmetic", "gsm8k"] = Field("arithmetic", description="where episodes come from")
+    dataset_name_or_path: str | None = Field(
+        None, description="gsm8k: hub id (openai/gsm8k) or a dir with train.jsonl/test.jsonl"
+    )
+    dataset_config: str = Field("main", description="hub dataset config")
+    n_train: int | None = Field(None, gt=0, description="use the first N training rows (empty = task default)")
+    system_prompt: str | None = Field(None, description="override the task's system message")
+    arithmetic_digits: int = Field(2, ge=1, le=6, description="arithmetic: digits per operand")
+    arithmetic_operands: int = Field(3, ge=2, le=6, description="arithmetic: operands per question")
+    rewards: list[str] | None = Field(None, description="reward functions (empty = the task's default)")
+    reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
+
+
+class RolloutConfig(Section):
+    num_generations: int = Field(8, ge=2, description="K completions per prompt (the group size)")
+    batch_size: int = Field(16, gt=0, description="prompts per training step (groups per step)")
+    max_new_tokens: int = Field(16, gt=0, description="completion length cap")
+    temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
+    top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
+    top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
+    generation_batch_size: int = Field(256, gt=0, description="sequences per generate call")
+
+
+class AlgorithmConfig(Section):
+    advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="advantage estimator (registry name)")
+    scale_rewards: Literal["group", "batch", "none"] = Field("group", description="grpo: divide by group/batch std")
+    loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
+    epsilon_low: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon_low")
+    epsilon_high: float = Field(0.2, ge=0, description="PPO clip: upper bound 1 + epsilon_high")
+    beta: float = Field(0.0, ge=0, description="KL-to-reference coefficient (k3 estimator); 0 = no reference model")
+    num_iterations: int = Field(1, ge=1, description="mu: optimizer passes over one generation batch")
+    mask_truncated_completions: bool = Field(False, description="drop completions that hit max_new_tokens")
+
+
+class TrainConfig(Section):
+    output_dir: str = Field("outputs/grouprl", description="where everything of the run is written")
+    max_steps: int = Field(120, gt=0, description="training steps (one rollout batch each)")
+    learning_rate: float = Field(5e-4, gt=0, description="AdamW learning rate")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
+    adam_beta2: float = Field(0.99, gt=0, lt=1, description="AdamW beta2")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="after warmup")
+    warmup_steps: int = Field(0, ge=0, description="linear warmup optimizer steps")
+    gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches per optimizer step")
+    max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
+    seed: int = Field(0, description="seeds data order, sampling and init")
+    save_steps: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
+    resume_from_checkpoint: str | None = Field(None, description="checkpoint dir to continue from")
+    sft_steps: int = Field(300, ge=0, description="tiny default: SFT warm-up steps (stopped early on purpose)")
+    sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
+    sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
+
+
+class EvalConfig(Section):
+    n_eval: int = Field(200, ge=0, description="held-out examples evaluated before and after training (0 = skip)")
+    eval_greedy: bool = Field(True, description="greedy decoding (else sample at the rollout temperature)")
+    eval_batch_size: int = Field(200, gt=0, description="sequences per eval generate call")
+    eval_max_new_tokens: int | None = Field(None, description="eval completion cap (empty = max_new_tokens)")
+
+
+class LoggingConfig(Section):
+    report_to: Literal["none", "wandb"] = Field("none", description="metrics sink besides stdout and metrics.jsonl")
+    wandb_project: str = Field("grouprl", description="W&B project (WANDB_PROJECT wins)")
+    run_name: str | None = Field(None, description="default grpo_{model}_K{K}_steps{N} (WANDB_NAME wins)")
+    logging_steps: int = Field(1, gt=0, description="print metrics every N steps")
+    log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")
+
+
+class RuntimeConfig(Section):
+    device: Literal["auto", "cpu", "cuda", "mps"] = Field("auto", description="auto = cuda, else mps, else cpu")
+    num_threads: int | None = Field(None, gt=0, description="torch CPU threads (empty = torch default)")
+
+
+class Config(Section):
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    task: TaskConfig = Field(default_factory=TaskConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    logging: LoggingConfig = Field(default_factory=LoggingConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+
+SECTIONS: dict[str, type[Section]] = {
+    name: field.default_factory().__class__ for name, field in Config.model_fields.items()  # type: ignore[misc]
+}
+# flat field name -> section; names are unique by construction (checked here).
+FIELD_SECTION: dict[str, str] = {}
+for _section, _cls in SECTIONS.items():
+    for _name in _cls.model_fields:
+        assert _name not in FIELD_SECTION, f"duplicate config field {_name}"
+        FIELD_SECTION[_name] = _section
+
+# The seed script's environment variables (simple_grpo) and grouprl's own GROUPRL_<FIELD>.
+ENV_VARS: dict[str, str] = {
+    "MODEL_NAME": "model_name_or_path",
+    "OUTPUT_DIR": "output_dir",
+    "MAX_STEPS": "max_steps",
+    "NUM_GENERATIONS": "num_generations",
+    "MAX_NEW_TOKENS": "max_new_tokens",
+    "BATCH_SIZE": "batch_size",
+    "GRAD_ACCUM": "gradient_accumulation_steps",
+    "LR": "learning_rate",
+    "N_TRAIN": "n_train",
+    "N_EVAL": "n_eval",
+    "SEED": "seed",
+}
+
+
+class ConfigError(ValueError):
+    """A recipe, environment variable or flag that names an unknown key or holds a bad value."""
+
+
+def _nest(flat: dict[str, Any], origin: str) -> dict[str, dict[str, Any]]:
+    nested: dict[str, dict[str, Any]] = {}
+    for key, value in flat.items():
+        if key not in FIELD_SECTION:
+            raise ConfigError(f"{origin}: unknown key '{key}' (value {value!r}); known keys: {sorted(FIELD_SECTION)}")
+        nested.setdefault(FIELD_SECTION[key], {})[key] = value
+    return nested
+
+
+def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Read a YAML recipe, nested by section (``train: {max_steps: 5}``) or flat (``max_steps: 5``)."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config: no such recipe file '{p}'")
+    data = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: expected a mapping of sections or keys, got {type(data).__name__}")
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTIONS:
+            if not isinstance(value, dict):
+                raise ConfigError(f"{p}: section '{key}' must be a mapping, got {value!r}")
+            for sub, subvalue in value.items():
+                if FIELD_SECTION.get(sub) != key:
+                    raise ConfigError(
+                        f"{p}: unknown key '{key}.{sub}' (value {subvalue!r}); "
+                        f"section '{key}' has: {sorted(SECTIONS[key].model_fields)}"
+                    )
+                flat[sub] = subvalue
+        else:
+            flat[key] = value
+    return _nest(flat, str(p))
+
+
+def env_overrides(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Seed variables (MODEL_NAME, LR, ...) and GROUPRL_<FIELD> for any field."""
+    environ = dict(os.environ if environ is None else environ)
+    flat: dict[str, Any] = {}
+    for var, field in ENV_VARS.items():
+        if environ.get(var, "") != "":
+            flat[field] = environ[var]
+    for var, value in environ.items():
+        if var.startswith("GROUPRL_") and value != "":
+            key = var[len("GROUPRL_"):].lower()
+            if key not in FIELD_SECTION:
+                raise ConfigError(f"environment variable {var}: unknown key '{key}' (value {value!r})")
+            flat[key] = _parse_env_value(value)
+    return _nest(flat, "environment")
+
+
+def _parse_env_value(value: str) -> Any:
+    # YAML scalars give lists and booleans from the environment ("[a, b]", "true").
+    try:
+        return yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+
+
+def _merge(base: dict[str, dict[str, Any]], over: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {k: dict(v) for k, v in base.items()}
+    for section, values in over.items():
+        out.setdefault(section, {}).update(values)
+    return out
+
+
+def build_config(
+    recipe: str | os.PathLike | None = None,
+    cli: dict[str, Any] | None = None,
+    environ: dict[str, str] | None = None,
+) -> Config:
+    """Defaults < recipe < environment < CLI, validated as one model."""
+    layers = [read_recipe(recipe) if recipe else {}, env_overrides(environ), _nest(cli or {}, "command line")]
+    merged: dict[str, dict[str, Any]] = {}
+    for layer in layers:
+        merged = _merge(merged, layer)
+    try:
+        return Config.model_validate(merged)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = [str(x) for x in e["loc"]]
+        key = loc[1] if len(loc) > 1 else loc[0]
+        value = e.get("input")
+        lines.append(f"config key '{key}' (section {loc[0]}): got {value!r}; expected {e['msg'].lower()}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def flat_dict(cfg: Config) -> dict[str, Any]:
+    return {k: v for section in cfg.model_dump().values() for k, v in section.items()}

@@ -1,0 +1,79 @@
+"""Load a causal LM and its tokenizer from a hub id or a local dir, on the right device."""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from grouprl.config import ModelConfig
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(requested: str = "auto") -> torch.device:
+    """auto: CUDA, else Apple MPS (with CPU fallback for missing ops), else CPU."""
+    if requested != "auto":
+        return torch.device(requested)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def pick_dtype(name: str, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return getattr(torch, name)
+
+
+@dataclass
+class Policy:
+    model: PreTrainedModel  # trainable (a PeftModel when LoRA is on)
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    reference: PreTrainedModel | None = None  # frozen copy for KL; None with LoRA (adapters off) or beta=0
+
+    def reference_context(self):
+        """Context in which ``reference_model()`` gives reference log-probs."""
+        import contextlib
+
+        if self.reference is None and hasattr(self.model, "disable_adapter"):
+            return self.model.disable_adapter()
+        return contextlib.nullcontext()
+
+    def reference_model(self) -> PreTrainedModel:
+        return self.reference if self.reference is not None else self.model
+
+
+def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"  # generation pads on the left
+    return tok
+
+
+def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_reference: bool) -> Policy:
+    dtype = pick_dtype(cfg.torch_dtype, device)
+    tokenizer = load_tokenizer(path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    if model.generation_config.pad_token_id is None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    reference = None
+    if cfg.use_peft:
+        from peft import LoraConfig, get_peft_model
+
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
+        model = get_peft_model(model, lora)
+    elif need_reference:
+        reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+        reference.requires_grad_(False)
+    log.info("loaded %s on %s (%s)", path, device, dtype)
+    return Policy(model=model, tokenizer=tokenizer, device=device, reference=reference)

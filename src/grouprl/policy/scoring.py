@@ -1,0 +1,70 @@
+"""Per-token log-probs of completions under a model: the one forward pass the loss needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from grouprl.algos.losses import entropy_from_logits, selective_log_softmax
+
+
+@dataclass
+class TokenBatch:
+    """Prompts left-padded, completions right-padded, side by side: [pad..prompt | completion..pad]."""
+
+    prompt_ids: torch.Tensor  # (B, P)
+    prompt_mask: torch.Tensor  # (B, P)
+    completion_ids: torch.Tensor  # (B, T)
+    completion_mask: torch.Tensor  # (B, T) 1 on completion tokens, eos included
+
+    def __len__(self) -> int:
+        return self.prompt_ids.size(0)
+
+    def slice(self, idx: slice | torch.Tensor) -> "TokenBatch":
+        return TokenBatch(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx],
+                          self.completion_mask[idx])
+
+    def to(self, device: torch.device) -> "TokenBatch":
+        return TokenBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids,
+                                                    self.completion_mask)))
+
+
+def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> TokenBatch:
+    P = max(len(p) for p in prompts)
+    T = max(max(len(c) for c in completions), 1)
+    B = len(prompts)
+    prompt_ids = torch.full((B, P), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((B, P), dtype=torch.long)
+    completion_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((B, T), dtype=torch.long)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        if p:
+            prompt_ids[i, P - len(p):] = torch.tensor(p)
+            prompt_mask[i, P - len(p):] = 1
+        if c:
+            completion_ids[i, : len(c)] = torch.tensor(c)
+            completion_mask[i, : len(c)] = 1
+    return TokenBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)
+
+
+def completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
+                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log pi(y_t | x, y_<t) for every completion position, logits scaled by 1/temperature.
+
+    Only the last T+1 positions go through the LM head (``logits_to_keep``), and the
+    log-softmax is taken per chunk, so no full (B, L, V) float32 tensor is ever built.
+    Positions follow the attention mask, as in ``generate``.
+    """
+    input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
+    attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    T = batch.completion_ids.size(1)
+    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                   logits_to_keep=T + 1, use_cache=False).logits[:, :-1, :]
+    if temperature != 1.0:
+        logits = logits / temperature
+    flat = logits.reshape(-1, logits.size(-1))
+    logps = selective_log_softmax(flat, batch.completion_ids.reshape(-1)).view(-1, T)
+    entropy = entropy_from_logits(flat.detach()).view(-1, T) if with_entropy else None
+    return logps, entropy

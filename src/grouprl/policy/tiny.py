@@ -1,0 +1,71 @@
+"""Build a tiny Qwen2-architecture model and a character tokenizer for a task's corpus.
+
+Saved in Hugging Face format (``save_pretrained``), so everything downstream loads it
+exactly like a hub model.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# Qwen-style ChatML, so prompts look like the real model's.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def build_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
+    """One token per character seen in ``corpus`` plus the role names and ChatML specials."""
+    chars = sorted(set(corpus) | set("assistantusersystem\n"))
+    vocab = {tok: i for i, tok in enumerate(SPECIAL + chars)}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<|endoftext|>"))
+    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: int = 4, heads: int = 4,
+                     seed: int = 0, max_positions: int = 512) -> Qwen2ForCausalLM:
+    import torch
+
+    torch.manual_seed(seed)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=max(1, heads // 2),
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def init_tiny(corpus: str, out_dir: str | Path, hidden: int = 128, layers: int = 4, heads: int = 4,
+              seed: int = 0) -> Path:
+    out = Path(out_dir)
+    tokenizer = build_tokenizer(corpus)
+    model = build_tiny_model(tokenizer, hidden, layers, heads, seed)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out

@@ -1,0 +1,39 @@
+"""Rewards for the procedurally generated arithmetic task (the embedded default).
+
+The completion is the answer alone, digits then end of sequence. ``arithmetic_digits``
+gives partial credit so that a group of near misses still carries a signal:
+
+    r = 1                                   if the answer is exactly right
+    r = 0.5 * matched / max(len(pred), len(gold))   if it is a number but wrong
+    r = 0                                   if it is not a number
+
+where ``matched`` counts digits equal at the same place value (right-aligned), the
+way a carry error is a near miss. Partial credit of this kind is a dense reward in the
+sense of reward shaping (Ng et al., 1999); the exact-match bonus keeps the optimum at
+the right answer.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSWER = re.compile(r"^\s*(-?\d+)\s*$")
+
+
+def parse_answer(completion: str) -> str | None:
+    match = _ANSWER.match(completion)
+    return match.group(1) if match else None
+
+
+def arithmetic_exact(completion: str, ground_truth: str, **_: object) -> float:
+    return 1.0 if parse_answer(completion) == str(ground_truth) else 0.0
+
+
+def arithmetic_digits(completion: str, ground_truth: str, **_: object) -> float:
+    pred, gold = parse_answer(completion), str(ground_truth)
+    if pred is None:
+        return 0.0
+    if pred == gold:
+        return 1.0
+    matched = sum(a == b for a, b in zip(reversed(pred), reversed(gold)))
+    return 0.5 * matched / max(len(pred), len(gold))

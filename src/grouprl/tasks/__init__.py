@@ -1,0 +1,34 @@
+"""Where episodes come from."""
+
+from __future__ import annotations
+
+from grouprl.config import Config
+from grouprl.tasks import arithmetic, gsm8k
+from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
+
+__all__ = ["SingleTurnEnv", "SingleTurnTask", "load_task"]
+
+
+def load_task(cfg: Config) -> SingleTurnTask:
+    t = cfg.task
+    if t.task == "arithmetic":
+        train, held_out = arithmetic.generate_rows(
+            t.n_train or 20000, max(cfg.eval.n_eval, 1), t.arithmetic_digits, t.arithmetic_operands
+        )
+        task = SingleTurnTask("arithmetic", train, held_out, t.system_prompt, ["arithmetic_digits"], "arithmetic_exact")
+    else:
+        train = gsm8k.load_split(t.dataset_name_or_path, "train", t.dataset_config)
+        held_out = gsm8k.load_split(t.dataset_name_or_path, "test", t.dataset_config)
+        if t.n_train:
+            train = train[: t.n_train]
+        system = gsm8k.SYSTEM_PROMPT if t.system_prompt is None else t.system_prompt
+        task = SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final")
+    if t.rewards:
+        task.reward_names = list(t.rewards)
+    weights = t.reward_weights or [1.0] * len(task.reward_names)
+    if len(weights) != len(task.reward_names):
+        raise ValueError(
+            f"config key 'reward_weights': got {len(weights)} weights for rewards {task.reward_names}; expected one each"
+        )
+    task.reward_weights = list(weights)
+    return task

@@ -1,0 +1,66 @@
+"""GSM8K (openai/gsm8k, config ``main``) from the hub or a local dir of train/test JSONL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from grouprl.rewards.gsm8k import extract_gold
+
+SYSTEM_PROMPT = (
+    "You are a helpful assistant. Solve the problem.\n"
+    "Show your reasoning briefly.\n"
+    "At the end, output exactly one line in this format:\n"
+    "Final: <number>\n"
+    "Do not write anything after the Final line."
+)
+HUB_ID = "openai/gsm8k"
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+    return rows
+
+
+def load_split(source: str | None, split: str, config: str = "main") -> list[dict[str, Any]]:
+    """Raw rows with ``question`` and ``answer``; ``source`` is a local dir or a hub id."""
+    source = source or HUB_ID
+    local = Path(source)
+    if local.is_dir():
+        path = local / f"{split}.jsonl"
+        if not path.is_file():
+            raise FileNotFoundError(f"gsm8k: expected {path} (a dir with train.jsonl and test.jsonl)")
+        raw = _read_jsonl(path)
+    else:
+        from datasets import load_dataset
+
+        raw = list(load_dataset(source, config, split=split))
+    return [to_row(r, f"{source}:{split}", i) for i, r in enumerate(raw)]
+
+
+def to_row(raw: dict[str, Any], where: str, index: int) -> dict[str, Any]:
+    for key in ("question", "answer"):
+        if not isinstance(raw.get(key), str):
+            raise ValueError(f"gsm8k {where} row {index}: field '{key}' missing or not a string")
+    gold = extract_gold(raw["answer"])
+    if gold is None:
+        raise ValueError(f"gsm8k {where} row {index}: no number after '#### ' in answer {raw['answer'][-40:]!r}")
+    # Gold solution for SFT: the reasoning without calculator annotations, then the Final line.
+    reasoning = raw["answer"].rsplit("####", 1)[0].strip()
+    reasoning = _strip_calc(reasoning)
+    return {"question": raw["question"], "ground_truth": gold, "gold_completion": f"{reasoning}\nFinal: {gold}"}
+
+
+def _strip_calc(text: str) -> str:
+    import re
+
+    return re.sub(r"<<[^>]*>>", "", text)

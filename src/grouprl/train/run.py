@@ -1,0 +1,135 @@
+"""The whole job: (build + SFT the tiny model) -> eval -> GRPO -> eval -> plot -> summary."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from grouprl.config import Config, flat_dict
+from grouprl.observe.sinks import MetricsSink
+from grouprl.policy.loading import load_policy, pick_device
+from grouprl.policy.tiny import init_tiny
+from grouprl.rewards.registry import get_reward
+from grouprl.rollout.generation import SamplingParams
+from grouprl.tasks import load_task
+from grouprl.tasks.base import SingleTurnTask
+from grouprl.train.evaluate import evaluate
+from grouprl.train.grpo import GRPOTrainer
+from grouprl.train.sft import sft_warm_start
+
+log = logging.getLogger(__name__)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def task_corpus(task: SingleTurnTask) -> str:
+    rows = task.train_rows + task.eval_rows
+    return "".join(sorted({c for r in rows for c in r["question"] + r["gold_completion"]}))
+
+
+def prepare_tiny(cfg: Config, task: SingleTurnTask, console: Console) -> str:
+    """Build the tiny model for the task and warm it with a deliberately short SFT."""
+    out = Path(cfg.train.output_dir)
+    m, t = cfg.model, cfg.train
+    tiny = init_tiny(task_corpus(task) + (task.system_prompt or ""), out / "tiny_model", m.tiny_hidden_size,
+                     m.tiny_num_layers, m.tiny_num_heads, seed=t.seed)
+    console.log(f"built tiny Qwen2 model at {tiny}")
+    if t.sft_steps == 0:
+        return str(tiny)
+    console.log(f"SFT warm start: {t.sft_steps} steps on gold solutions (TRL SFTTrainer)")
+    return str(sft_warm_start(str(tiny), task.train_rows, task.messages, out / "sft_model", t.sft_steps,
+                              t.sft_learning_rate, t.sft_batch_size, t.seed))
+
+
+def eval_params(cfg: Config) -> SamplingParams:
+    r, e = cfg.rollout, cfg.eval
+    return SamplingParams(max_new_tokens=e.eval_max_new_tokens or r.max_new_tokens, temperature=r.temperature,
+                          top_p=r.top_p, top_k=r.top_k, greedy=e.eval_greedy, batch_size=e.eval_batch_size)
+
+
+def run_name(cfg: Config) -> str:
+    model = Path(cfg.model.model_name_or_path or "tiny").name
+    return cfg.logging.run_name or f"grpo_{model}_K{cfg.rollout.num_generations}_steps{cfg.train.max_steps}"
+
+
+def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
+    console = console or Console()
+    start = time.perf_counter()
+    out = Path(cfg.train.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if cfg.runtime.num_threads:
+        torch.set_num_threads(cfg.runtime.num_threads)
+    task = load_task(cfg)  # data and reward names are checked before any model loads
+    for name in task.reward_names + [task.correct_reward]:
+        get_reward(name)
+    (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
+    seed_everything(cfg.train.seed)
+
+    resume = cfg.train.resume_from_checkpoint
+    if resume:
+        model_path = resume
+    elif cfg.model.model_name_or_path:
+        model_path = cfg.model.model_name_or_path
+    else:
+        model_path = prepare_tiny(cfg, task, console)
+    device = pick_device(cfg.runtime.device)
+    policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0)
+    eval_rows = task.eval_rows[: cfg.eval.n_eval]
+    params = eval_params(cfg)
+
+    trainer = GRPOTrainer(cfg, policy, task, console)
+    seed_everything(cfg.train.seed)
+    if resume:
+        trainer.resume(resume)
+    elif eval_rows:
+        before = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device, out / "eval" / "before.jsonl")
+        trainer.state["eval_before"] = before
+        console.log(f"held-out accuracy before GRPO: {before['accuracy']:.3f} (n={before['n']})")
+
+    sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
+                       flat_dict(cfg), cfg.logging.logging_steps, console)
+    try:
+        trainer.train(sink)
+        after = None
+        if eval_rows:
+            after = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device,
+                             out / "eval" / "after.jsonl")
+            console.log(f"held-out accuracy after GRPO: {after['accuracy']:.3f} (n={after['n']})")
+        plot = None
+        rollouts = out / "rollouts" / "rollouts.jsonl"
+        if rollouts.is_file() and rollouts.stat().st_size:
+            from grouprl.observe.plots import plot_rollouts
+
+            plot = str(plot_rollouts(rollouts, out / "reward_curve.png"))
+        before = trainer.state.get("eval_before")
+        summary = {
+            "task": task.name,
+            "model": model_path,
+            "steps": trainer.step,
+            "accuracy_before": before["accuracy"] if before else None,
+            "accuracy_after": after["accuracy"] if after else None,
+            "n_eval": len(eval_rows),
+            "mean_new_tokens_after": after["mean_new_tokens"] if after else None,
+            "wall_seconds": round(time.perf_counter() - start, 1),
+            "reward_curve": plot,
+            "rollouts": str(rollouts) if rollouts.is_file() else None,
+            "metrics": str(out / "metrics.jsonl"),
+            "final_checkpoint": str(out / f"checkpoint-{trainer.step}"),
+        }
+        sink.summary(summary)
+    finally:
+        sink.close()
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary

@@ -1,0 +1,43 @@
+"""SFT warm start on gold solutions with TRL's SFTTrainer (completion-only loss)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_dir: str | Path, max_steps: int,
+                   learning_rate: float, batch_size: int, seed: int) -> Path:
+    """Fine-tune ``model_dir`` on (prompt, gold completion) pairs for ``max_steps`` steps; save to ``out_dir``."""
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    data = Dataset.from_list([
+        {"prompt": messages_fn(r), "completion": [{"role": "assistant", "content": r["gold_completion"]}]}
+        for r in rows
+    ])
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    args = SFTConfig(
+        output_dir=str(Path(out_dir) / "trainer"),
+        max_steps=max_steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=max(1, max_steps // 5),
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not __import__("torch").cuda.is_available(),
+        dataloader_num_workers=0,
+        disable_tqdm=False,
+    )
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    trainer.train()
+    out = Path(out_dir)
+    trainer.model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
