@@ -114,13 +114,25 @@ def cmd_init_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def config_fields_help() -> str:
+    """Every config field with its default, for the top-level ``--help``."""
+    lines = ["config fields (grouprl train --FIELD VALUE; defaults < --config < env vars < flags):"]
+    for section, cls in SECTIONS.items():
+        lines.append(f"  {section}:")
+        for name, field in cls.model_fields.items():
+            default = field.default_factory() if field.default_factory else field.default
+            lines.append(f"    --{name}  {field.description} (default: {default})")
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="grouprl", formatter_class=fmt,
         description="Group-relative RL post-training (GRPO) for language models.\n\n"
                     "`grouprl train` with no options runs the embedded default: build a tiny Qwen2 model for an\n"
-                    "arithmetic task, warm it with SFT, evaluate, run GRPO, evaluate again.")
+                    "arithmetic task, warm it with SFT, evaluate, run GRPO, evaluate again.",
+        epilog=config_fields_help())
     sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser("train", help="train with GRPO (defaults < --config < env vars < flags)",

@@ -30,8 +30,11 @@ def group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
     """Per-episode group mean, group std (unbiased, as torch.std) and group size."""
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     n_groups = counts.numel()
-    sums = torch.zeros(n_groups, dtype=scores.dtype).index_add_(0, inverse, scores)
-    means = sums / counts
+    # Shift by one member of each group before summing, so a group of equal scores has a mean
+    # exactly equal to them (a float32 sum of 8 x 0.7 divided by 8 is not 0.7) and advantage 0.
+    pivot = torch.zeros(n_groups, dtype=scores.dtype).scatter_(0, inverse, scores)
+    shifted = scores - pivot[inverse]
+    means = pivot + torch.zeros(n_groups, dtype=scores.dtype).index_add_(0, inverse, shifted) / counts
     sq = torch.zeros(n_groups, dtype=scores.dtype).index_add_(0, inverse, (scores - means[inverse]) ** 2)
     std = torch.sqrt(sq / (counts - 1).clamp(min=1))
     return means[inverse], std[inverse], counts[inverse]

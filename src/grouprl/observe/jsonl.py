@@ -1,8 +1,8 @@
 """Append-only JSONL where every record lands as one whole line, even if the process dies.
 
 Each record is encoded first and written with a single ``os.write`` on an ``O_APPEND``
-descriptor, so a kill can lose the record being written but never leave half a line
-that a later record would be glued to.
+descriptor. A kill during a large write can leave the start of that one record; opening
+the file again cuts such a torn tail, so every other record stays one whole line.
 """
 
 from __future__ import annotations
@@ -17,7 +17,23 @@ class JsonlAppender:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        self._drop_torn_tail()
+
+    def _drop_torn_tail(self) -> None:
+        """Cut off a partial record after the last newline. Linux aborts a large ``write`` to a
+        regular file when SIGKILL arrives, so a killed writer can leave the start of a record;
+        without this the next record (a resumed run) would be glued to it and unreadable."""
+        size = end = os.fstat(self._fd).st_size
+        while end > 0:
+            start = max(0, end - 65536)
+            newline = os.pread(self._fd, end - start, start).rfind(b"\n")
+            if newline >= 0:
+                end = start + newline + 1
+                break
+            end = start
+        if end < size:
+            os.ftruncate(self._fd, end)
 
     def write(self, record: dict[str, Any]) -> None:
         self.write_many([record])

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
+                          PreTrainedTokenizerFast)
 
 from grouprl.config import ModelConfig
 
@@ -51,8 +54,21 @@ class Policy:
         return self.reference if self.reference is not None else self.model
 
 
+def auto_tokenizer(path: str) -> PreTrainedTokenizerBase:
+    """AutoTokenizer, except for a plain ``tokenizer.json`` tokenizer such as the tiny model's
+    character tokenizer: transformers 5 resolves that by the model type (qwen2 -> Qwen2Tokenizer),
+    which rebuilds a byte-level BPE pipeline from the vocab and silently drops every space and
+    newline of the input."""
+    config = Path(path) / "tokenizer_config.json"
+    if config.is_file():
+        declared = json.loads(config.read_text()).get("tokenizer_class")
+        if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path)
+
+
 def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    tok = AutoTokenizer.from_pretrained(path)
+    tok = auto_tokenizer(path)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # generation pads on the left

@@ -31,6 +31,8 @@ def normalize_number(text: str) -> str | None:
         return None
     if not value.is_finite():
         return None
+    if value.is_zero():  # "-0" and "0.00" are 0
+        return "0"
     value = value.normalize()
     # normalize() writes 100 as 1E+2; quantize integers back to plain digits
     return format(value.quantize(Decimal(1)) if value == value.to_integral_value() else value, "f")

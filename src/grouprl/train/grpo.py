@@ -176,7 +176,7 @@ class GRPOTrainer:
         m = {
             "reward": float(scores.mean()),
             "reward_std": float(scores.std()) if scores.numel() > 1 else 0.0,
-            "frac_reward_zero_std": float((grouped.std(dim=1) < 1e-8).float().mean()),
+            "frac_reward_zero_std": float((grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean()),
             "accuracy": sum(ep.correct for ep in episodes) / len(episodes),
             "completions/mean_length": float(lengths.mean()),
             "completions/max_length": float(lengths.max()),

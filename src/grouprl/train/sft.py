@@ -10,14 +10,16 @@ def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_
                    learning_rate: float, batch_size: int, seed: int) -> Path:
     """Fine-tune ``model_dir`` on (prompt, gold completion) pairs for ``max_steps`` steps; save to ``out_dir``."""
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
     data = Dataset.from_list([
         {"prompt": messages_fn(r), "completion": [{"role": "assistant", "content": r["gold_completion"]}]}
         for r in rows
     ])
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    from grouprl.policy.loading import auto_tokenizer
+
+    tokenizer = auto_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     args = SFTConfig(
         output_dir=str(Path(out_dir) / "trainer"),

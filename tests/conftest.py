@@ -1,0 +1,65 @@
+"""Shared fixtures: the local GSM8K copy and tiny Qwen2 models built for a task's corpus."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from grouprl.config import ENV_VARS
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GSM8K_DIR = REPO_ROOT.parent / "shared" / "data" / "gsm8k"
+RECIPE = REPO_ROOT / "recipes" / "qwen2.5-0.5b-instruct" / "gsm8k_grpo.yaml"
+
+# Small on purpose: the machine is shared and every test should stay fast.
+TINY_HIDDEN, TINY_LAYERS, TINY_HEADS = 32, 1, 4
+
+
+def gsm8k_available() -> bool:
+    return (GSM8K_DIR / "train.jsonl").is_file() and (GSM8K_DIR / "test.jsonl").is_file()
+
+
+@pytest.fixture(scope="session")
+def gsm8k_dir() -> Path:
+    if not gsm8k_available():
+        pytest.skip(f"local GSM8K copy not found at {GSM8K_DIR} (expected train.jsonl and test.jsonl there)")
+    return GSM8K_DIR
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _clean_config_env():
+    """The developer's shell must not leak seed variables (SEED, LR, ...), GROUPRL_* or WANDB_*
+    into a test. Session-scoped, so it is in place before the module-scoped training runs."""
+    with pytest.MonkeyPatch.context() as mp:
+        for var in list(os.environ):
+            if var in ENV_VARS or var.startswith(("GROUPRL_", "WANDB_")):
+                mp.delenv(var)
+        yield
+
+
+def _build_tiny(task: str, out: Path, dataset: Path | None = None) -> Path:
+    from grouprl.config import build_config
+    from grouprl.policy.tiny import init_tiny
+    from grouprl.tasks import load_task
+    from grouprl.train.run import task_corpus
+
+    cli = {"task": task, "n_eval": 50}
+    if dataset is not None:
+        cli["dataset_name_or_path"] = str(dataset)
+    task_obj = load_task(build_config(None, cli, environ={}))
+    return init_tiny(task_corpus(task_obj) + (task_obj.system_prompt or ""), out, TINY_HIDDEN, TINY_LAYERS,
+                     TINY_HEADS, seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_arithmetic_dir(tmp_path_factory) -> Path:
+    """An untrained tiny Qwen2 model whose character vocabulary covers the arithmetic task."""
+    return _build_tiny("arithmetic", tmp_path_factory.mktemp("tiny_arith") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_gsm8k_dir(tmp_path_factory, gsm8k_dir) -> Path:
+    """An untrained tiny Qwen2 model whose character vocabulary covers the local GSM8K copy."""
+    return _build_tiny("gsm8k", tmp_path_factory.mktemp("tiny_gsm8k") / "model", gsm8k_dir)

@@ -1,0 +1,162 @@
+"""GSM8K: the gold number after '####' for every row, and the strict 'Final: <number>' reward."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grouprl.rewards.gsm8k import extract_final, extract_gold, gsm8k_final, normalize_number
+from grouprl.rewards.registry import get_reward
+
+
+def _rows(gsm8k_dir):
+    rows = []
+    for split in ("train", "test"):
+        with open(gsm8k_dir / f"{split}.jsonl") as fh:
+            rows += [json.loads(line) for line in fh if line.strip()]
+    return rows
+
+
+def test_extract_gold_on_every_local_answer(gsm8k_dir):
+    rows = _rows(gsm8k_dir)
+    assert len(rows) == 8792  # 7473 train + 1319 test
+    failures = [r["answer"][-60:] for r in rows if extract_gold(r["answer"]) is None]
+    assert not failures, failures[:5]
+    for r in rows:
+        gold = extract_gold(r["answer"])
+        # a plain number: optional minus, digits, optional decimals, no commas
+        assert gold.lstrip("-").replace(".", "", 1).isdigit(), gold
+        assert float(gold) == float(r["answer"].rsplit("####", 1)[1].strip().replace(",", ""))
+
+
+def test_thousands_commas_in_gold(gsm8k_dir):
+    rows = _rows(gsm8k_dir)
+    with_comma = [r for r in rows if "," in r["answer"].rsplit("####", 1)[1]]
+    assert len(with_comma) == 93
+    for r in with_comma:
+        gold = extract_gold(r["answer"])
+        assert gold is not None and "," not in gold
+        assert gold == r["answer"].rsplit("####", 1)[1].strip().replace(",", "")
+
+
+def test_first_test_row_gold(gsm8k_dir):
+    first = _rows(gsm8k_dir)[7473]  # test.jsonl row 0: Janet's ducks
+    assert first["question"].startswith("Janet")
+    assert extract_gold(first["answer"]) == "18"
+
+
+@pytest.mark.parametrize(
+    "answer, gold",
+    [
+        ("She makes 9 * 2 = $18.\n#### 18", "18"),
+        ("...\n#### 1,080", "1080"),
+        ("...\n#### 1,234,567", "1234567"),
+        ("...\n#### -5", "-5"),
+        ("...\n#### 2.50", "2.5"),
+        ("...\n#### 100", "100"),  # not '1E+2'
+        ("...\n####  42  \n", "42"),
+        ("no marker 42", None),
+        ("...\n#### twelve", None),
+    ],
+)
+def test_extract_gold_cases(answer, gold):
+    assert extract_gold(answer) == gold
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("18", "18"), ("18.00", "18"), ("1,080", "1080"), ("1,234.50", "1234.5"), ("-3", "-3"),
+        ("100", "100"), ("1000000", "1000000"), ("0.10", "0.1"), ("abc", None), ("", None), ("NaN", None),
+        ("Infinity", None),
+    ],
+)
+def test_normalize_number(text, expected):
+    assert normalize_number(text) == expected
+
+
+REASONING = "Janet has 16 eggs.\nShe uses 7.\n16 - 7 = 9, and 9 * 2 = 18.\n"
+
+
+@pytest.mark.parametrize(
+    "completion, gold, reward",
+    [
+        # the contract: exactly one last line 'Final: <number>'
+        (REASONING + "Final: 18", "18", 1.0),
+        ("Final: 18", "18", 1.0),
+        (REASONING + "Final: 17", "18", 0.1),  # format right, number wrong
+        (REASONING + "Final:18", "18", 1.0),  # the space is optional
+        (REASONING + "  Final: 18", "18", 1.0),  # leading indentation is fine
+        # trailing whitespace and newlines still count
+        (REASONING + "Final: 18   ", "18", 1.0),
+        (REASONING + "Final: 18\n", "18", 1.0),
+        (REASONING + "Final: 18\n\n  \n\t", "18", 1.0),
+        # text after the Final line
+        (REASONING + "Final: 18\nHope that helps!", "18", 0.0),
+        (REASONING + "Final: 18\n.", "18", 0.0),
+        # two Final lines (strict: exactly one), even if both agree
+        ("Final: 18\n" + REASONING + "Final: 18", "18", 0.0),
+        (REASONING + "Final: 17\nFinal: 18", "18", 0.0),
+        # no number / not a number
+        (REASONING + "Final:", "18", 0.0),
+        (REASONING + "Final:   ", "18", 0.0),
+        (REASONING + "Final: $18", "18", 0.0),
+        (REASONING + "Final: 18 dollars", "18", 0.0),
+        (REASONING + "Final: twelve", "12", 0.0),
+        (REASONING + "Final: 18.", "18", 0.0),
+        (REASONING + "Final: 1e3", "1000", 0.0),
+        (REASONING + "Final: - 5", "-5", 0.0),
+        (REASONING + "Final: 1,2345", "12345", 0.0),  # misplaced thousands comma
+        (REASONING + "The answer is 18", "18", 0.0),  # no Final line at all
+        ("", "18", 0.0),
+        # numbers compare numerically, commas stripped
+        (REASONING + "Final: 1,234.50", "1234.5", 1.0),
+        (REASONING + "Final: 18.00", "18", 1.0),
+        (REASONING + "Final: 18", "18.00", 1.0),
+        (REASONING + "Final: 1,080", "1080", 1.0),
+        (REASONING + "Final: 1080", "1,080", 1.0),
+        (REASONING + "Final: 1,000,000", "1000000", 1.0),
+        (REASONING + "Final: 0.5", "0.50", 1.0),
+        # negative numbers
+        (REASONING + "Final: -5", "-5", 1.0),
+        (REASONING + "Final: -5", "5", 0.1),
+        (REASONING + "Final: 5", "-5", 0.1),
+        (REASONING + "Final: -1,234.5", "-1234.50", 1.0),
+        # wrong numbers
+        (REASONING + "Final: 19", "18", 0.1),
+        (REASONING + "Final: 180", "18", 0.1),
+        (REASONING + "Final: 1.8", "18", 0.1),
+    ],
+)
+def test_gsm8k_final_reward(completion, gold, reward):
+    assert gsm8k_final(completion, gold) == reward
+    assert get_reward("gsm8k_final")(completion, gold, question="q") == reward  # extra row fields are ignored
+
+
+@pytest.mark.parametrize(
+    "completion, expected",
+    [
+        (REASONING + "Final: 18", "18"),
+        (REASONING + "Final: 1,234.50\n", "1234.5"),
+        (REASONING + "Final: -7", "-7"),
+        (REASONING + "Final: 18.00", "18"),
+        (REASONING + "Final: 18\nmore", None),
+        ("Final: 1\nFinal: 2", None),
+        (REASONING + "Final: $12", None),
+        (REASONING + "Final: 12 dollars", None),
+        (REASONING + "Final:", None),
+    ],
+)
+def test_extract_final(completion, expected):
+    assert extract_final(completion) == expected
+
+
+def test_gold_completions_of_real_rows_earn_full_reward(gsm8k_dir):
+    """The SFT target built from every row must itself satisfy the strict reward."""
+    from grouprl.tasks.gsm8k import load_split
+
+    for split in ("train", "test"):
+        rows = load_split(str(gsm8k_dir), split)
+        bad = [r for r in rows if gsm8k_final(r["gold_completion"], r["ground_truth"]) != 1.0]
+        assert not bad, [(r["gold_completion"][-80:], r["ground_truth"]) for r in bad[:3]]
