@@ -13,9 +13,13 @@ background load on the machine hits both alike.
 Per step, both workers time the whole step (generation + reward + advantages + loss +
 backward + optimizer): grouprl around ``GRPOTrainer.train_step()``, TRL from
 ``on_step_begin`` to ``on_step_end`` of a ``TrainerCallback`` (also reported: the interval
-between consecutive ``on_step_end``, which adds TRL's logging and data fetching). Tokens are
-prompt + completion tokens (non-padding) of the step's batch. Peak memory is the worker's
-``ru_maxrss``.
+between consecutive ``on_step_end``, which adds TRL's logging and data fetching). Also per
+step: process CPU time, and generation time (grouprl: its ``generation_time`` metric, rollout
++ rewards; TRL: its ``_generate``). Tokens are prompt + completion tokens (non-padding) of the
+step's batch. Peak memory is the worker's ``ru_maxrss``.
+
+On a shared machine, oversubscribed cores make torch's worker threads wait for each other and
+steps several times slower; the minimum step time is then the least disturbed figure.
 """
 
 from __future__ import annotations
@@ -85,18 +89,19 @@ def worker_grouprl(args) -> dict:
         policy = load_policy(cfg.model, args.model, torch.device("cpu"), need_reference=False)
         trainer = GRPOTrainer(cfg, policy, task)
         setup_rss = rss_mb()
-        step_times, tokens, completion_tokens, gen_times = [], [], [], []
+        step_times, cpu_times, tokens, completion_tokens, gen_times = [], [], [], [], []
         for _ in range(args.steps):
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             metrics, episodes = trainer.train_step()
             step_times.append(time.perf_counter() - start)
+            cpu_times.append(time.process_time() - cpu)
             trainer.step += 1
             n_prompt = sum(len(s.prompt_ids) for ep in episodes for s in ep.steps)
             n_comp = sum(len(s.action_ids) for ep in episodes for s in ep.steps)
             tokens.append(n_prompt + n_comp)
             completion_tokens.append(n_comp)
             gen_times.append(metrics["generation_time"])
-        return {"step_times": step_times, "step_intervals": step_times, "tokens": tokens,
+        return {"step_times": step_times, "step_intervals": step_times, "cpu_times": cpu_times, "tokens": tokens,
                 "completion_tokens": completion_tokens, "generation_times": gen_times, "setup_rss_mb": setup_rss,
                 "peak_rss_mb": peak_rss_mb(), "last_reward": metrics["reward"]}
     finally:
@@ -107,10 +112,11 @@ def worker_trl(args) -> dict:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, PrinterCallback, TrainerCallback
+    from transformers import AutoModelForCausalLM, PrinterCallback, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from grouprl.config import build_config
+    from grouprl.policy.loading import load_tokenizer
     from grouprl.rewards.arithmetic import arithmetic_digits
     from grouprl.tasks import load_task
 
@@ -130,15 +136,24 @@ def worker_trl(args) -> dict:
             def __init__(self):
                 self.begin: list[float] = []
                 self.end: list[float] = []
+                self.cpu: list[float] = []
 
             def on_step_begin(self, a, state, control, **kw):
                 self.begin.append(time.perf_counter())
+                self._cpu = time.process_time()
 
             def on_step_end(self, a, state, control, **kw):
                 self.end.append(time.perf_counter())
+                self.cpu.append(time.process_time() - self._cpu)
 
         class Counting(GRPOTrainer):
-            """Counts the non-padding prompt + completion tokens of each generation batch."""
+            """Counts the non-padding prompt + completion tokens of each generation batch; times generation."""
+
+            def _generate(self, prompts):
+                start = time.perf_counter()
+                out = super()._generate(prompts)
+                self.bench_generation_times.append(time.perf_counter() - start)
+                return out
 
             def _generate_and_score_completions(self, inputs):
                 batch = super()._generate_and_score_completions(inputs)
@@ -156,20 +171,23 @@ def worker_trl(args) -> dict:
             disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False,
         )
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
+        # The same tokenizer object grouprl uses: for the tiny model's character tokenizer, transformers 5's
+        # AutoTokenizer picks Qwen2Tokenizer (from the model type), which drops spaces and newlines.
+        tokenizer = load_tokenizer(args.model)
         timer = Timer()
         trainer = Counting(model=model, reward_funcs=arithmetic_digits_reward, args=config, train_dataset=dataset,
                            processing_class=tokenizer, callbacks=[timer])
         trainer.remove_callback(PrinterCallback)
-        trainer.bench_tokens, trainer.bench_completion_tokens = [], []
+        trainer.bench_tokens, trainer.bench_completion_tokens, trainer.bench_generation_times = [], [], []
         setup_rss = rss_mb()
         start = time.perf_counter()
         trainer.train()
         step_times = [e - b for b, e in zip(timer.begin, timer.end)]
         ends = [start] + timer.end
         intervals = [ends[i + 1] - ends[i] for i in range(len(timer.end))]
-        return {"step_times": step_times, "step_intervals": intervals, "tokens": trainer.bench_tokens,
-                "completion_tokens": trainer.bench_completion_tokens, "setup_rss_mb": setup_rss,
+        return {"step_times": step_times, "step_intervals": intervals, "cpu_times": timer.cpu,
+                "tokens": trainer.bench_tokens, "completion_tokens": trainer.bench_completion_tokens,
+                "generation_times": trainer.bench_generation_times, "setup_rss_mb": setup_rss,
                 "peak_rss_mb": peak_rss_mb(),
                 "last_reward": next((h["reward"] for h in reversed(trainer.state.log_history) if "reward" in h), None)}
     finally:
@@ -192,9 +210,16 @@ def summarize(runs: list[dict], warmup: int) -> dict:
     intervals = [t for r in runs for t in r["step_intervals"][warmup:]]
     tokens = [n for r in runs for n in r["tokens"][warmup:]]
     comp = [n for r in runs for n in r["completion_tokens"][warmup:]]
+    cpu = [t for r in runs for t in r["cpu_times"][warmup:]]
+    gen = [t for r in runs for t in r["generation_times"][warmup:]]
     return {
         "median_step_s": statistics.median(times),
         "mean_step_s": statistics.fmean(times),
+        "min_step_s": min(times),
+        "median_cpu_s_per_step": statistics.median(cpu),
+        "median_generation_s": statistics.median(gen),
+        "median_rest_of_step_s": statistics.median([s - g for r in runs for s, g in
+                                                    zip(r["step_times"][warmup:], r["generation_times"][warmup:])]),
         "median_step_interval_s": statistics.median(intervals),
         "tokens_per_s": sum(tokens) / sum(times),
         "mean_tokens_per_step": statistics.fmean(tokens),
@@ -219,7 +244,11 @@ def print_table(summary: dict, args) -> None:
     table.add_column("grouprl / TRL", justify="right")
     rows = [
         ("median step time (s)", "median_step_s", "{:.3f}"),
+        ("min step time (s)", "min_step_s", "{:.3f}"),
+        ("median generation (s)", "median_generation_s", "{:.3f}"),
+        ("median rest of step (s)", "median_rest_of_step_s", "{:.3f}"),
         ("median step interval (s)", "median_step_interval_s", "{:.3f}"),
+        ("median CPU time per step (s)", "median_cpu_s_per_step", "{:.2f}"),
         ("tokens/s (prompt+completion)", "tokens_per_s", "{:.0f}"),
         ("tokens per step", "mean_tokens_per_step", "{:.0f}"),
         ("completion tokens per step", "mean_completion_tokens_per_step", "{:.0f}"),
@@ -295,7 +324,8 @@ def main(argv: list[str] | None = None) -> None:
         summary = {w: summarize(rs, args.warmup) for w, rs in runs.items()}
         summary["ratio_grouprl_over_trl"] = {
             k: summary["grouprl"][k] / summary["trl"][k]
-            for k in ("median_step_s", "median_step_interval_s", "tokens_per_s", "peak_rss_mb", "setup_rss_mb")
+            for k in ("median_step_s", "min_step_s", "median_step_interval_s", "median_cpu_s_per_step",
+                      "median_generation_s", "median_rest_of_step_s", "tokens_per_s", "peak_rss_mb", "setup_rss_mb")
         }
         print_table(summary, args)
         import torch

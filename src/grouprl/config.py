@@ -48,7 +48,8 @@ class TaskConfig(Section):
     n_train: int | None = Field(None, gt=0, description="use the first N training rows (empty = task default)")
     system_prompt: str | None = Field(None, description="override the task's system message")
     arithmetic_digits: int = Field(2, ge=1, le=6, description="arithmetic: digits per operand")
-    arithmetic_operands: int = Field(3, ge=2, le=6, description="arithmetic: operands per question")
+    arithmetic_operands: int = Field(2, ge=2, le=6, description="arithmetic: operands per question")
+    arithmetic_operators: str = Field("+", pattern=r"^[+\-]+$", description="arithmetic: operators to draw from")
     rewards: list[str] | None = Field(None, description="reward functions (empty = the task's default)")
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
 

@@ -12,10 +12,10 @@ from typing import Any
 ALPHABET = "0123456789+-= "
 
 
-def make_question(rng: random.Random, digits: int, operands: int) -> tuple[str, int]:
+def make_question(rng: random.Random, digits: int, operands: int, operators: str = "+") -> tuple[str, int]:
     lo, hi = 10 ** (digits - 1) if digits > 1 else 0, 10**digits - 1
     nums = [rng.randint(lo, hi) for _ in range(operands)]
-    ops = [rng.choice("+-") for _ in range(operands - 1)]
+    ops = [rng.choice(operators) for _ in range(operands - 1)]
     text, value = str(nums[0]), nums[0]
     for op, n in zip(ops, nums[1:]):
         text += op + str(n)
@@ -23,7 +23,8 @@ def make_question(rng: random.Random, digits: int, operands: int) -> tuple[str, 
     return text, value
 
 
-def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, seed: int = 1234) -> tuple[list, list]:
+def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operators: str = "+",
+                  seed: int = 1234) -> tuple[list, list]:
     """Disjoint train/eval rows; the data seed is fixed so every run sees the same task."""
     rng = random.Random(seed)
     seen: set[str] = set()
@@ -32,8 +33,9 @@ def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, seed: i
     while len(rows) < n_train + n_eval:
         attempts += 1
         if attempts > 50 * (n_train + n_eval):
-            raise ValueError(f"arithmetic: cannot draw {n_train + n_eval} distinct questions with {digits} digits")
-        question, value = make_question(rng, digits, operands)
+            raise ValueError(f"arithmetic: cannot draw {n_train + n_eval} distinct questions with {operands} operands of "
+                             f"{digits} digits; lower n_train or raise arithmetic_digits")
+        question, value = make_question(rng, digits, operands, operators)
         if question in seen:
             continue
         seen.add(question)

@@ -139,12 +139,12 @@ class GRPOTrainer:
                     ref_logps=None if ref is None else ref[m], max_completion_length=cfg.rollout.max_new_tokens,
                     num_items_in_batch=total_tokens,
                 )
-                if a.loss_type != "dapo":  # dapo already divides by the whole batch's tokens
-                    loss = loss / accum
+                if a.loss_type != "dapo":  # per-micro-batch means, weighted by their share of the batch
+                    loss = loss * (len(part) / n)  # (dapo already divides by the whole batch's tokens)
                 loss.backward()
                 mask = part.completion_mask.float()
                 s["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-                s["loss"] = loss.detach() * (accum if a.loss_type != "dapo" else 1)
+                s["loss"] = loss.detach() * accum  # mean over micro-batches then equals the batch loss
                 for k, v in s.items():
                     stats.setdefault(k, []).append(float(v))
             grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), t.max_grad_norm)
