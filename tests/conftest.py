@@ -63,3 +63,17 @@ def tiny_arithmetic_dir(tmp_path_factory) -> Path:
 def tiny_gsm8k_dir(tmp_path_factory, gsm8k_dir) -> Path:
     """An untrained tiny Qwen2 model whose character vocabulary covers the local GSM8K copy."""
     return _build_tiny("gsm8k", tmp_path_factory.mktemp("tiny_gsm8k") / "model", gsm8k_dir)
+
+
+@pytest.fixture(scope="session")
+def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
+    """The tiny arithmetic model after a few SFT steps: it answers with digits, so rewards vary
+    inside a group and GRPO updates are not all zero."""
+    from grouprl.config import build_config
+    from grouprl.tasks import load_task
+    from grouprl.train.sft import sft_warm_start
+
+    task = load_task(build_config(None, {"n_train": 2000, "n_eval": 8}, environ={}))
+    return sft_warm_start(str(tiny_arithmetic_dir), task.train_rows, task.messages,
+                          tmp_path_factory.mktemp("warm_arith") / "model", max_steps=40, learning_rate=3e-3,
+                          batch_size=32, seed=0)
