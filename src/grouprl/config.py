@@ -49,6 +49,8 @@ class TaskConfig(Section):
     system_prompt: str | None = Field(None, description="override the task's system message")
     arithmetic_digits: int = Field(2, ge=1, le=6, description="arithmetic: digits per operand")
     arithmetic_operands: int = Field(2, ge=2, le=6, description="arithmetic: operands per question")
+    arithmetic_reverse_answer: bool = Field(
+        False, description="arithmetic: answer written least-significant digit first (carries flow left to right)")
     arithmetic_operators: str = Field("+", pattern=r"^[+\-]+$", description="arithmetic: operators to draw from")
     rewards: list[str] | None = Field(None, description="reward functions (empty = the task's default)")
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
@@ -57,7 +59,7 @@ class TaskConfig(Section):
 class RolloutConfig(Section):
     num_generations: int = Field(8, ge=2, description="K completions per prompt (the group size)")
     batch_size: int = Field(16, gt=0, description="prompts per training step (groups per step)")
-    max_new_tokens: int = Field(16, gt=0, description="completion length cap")
+    max_new_tokens: int = Field(6, gt=0, description="completion length cap")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
@@ -77,8 +79,8 @@ class AlgorithmConfig(Section):
 
 class TrainConfig(Section):
     output_dir: str = Field("outputs/grouprl", description="where everything of the run is written")
-    max_steps: int = Field(120, gt=0, description="training steps (one rollout batch each)")
-    learning_rate: float = Field(5e-4, gt=0, description="AdamW learning rate")
+    max_steps: int = Field(400, gt=0, description="training steps (one rollout batch each)")
+    learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     adam_beta2: float = Field(0.99, gt=0, lt=1, description="AdamW beta2")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="after warmup")
@@ -88,7 +90,10 @@ class TrainConfig(Section):
     seed: int = Field(0, description="seeds data order, sampling and init")
     save_steps: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
     resume_from_checkpoint: str | None = Field(None, description="checkpoint dir to continue from")
-    sft_steps: int = Field(300, ge=0, description="tiny default: SFT warm-up steps (stopped early on purpose)")
+    sft_steps: int = Field(1500, ge=0, description="tiny default: most SFT warm-up steps")
+    sft_target_accuracy: float | None = Field(
+        0.2, gt=0, le=1, description="tiny default: stop SFT early once greedy accuracy on held-back training rows "
+                                     "reaches this (checked every 10 steps; empty = run all sft_steps)")
     sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
     sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
 

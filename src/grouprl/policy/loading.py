@@ -75,21 +75,29 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
     return tok
 
 
-def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_reference: bool) -> Policy:
+def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_reference: bool,
+                reference_path: str | None = None) -> Policy:
+    """The trainable model at ``path`` (a LoRA checkpoint dir resumes its adapters), and, when a KL
+    term needs one, the frozen reference from ``reference_path`` (default ``path``)."""
     dtype = pick_dtype(cfg.torch_dtype, device)
     tokenizer = load_tokenizer(path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+    if (Path(path) / "adapter_config.json").is_file():
+        from peft import AutoPeftModelForCausalLM
+
+        model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True, dtype=dtype).to(device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        if cfg.use_peft:
+            from peft import LoraConfig, get_peft_model
+
+            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                              target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
+            model = get_peft_model(model, lora)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     reference = None
-    if cfg.use_peft:
-        from peft import LoraConfig, get_peft_model
-
-        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                          target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)
-    elif need_reference:
-        reference = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device).eval()
+    if need_reference and not hasattr(model, "disable_adapter"):  # with LoRA: the base, adapters off
+        reference = AutoModelForCausalLM.from_pretrained(reference_path or path, dtype=dtype).to(device).eval()
         reference.requires_grad_(False)
     log.info("loaded %s on %s (%s)", path, device, dtype)
     return Policy(model=model, tokenizer=tokenizer, device=device, reference=reference)

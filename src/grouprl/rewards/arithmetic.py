@@ -7,8 +7,8 @@ gives partial credit so that a group of near misses still carries a signal:
     r = 0.5 * matched / max(len(pred), len(gold))   if it is a number but wrong
     r = 0                                   if it is not a number
 
-where ``matched`` counts digits equal at the same place value (right-aligned), the
-way a carry error is a near miss. Partial credit of this kind is a dense reward in the
+where ``matched`` counts digits equal at the same place value (right-aligned, or
+left-aligned when the row says ``answer_reversed``), the way a carry error is a near miss. Partial credit of this kind is a dense reward in the
 sense of reward shaping (Ng et al., 1999); the exact-match bonus keeps the optimum at
 the right answer.
 """
@@ -29,11 +29,14 @@ def arithmetic_exact(completion: str, ground_truth: str, **_: object) -> float:
     return 1.0 if parse_answer(completion) == str(ground_truth) else 0.0
 
 
-def arithmetic_digits(completion: str, ground_truth: str, **_: object) -> float:
+def arithmetic_digits(completion: str, ground_truth: str, answer_reversed: bool = False, **_: object) -> float:
     pred, gold = parse_answer(completion), str(ground_truth)
     if pred is None:
         return 0.0
     if pred == gold:
         return 1.0
-    matched = sum(a == b for a, b in zip(reversed(pred), reversed(gold)))
+    if answer_reversed:  # units digit first: place values line up on the left
+        matched = sum(a == b for a, b in zip(pred, gold))
+    else:
+        matched = sum(a == b for a, b in zip(reversed(pred), reversed(gold)))
     return 0.5 * matched / max(len(pred), len(gold))

@@ -14,7 +14,7 @@ def load_task(cfg: Config) -> SingleTurnTask:
     if t.task == "arithmetic":
         train, held_out = arithmetic.generate_rows(
             t.n_train or 6000, max(cfg.eval.n_eval, 1), t.arithmetic_digits, t.arithmetic_operands,
-            t.arithmetic_operators,
+            t.arithmetic_operators, t.arithmetic_reverse_answer,
         )
         task = SingleTurnTask("arithmetic", train, held_out, t.system_prompt, ["arithmetic_digits"], "arithmetic_exact")
     else:

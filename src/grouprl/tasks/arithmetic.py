@@ -23,9 +23,21 @@ def make_question(rng: random.Random, digits: int, operands: int, operators: str
     return text, value
 
 
+def reverse_digits(number: str) -> str:
+    """'124' -> '421', '-35' -> '-53': the sign stays in front."""
+    sign = "-" if number.startswith("-") else ""
+    return sign + number.lstrip("-")[::-1]
+
+
 def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operators: str = "+",
-                  seed: int = 1234) -> tuple[list, list]:
-    """Disjoint train/eval rows; the data seed is fixed so every run sees the same task."""
+                  reverse_answer: bool = False, seed: int = 1234) -> tuple[list, list]:
+    """Disjoint train/eval rows; the data seed is fixed so every run sees the same task.
+
+    With ``reverse_answer`` the expected completion is the answer's digits least-significant
+    first (124 -> "421"), the order in which a carry is computed: small transformers learn
+    addition far more smoothly that way (Lee et al., 2023, "Teaching Arithmetic to Small
+    Transformers"). ``ground_truth`` is then that reversed string.
+    """
     rng = random.Random(seed)
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
@@ -39,5 +51,7 @@ def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operato
         if question in seen:
             continue
         seen.add(question)
-        rows.append({"question": question, "ground_truth": str(value), "gold_completion": str(value)})
+        answer = reverse_digits(str(value)) if reverse_answer else str(value)
+        rows.append({"question": question, "ground_truth": answer, "gold_completion": answer,
+                     "answer_reversed": reverse_answer})
     return rows[:n_train], rows[n_train:]

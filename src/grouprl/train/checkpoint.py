@@ -36,10 +36,16 @@ def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer,
     return final
 
 
-def load_checkpoint(ckpt: str | Path, optimizer, scheduler) -> dict[str, Any]:
+def read_checkpoint_state(ckpt: str | Path) -> dict[str, Any]:
     ckpt = Path(ckpt)
     if not (ckpt / STATE).is_file():
         raise FileNotFoundError(f"--resume_from_checkpoint: {ckpt} has no {STATE}; not a grouprl checkpoint")
+    return json.loads((ckpt / STATE).read_text())
+
+
+def load_checkpoint(ckpt: str | Path, optimizer, scheduler) -> dict[str, Any]:
+    ckpt = Path(ckpt)
+    state = read_checkpoint_state(ckpt)
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     rng = torch.load(ckpt / "rng.pt", weights_only=False)
@@ -48,4 +54,4 @@ def load_checkpoint(ckpt: str | Path, optimizer, scheduler) -> dict[str, Any]:
     torch.set_rng_state(rng["torch"])
     if rng.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(rng["cuda"])
-    return json.loads((ckpt / STATE).read_text())
+    return state

@@ -22,6 +22,7 @@ from grouprl.rollout.generation import SamplingParams
 from grouprl.tasks import load_task
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.train.evaluate import evaluate
+from grouprl.train.checkpoint import read_checkpoint_state
 from grouprl.train.grpo import GRPOTrainer
 from grouprl.train.sft import sft_warm_start
 
@@ -48,9 +49,22 @@ def prepare_tiny(cfg: Config, task: SingleTurnTask, console: Console) -> str:
     console.log(f"built tiny Qwen2 model at {tiny}")
     if t.sft_steps == 0:
         return str(tiny)
-    console.log(f"SFT warm start: {t.sft_steps} steps on gold solutions (TRL SFTTrainer)")
-    return str(sft_warm_start(str(tiny), task.train_rows, task.messages, out / "sft_model", t.sft_steps,
-                              t.sft_learning_rate, t.sft_batch_size, t.seed))
+    console.log(f"SFT warm start: up to {t.sft_steps} steps on gold solutions (TRL SFTTrainer)"
+                + (f", stopping at {t.sft_target_accuracy:.0%} greedy accuracy" if t.sft_target_accuracy else ""))
+    # Held-back training rows (never trained on) decide the early stop; the eval split stays untouched.
+    n_check = min(200, len(task.train_rows) // 10)
+    sft_rows, check_rows = task.train_rows[:-n_check], task.train_rows[-n_check:]
+    stop_when = None
+    if t.sft_target_accuracy:
+        params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, greedy=True, batch_size=n_check)
+
+        def stop_when(model, tokenizer) -> bool:
+            acc = evaluate(model, tokenizer, task, check_rows, params, model.device)["accuracy"]
+            return acc >= t.sft_target_accuracy
+
+    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", t.sft_steps, t.sft_learning_rate,
+                          t.sft_batch_size, t.seed, stop_when)
+    return str(path)
 
 
 def eval_params(cfg: Config) -> SamplingParams:
@@ -80,16 +94,17 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     resume = cfg.train.resume_from_checkpoint
     if resume:
         model_path = resume
-    elif cfg.model.model_name_or_path:
-        model_path = cfg.model.model_name_or_path
+        base_model = read_checkpoint_state(resume).get("extra", {}).get("base_model", resume)
     else:
-        model_path = prepare_tiny(cfg, task, console)
+        base_model = model_path = cfg.model.model_name_or_path or prepare_tiny(cfg, task, console)
     device = pick_device(cfg.runtime.device)
-    policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0)
+    policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
+                         reference_path=base_model)
     eval_rows = task.eval_rows[: cfg.eval.n_eval]
     params = eval_params(cfg)
 
     trainer = GRPOTrainer(cfg, policy, task, console)
+    trainer.state["base_model"] = base_model
     seed_everything(cfg.train.seed)
     if resume:
         trainer.resume(resume)

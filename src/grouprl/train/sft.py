@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_dir: str | Path, max_steps: int,
-                   learning_rate: float, batch_size: int, seed: int) -> Path:
-    """Fine-tune ``model_dir`` on (prompt, gold completion) pairs for ``max_steps`` steps; save to ``out_dir``."""
+                   learning_rate: float, batch_size: int, seed: int,
+                   stop_when: Callable[[Any, Any], bool] | None = None, check_every: int = 10) -> Path:
+    """Fine-tune ``model_dir`` on (prompt, gold completion) pairs; save to ``out_dir``.
+
+    Stops after ``max_steps`` steps, or earlier at the first multiple of ``check_every`` where
+    ``stop_when(model, tokenizer)`` is true (the embedded default stops at a target accuracy,
+    so every seed starts RL from a comparable, deliberately unfinished model).
+    """
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
@@ -37,9 +43,22 @@ def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_
         dataloader_num_workers=0,
         disable_tqdm=False,
     )
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+    callbacks = [] if stop_when is None else [_StopWhen(stop_when, tokenizer, check_every)]
+    trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=callbacks)
     trainer.train()
     out = Path(out_dir)
     trainer.model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def _StopWhen(predicate, tokenizer, every: int):
+    from transformers import TrainerCallback
+
+    class StopWhen(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            if state.global_step % every == 0 and predicate(model, tokenizer):
+                control.should_training_stop = True
+            model.train()
+
+    return StopWhen()
