@@ -47,6 +47,15 @@ def test_grpo_raises_the_reward_of_a_prompt(warm_arithmetic_dir, tmp_path):
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
     assert last > first + 0.1, (first, last)
 
+    # The same run drawn by `grouprl plot`: a PNG of the reward curve and one prompt's accuracy.
+    rollouts = out / "rollouts" / "rollouts.jsonl"
+    records = _rows(rollouts)
+    assert len(records) == 30 * 4 * 8 and {r["step"] for r in records} == set(range(1, 31))
+    png = tmp_path / "curve.png"
+    assert main(["plot", str(rollouts), "--out", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert json.loads((out / "summary.json").read_text())["reward_curve"] == str(out / "reward_curve.png")
+
 
 @pytest.mark.slow
 def test_default_run_gains_ten_points(tmp_path):

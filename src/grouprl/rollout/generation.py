@@ -24,7 +24,7 @@ class Completion:
     truncated: bool  # no eos within max_new_tokens
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              device: torch.device) -> list[Completion]:
     eos = tokenizer.eos_token_id
@@ -47,13 +47,16 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
         seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
-        new = seqs[:, width:].tolist()
-        for row in new:
+        rows, cut = [], []
+        for row in seqs[:, width:].tolist():
             if eos in row:
-                row, truncated = row[: row.index(eos) + 1], False
+                rows.append(row[: row.index(eos) + 1])
+                cut.append(False)
             else:
-                row, truncated = [t for t in row if t != pad], True
-            out.append(Completion(row, tokenizer.decode(row, skip_special_tokens=True), truncated))
+                rows.append([t for t in row if t != pad])
+                cut.append(True)
+        texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
+        out.extend(Completion(r, t, c) for r, t, c in zip(rows, texts, cut))
     if was_training:
         model.train()
     return out

@@ -53,8 +53,17 @@ def run_episodes(
         live = [i for i, obs in enumerate(observations) if obs is not None]
         if not live:
             break
-        texts = [render_prompt(tokenizer, observations[i]) for i in live]
-        prompt_ids = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+        # Episodes of a group often see the same observation (always at the first step):
+        # render and tokenize each distinct one once.
+        cache: dict[tuple, tuple[str, list[int]]] = {}
+        texts, prompt_ids = [], []
+        for i in live:
+            key = tuple((m["role"], m["content"]) for m in observations[i].messages)
+            if key not in cache:
+                text = render_prompt(tokenizer, observations[i])
+                cache[key] = (text, tokenizer(text, add_special_tokens=False)["input_ids"])
+            texts.append(cache[key][0])
+            prompt_ids.append(cache[key][1])
         completions = generate(policy_model, tokenizer, prompt_ids, params, device)
         for i, text, ids, comp in zip(live, texts, prompt_ids, completions):
             obs = observations[i]

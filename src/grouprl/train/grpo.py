@@ -36,11 +36,14 @@ class RowSampler:
 
     def __init__(self, rows: list[dict[str, Any]], seed: int, position: int = 0):
         self.rows, self.seed, self.position = rows, seed, position
+        self._epoch, self._cached = -1, []
 
     def _order(self, epoch: int) -> list[int]:
-        order = list(range(len(self.rows)))
-        random.Random(self.seed * 100003 + epoch).shuffle(order)
-        return order
+        if epoch != self._epoch:  # one shuffle per epoch, derived from (seed, epoch) alone
+            self._cached = list(range(len(self.rows)))
+            random.Random(self.seed * 100003 + epoch).shuffle(self._cached)
+            self._epoch = epoch
+        return self._cached
 
     def next(self, n: int) -> list[dict[str, Any]]:
         out = []
