@@ -75,5 +75,5 @@ def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
 
     task = load_task(build_config(None, {"n_train": 2000, "n_eval": 8}, environ={}))
     return sft_warm_start(str(tiny_arithmetic_dir), task.train_rows, task.messages,
-                          tmp_path_factory.mktemp("warm_arith") / "model", max_steps=40, learning_rate=3e-3,
+                          tmp_path_factory.mktemp("warm_arith") / "model", max_steps=150, learning_rate=1e-2,
                           batch_size=32, seed=0)

@@ -30,8 +30,8 @@ def write_recipe(path: Path, data) -> Path:
 def test_defaults_without_any_layer():
     cfg = build_config(None, None, environ={})
     assert cfg == Config()
-    assert cfg.train.max_steps == 120
-    assert cfg.train.learning_rate == 5e-4
+    assert cfg.train.max_steps == 400
+    assert cfg.train.learning_rate == 3e-4
     assert cfg.rollout.num_generations == 8
     assert cfg.algorithm.loss_type == "dapo"
     assert cfg.task.task == "arithmetic"
@@ -51,7 +51,7 @@ def test_precedence_defaults_recipe_env_cli(tmp_path):
     assert cfg.rollout.num_generations == 6  # env beats recipe
     assert cfg.train.seed == 5  # recipe beats default
     assert cfg.rollout.batch_size == 3  # recipe beats default
-    assert cfg.rollout.max_new_tokens == 16  # untouched default
+    assert cfg.rollout.max_new_tokens == 6  # untouched default
 
     # drop the CLI layer: env shows through; drop env too: the recipe shows through
     assert build_config(recipe, None, environ=environ).train.max_steps == 20
@@ -72,7 +72,7 @@ def test_grouprl_env_var_for_any_field_sits_between_recipe_and_cli(tmp_path):
 
 def test_empty_env_values_are_ignored():
     cfg = build_config(None, None, environ={"MAX_STEPS": "", "GROUPRL_BETA": ""})
-    assert cfg.train.max_steps == 120
+    assert cfg.train.max_steps == 400
     assert cfg.algorithm.beta == 0.0
 
 
@@ -372,7 +372,7 @@ def test_train_help_lists_every_field_with_default(capsys, monkeypatch):
     text = _help(["train", "--help"], capsys, monkeypatch)
     _assert_lists_every_field(text)
     # hand-checked defaults
-    for snippet in ["(default: 120)", "(default: 0.0005)", "(default: dapo)", "(default: arithmetic)",
+    for snippet in ["(default: 400)", "(default: 0.0003)", "(default: dapo)", "(default: arithmetic)",
                     "(default: ['q_proj', 'k_proj', 'v_proj', 'o_proj'])", "(default: outputs/grouprl)"]:
         assert snippet in text
     for var in ENV_VARS:

@@ -41,16 +41,16 @@ def test_grpo_raises_the_reward_of_a_prompt(warm_arithmetic_dir, tmp_path):
     GRPO must raise the group reward (the model's own samples, scored by the partial-credit reward)."""
     out = tmp_path / "learn"
     assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                 "--n_train", "4", "--batch_size", "4", "--num_generations", "8", "--max_steps", "30",
+                 "--n_train", "4", "--batch_size", "4", "--num_generations", "8", "--max_steps", "40",
                  "--learning_rate", "3e-3", "--n_eval", "0", "--seed", "1"]) == 0
     rewards = [m["reward"] for m in _rows(out / "metrics.jsonl")]
     first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
-    assert last > first + 0.1, (first, last)
+    assert last > first + 0.2, (first, last)
 
     # The same run drawn by `grouprl plot`: a PNG of the reward curve and one prompt's accuracy.
     rollouts = out / "rollouts" / "rollouts.jsonl"
     records = _rows(rollouts)
-    assert len(records) == 30 * 4 * 8 and {r["step"] for r in records} == set(range(1, 31))
+    assert len(records) == 40 * 4 * 8 and {r["step"] for r in records} == set(range(1, 41))
     png = tmp_path / "curve.png"
     assert main(["plot", str(rollouts), "--out", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000

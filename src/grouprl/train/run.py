@@ -20,6 +20,7 @@ from grouprl.policy.tiny import init_tiny
 from grouprl.rewards.registry import get_reward
 from grouprl.rollout.generation import SamplingParams
 from grouprl.tasks import load_task
+from grouprl.tasks.arithmetic import ALPHABET
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.train.evaluate import evaluate
 from grouprl.train.checkpoint import read_checkpoint_state
@@ -36,8 +37,12 @@ def seed_everything(seed: int) -> None:
 
 
 def task_corpus(task: SingleTurnTask) -> str:
+    """Every character the task can show or expect (arithmetic: all its options' characters)."""
     rows = task.train_rows + task.eval_rows
-    return "".join(sorted({c for r in rows for c in r["question"] + r["gold_completion"]}))
+    chars = {c for r in rows for c in r["question"] + r["gold_completion"]}
+    if task.name == "arithmetic":
+        chars |= set(ALPHABET)
+    return "".join(sorted(chars))
 
 
 def prepare_tiny(cfg: Config, task: SingleTurnTask, console: Console) -> str:
