@@ -395,3 +395,13 @@ def test_train_help_subprocess():
     text = " ".join(proc.stdout.split())
     _assert_lists_every_field(text)
     assert len(re.findall(r"\(default: ", text)) >= len(FIELD_SECTION)
+
+
+def test_unknown_reward_name_fails_before_any_model_loads(tmp_path, capsys):
+    from grouprl.cli import main
+
+    out = tmp_path / "never"
+    assert main(["train", "--rewards", "no_such_reward", "--output_dir", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "rewards" in err and "no_such_reward" in err and "arithmetic_digits" in err
+    assert not (out / "tiny_model").exists()  # stopped before building or loading a model

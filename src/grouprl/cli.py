@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ConfigError as err:
+    except (ConfigError, FileNotFoundError) as err:
         print(f"grouprl: error: {err}", file=sys.stderr)
         return 2
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grouprl.config import Config
+from grouprl.config import Config, ConfigError
 from grouprl.tasks import arithmetic, gsm8k
 from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
 
@@ -28,7 +28,7 @@ def load_task(cfg: Config) -> SingleTurnTask:
         task.reward_names = list(t.rewards)
     weights = t.reward_weights or [1.0] * len(task.reward_names)
     if len(weights) != len(task.reward_names):
-        raise ValueError(
+        raise ConfigError(
             f"config key 'reward_weights': got {len(weights)} weights for rewards {task.reward_names}; expected one each"
         )
     task.reward_weights = list(weights)

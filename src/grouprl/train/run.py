@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from rich.console import Console
 
-from grouprl.config import Config, flat_dict
+from grouprl.config import Config, ConfigError, flat_dict
 from grouprl.observe.sinks import MetricsSink
 from grouprl.policy.loading import load_policy, pick_device
 from grouprl.policy.tiny import init_tiny
@@ -92,7 +92,10 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         torch.set_num_threads(cfg.runtime.num_threads)
     task = load_task(cfg)  # data and reward names are checked before any model loads
     for name in task.reward_names + [task.correct_reward]:
-        get_reward(name)
+        try:
+            get_reward(name)
+        except KeyError as err:
+            raise ConfigError(f"config key 'rewards': {err.args[0]}") from None
     (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
 
