@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import torch
@@ -28,8 +29,12 @@ def test_resume_matches_uninterrupted_run(warm_arithmetic_dir, tmp_path):
     tiny_arithmetic_dir = warm_arithmetic_dir
     full, part = tmp_path / "full", tmp_path / "part"
     assert _train(tiny_arithmetic_dir, full) == 0
-    # The interrupted run: stopped after step 2 (its checkpoint-2 is all that survives), then resumed.
-    assert _train(tiny_arithmetic_dir, part, "--max_steps", "2") == 0
+    # The interrupted run: the same 4-step run (linear LR decay over 4 steps) with a checkpoint every
+    # 2 steps, cut back to what a kill right after checkpoint-2 leaves: that checkpoint and 2 metric lines.
+    assert _train(tiny_arithmetic_dir, part, "--save_steps", "2") == 0
+    shutil.rmtree(part / "checkpoint-4")
+    lines = (part / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (part / "metrics.jsonl").write_text("".join(lines[:2]))
     ckpt = part / "checkpoint-2"
     for name in ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json", "model.safetensors"):
         assert (ckpt / name).is_file(), name

@@ -82,8 +82,9 @@ class TrainConfig(Section):
     max_steps: int = Field(400, gt=0, description="training steps (one rollout batch each)")
     learning_rate: float = Field(3e-4, gt=0, description="AdamW learning rate")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
-    adam_beta2: float = Field(0.99, gt=0, lt=1, description="AdamW beta2")
-    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field("constant", description="after warmup")
+    adam_beta2: float = Field(0.999, gt=0, lt=1, description="AdamW beta2")
+    lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
+        "linear", description="decay to 0 over the run, after warmup")
     warmup_steps: int = Field(0, ge=0, description="linear warmup optimizer steps")
     gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches per optimizer step")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
@@ -109,7 +110,7 @@ class LoggingConfig(Section):
     report_to: Literal["none", "wandb"] = Field("none", description="metrics sink besides stdout and metrics.jsonl")
     wandb_project: str = Field("grouprl", description="W&B project (WANDB_PROJECT wins)")
     run_name: str | None = Field(None, description="default grpo_{model}_K{K}_steps{N} (WANDB_NAME wins)")
-    logging_steps: int = Field(1, gt=0, description="print metrics every N steps")
+    logging_steps: int = Field(10, gt=0, description="print metrics every N steps (all go to metrics.jsonl)")
     log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")
 
 
