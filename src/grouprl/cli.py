@@ -22,13 +22,17 @@ def _parse_value(text: str) -> Any:
         return text
 
 
+def _default(field) -> Any:
+    return field.default_factory() if field.default_factory else field.default
+
+
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     """One ``--field`` per config field, grouped by section, with the default in the help."""
     parser.add_argument("--config", default=None, help="YAML recipe (default: None)")
     for section, cls in SECTIONS.items():
         group = parser.add_argument_group(f"{section} options")
         for name, field in cls.model_fields.items():
-            default = field.default_factory() if field.default_factory else field.default
+            default = _default(field)
             is_list = get_origin(field.annotation) is list or any(
                 get_origin(a) is list for a in get_args(field.annotation))
             group.add_argument(
@@ -120,7 +124,7 @@ def config_fields_help() -> str:
     for section, cls in SECTIONS.items():
         lines.append(f"  {section}:")
         for name, field in cls.model_fields.items():
-            default = field.default_factory() if field.default_factory else field.default
+            default = _default(field)
             lines.append(f"    --{name}  {field.description} (default: {default})")
     return "\n".join(lines)
 
