@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -28,13 +29,15 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
 
     if prompt_id is None:  # the prompt seen at the most distinct steps
         seen = Counter({pid: len({r["step"] for r in rows if r["prompt_id"] == pid})
-                        for pid in {r["prompt_id"] for r in rows}})
+                        for pid in dict.fromkeys(r["prompt_id"] for r in rows)})  # first-seen order: ties are stable
         prompt_id = seen.most_common(1)[0][0]
     mine: dict[int, list[float]] = defaultdict(list)
     for r in rows:
         if r["prompt_id"] == prompt_id:
             mine[r["step"]].append(1.0 if r.get("correct") else 0.0)
     prompt_text = next(r["prompt"] for r in rows if r["prompt_id"] == prompt_id)
+    # the question without the chat template's markers, for a readable title
+    prompt_text = re.sub(r"<\|[^|]+\|>(system|user|assistant)?", " ", prompt_text).split()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ax1.plot(steps, means, alpha=0.35, label="mean reward")
@@ -48,7 +51,8 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     ax2.set_ylim(-0.05, 1.05)
     ax2.set_xlabel("step")
     ax2.set_ylabel("fraction of group correct")
-    ax2.set_title(f"Prompt {prompt_id}: {prompt_text[-40:]!r}", fontsize=8)
+    seen = len(mine)
+    ax2.set_title(f"Prompt {prompt_id} ({seen} steps): {' '.join(prompt_text)[-50:]}", fontsize=8)
     fig.tight_layout()
     out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
