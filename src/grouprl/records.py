@@ -65,3 +65,47 @@ class Episode:
     @property
     def prompt_id(self) -> str:
         return stable_id(self.steps[0].prompt_text) if self.steps else ""
+
+
+# --- reward records (the reward kit's contract) -------------------------------------------------
+from pydantic import BaseModel, ConfigDict, Field  # noqa: E402
+
+
+class Message(BaseModel):
+    """One chat turn, as reward functions receive it."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: str
+    content: str = ""
+    name: str | None = None
+    tool_call_id: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+
+
+class MetricResult(BaseModel):
+    """One named sub-score of a reward, in [0, 1], with why."""
+
+    score: float = Field(ge=0.0, le=1.0)
+    is_score_valid: bool = True
+    reason: str | None = None
+
+
+class StepOutput(BaseModel):
+    """A reward for one step of a multi-step episode (``step_index`` names an assistant turn)."""
+
+    step_index: int | str
+    base_reward: float
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    reason: str | None = None
+
+
+class EvaluateResult(BaseModel):
+    """What a reward function returns: the episode score, its parts, and optional per-step rewards."""
+
+    score: float
+    is_score_valid: bool = True
+    reason: str | None = None
+    metrics: dict[str, MetricResult] = Field(default_factory=dict)
+    step_outputs: list[StepOutput] | None = None
+    error: str | None = None
