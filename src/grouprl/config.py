@@ -54,6 +54,9 @@ class TaskConfig(Section):
     arithmetic_operators: str = Field("+", pattern=r"^[+\-]+$", description="arithmetic: operators to draw from")
     rewards: list[str] | None = Field(None, description="reward functions (empty = the task's default)")
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
+    normalize_weights: bool = Field(True, description="divide the weights by their sum")
+    max_reward_error_fraction: float = Field(
+        0.1, ge=0, le=1, description="stop when more than this share of a batch fails in reward functions")
 
 
 class RolloutConfig(Section):

@@ -44,6 +44,7 @@ class Step:
     action_ids: list[int]
     truncated: bool  # hit max_new_tokens without an end-of-sequence token
     anchor_state: Any
+    messages: list[dict[str, Any]] | None = None  # the observation's chat messages
     env_reward: float = 0.0
     reward: float = 0.0  # step-level reward used by step-aware estimators
     advantage: float = 0.0
@@ -59,6 +60,7 @@ class Episode:
     steps: list[Step] = field(default_factory=list)
     score: float = 0.0  # episode-level scalar reward (weighted sum of reward functions)
     reward_parts: dict[str, float | None] = field(default_factory=dict)
+    reward_errors: list[str] = field(default_factory=list)  # "reward: error" for rewards that raised
     prediction: str | None = None
     correct: bool = False
 

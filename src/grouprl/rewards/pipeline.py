@@ -1,30 +1,81 @@
-"""Score episodes: each reward function on the episode's final answer, weighted into one score."""
+"""Score episodes: every reward function on every episode, weighted into one score per episode."""
 
 from __future__ import annotations
 
-from grouprl.records import Episode
-from grouprl.rewards.registry import get_reward, weighted_score
-from grouprl.rewards import arithmetic, gsm8k
+import logging
+from typing import Any
 
+from grouprl.records import Episode
+from grouprl.rewards import arithmetic, gsm8k
+from grouprl.rewards.kit import score_batch
+from grouprl.rewards.registry import get_reward, is_typed, normalized_weights, weighted_score
+
+log = logging.getLogger(__name__)
 _PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}
 
 
-def score_episodes(episodes: list[Episode], reward_names: list[str], weights: list[float],
-                   correct_reward: str) -> None:
-    """Fill ``reward_parts``, ``score``, ``prediction`` and ``correct`` on every episode in place.
+class RewardFailure(RuntimeError):
+    """More of a batch's samples failed in reward functions than the run allows."""
 
-    The episode's answer is its last action; environment rewards add to the score.
+
+def episode_messages(ep: Episode) -> list[dict[str, Any]]:
+    """The conversation a typed reward sees: the last observation's messages plus the last action."""
+    last = ep.steps[-1]
+    return list(last.messages or []) + [{"role": "assistant", "content": last.action_text}]
+
+
+def _typed_parts(name: str, fn, episodes: list[Episode]) -> list[tuple[float | None, str | None]]:
+    rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in episodes]
+    columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
+    try:
+        results = score_batch(fn, [episode_messages(ep) for ep in episodes],
+                              [ep.row.get("ground_truth") for ep in episodes], **columns)
+    except Exception as err:  # noqa: BLE001 - one failing reward must not kill the run
+        return [(None, f"{name}: {type(err).__name__}: {err}")] * len(episodes)
+    return [(r.score if r.is_score_valid and r.error is None else None, r.error and f"{name}: {r.error}")
+            for r in results]
+
+
+def _plain_part(name: str, fn, ep: Episode) -> tuple[float | None, str | None]:
+    extra = {k: v for k, v in ep.row.items() if k != "ground_truth"}
+    try:
+        return fn(ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth"), **extra), None
+    except Exception as err:  # noqa: BLE001
+        return None, f"{name}: {type(err).__name__}: {err}"
+
+
+def score_episodes(episodes: list[Episode], reward_names: list[str], weights: list[float],
+                   correct_reward: str, normalize_weights: bool = True,
+                   max_error_fraction: float = 1.0) -> dict[str, float]:
+    """Fill ``reward_parts``, ``reward_errors``, ``score``, ``prediction`` and ``correct`` in place.
+
+    A sample whose reward raised keeps ``None`` for that reward and the error text; the run
+    stops (``RewardFailure``) only when more than ``max_error_fraction`` of the samples failed.
+    Returns reward metrics for the step.
     """
     fns = {name: get_reward(name) for name in reward_names}
-    wmap = dict(zip(reward_names, weights))
+    wmap = dict(zip(reward_names, normalized_weights(weights, normalize_weights)))
+    parts: dict[str, list[tuple[float | None, str | None]]] = {}
+    for name, fn in fns.items():
+        parts[name] = _typed_parts(name, fn, episodes) if is_typed(fn) else [_plain_part(name, fn, ep)
+                                                                               for ep in episodes]
     judge = get_reward(correct_reward)
     predictor = _PREDICTORS.get(correct_reward)
-    for ep in episodes:
+    failed = 0
+    for i, ep in enumerate(episodes):
+        ep.reward_parts = {name: parts[name][i][0] for name in fns}
+        ep.reward_errors = [parts[name][i][1] for name in fns if parts[name][i][1]]
+        failed += bool(ep.reward_errors)
+        ep.score = weighted_score(ep.reward_parts, wmap) + sum(s.env_reward for s in ep.steps)
         answer = ep.steps[-1].action_text if ep.steps else ""
-        truth = ep.row.get("ground_truth")
-        extra = {k: v for k, v in ep.row.items() if k != "ground_truth"}
-        ep.reward_parts = {name: fn(answer, truth, **extra) for name, fn in fns.items()}
-        env_total = sum(s.env_reward for s in ep.steps)
-        ep.score = weighted_score(ep.reward_parts, wmap) + env_total
-        ep.correct = judge(answer, truth) == 1.0
+        ep.correct = (not is_typed(judge)) and judge(answer, ep.row.get("ground_truth")) == 1.0
         ep.prediction = predictor(answer) if predictor else None
+    fraction = failed / max(len(episodes), 1)
+    if failed:
+        log.warning("reward errors on %d of %d samples, e.g. %s", failed, len(episodes),
+                    next(e for ep in episodes for e in ep.reward_errors))
+    if fraction > max_error_fraction:
+        raise RewardFailure(f"{failed} of {len(episodes)} samples failed in reward functions "
+                            f"(> max_reward_error_fraction={max_error_fraction}); first error: "
+                            f"{next(e for ep in episodes for e in ep.reward_errors)}")
+    return {"reward_errors": float(failed), "reward_error_fraction": fraction}

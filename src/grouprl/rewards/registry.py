@@ -1,8 +1,16 @@
-"""Reward functions by name. A reward is ``fn(completion, ground_truth, **row) -> float | None``;
-``None`` means "no opinion" on that sample (ignored in the weighted sum, as TRL does)."""
+"""Reward functions by name: built-ins, ``path/to/file.py:function`` or ``package.module:function``.
+
+Two kinds are accepted: plain ``fn(completion, ground_truth, **row) -> float | None`` (the
+built-ins) and typed ``@reward_function`` functions, which see the whole conversation. ``None``
+(or ``is_score_valid=False``) means "no opinion" on that sample and is left out of the sum.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Callable
 
 from grouprl.rewards.arithmetic import arithmetic_digits, arithmetic_exact
@@ -17,10 +25,47 @@ REWARDS: dict[str, RewardFn] = {
 }
 
 
+def _import_target(spec: str) -> RewardFn:
+    where, _, attr = spec.rpartition(":")
+    if where.endswith(".py") or "/" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise KeyError(f"reward '{spec}': no such file {path}")
+        module_name = f"grouprl_user_reward_{abs(hash(str(path.resolve())))}"
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        module_spec.loader.exec_module(module)
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as err:
+            raise KeyError(f"reward '{spec}': cannot import module '{where}' ({err})") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise KeyError(f"reward '{spec}': '{where}' has no function '{attr}'")
+    return fn
+
+
 def get_reward(name: str) -> RewardFn:
-    if name not in REWARDS:
-        raise KeyError(f"unknown reward '{name}'; known: {sorted(REWARDS)}")
-    return REWARDS[name]
+    if name in REWARDS:
+        return REWARDS[name]
+    if ":" in name:
+        return _import_target(name)
+    raise KeyError(f"unknown reward '{name}'; known: {sorted(REWARDS)} or 'path/to/file.py:function' "
+                   "or 'package.module:function'")
+
+
+def is_typed(fn: RewardFn) -> bool:
+    return hasattr(fn, "reward_mode")
+
+
+def normalized_weights(weights: list[float], normalize: bool) -> list[float]:
+    """w_i / sum_j w_j when ``normalize`` (the recipe's weights then read as shares), else as given."""
+    total = sum(weights)
+    if normalize and total <= 0:
+        raise ValueError(f"reward weights {weights} must sum to a positive number to be normalized")
+    return [w / total for w in weights] if normalize else list(weights)
 
 
 def weighted_score(parts: dict[str, float | None], weights: dict[str, float]) -> float:

@@ -146,6 +146,11 @@ def _bwrap_args(scratch: str | None, python: str) -> list[str]:
         if os.path.isdir(d) and not os.path.islink(d):
             args += ["--tmpfs", d]
     for d in _python_dirs(python):
+        # bwrap creates missing parents 0700; make them traversable for the unprivileged uid.
+        hidden = next(h for h in HIDDEN_DIRS if _under(d, h))
+        parts = Path(os.path.relpath(d, hidden)).parts
+        for i in range(1, len(parts)):
+            args += ["--perms", "0755", "--dir", os.path.join(hidden, *parts[:i])]
         args += ["--ro-bind", d, d]
     args += ["--proc", "/proc", "--dev", "/dev"]
     if scratch is not None:
@@ -226,20 +231,17 @@ def _note_fallback(reason: str) -> None:
         warnings.warn(msg, SandboxFallbackWarning, stacklevel=3)
 
 
-def _make_preexec(cpu_s: int, memory_mb: int, max_procs: int, max_file_bytes: int, uid: int | None):
+def _make_preexec(cpu_s: int, memory_mb: int, max_procs: int, max_file_bytes: int):
     def preexec() -> None:  # runs in the child between fork and exec: keep it simple
-        def lim(res: int, v: int) -> None:
-            resource.setrlimit(res, (v, v))
+        def lim(res: int, v: int, hard: int | None = None) -> None:
+            resource.setrlimit(res, (v, v if hard is None else hard))
 
-        lim(resource.RLIMIT_CPU, max(1, int(cpu_s)))
+        # soft < hard: the soft limit delivers SIGXCPU (reported as "cpu"), the hard one SIGKILL.
+        lim(resource.RLIMIT_CPU, max(1, int(cpu_s)), max(1, int(cpu_s)) + 1)
         lim(resource.RLIMIT_AS, int(memory_mb) * 1024 * 1024)
         lim(resource.RLIMIT_NPROC, int(max_procs))
         lim(resource.RLIMIT_FSIZE, int(max_file_bytes))
         lim(resource.RLIMIT_CORE, 0)
-        if uid is not None:  # fallback as root: drop privileges ourselves
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
 
     return preexec
 
@@ -348,7 +350,7 @@ def run_in_sandbox(
         if uid is not None:
             os.chown(scratch, uid, uid)
             os.chown(main_py, uid, uid)
-            os.chmod(scratch, 0o700)
+            os.chmod(scratch, 0o711)  # bwrap (root, caps dropped) must be able to chdir in
         if use_bwrap:
             cmd = _bwrap_args(scratch, python)
             if uid is not None:
@@ -373,6 +375,24 @@ def _execute(cmd, env, cwd, stdin, timeout_s, cpu_s, memory_mb, max_procs, max_o
              max_file_bytes, be) -> SandboxResult:
     start = time.monotonic()
     killed: list[str] = []
+    prlimit = shutil.which("prlimit")
+    preexec = None
+    if prlimit:
+        # Set the limits with util-linux prlimit (exec'd before bwrap/python): preexec_fn is
+        # not safe in a multithreaded parent (run_many), so it is only the fallback.
+        cpu = max(1, int(cpu_s))
+        cmd = [
+            prlimit,
+            f"--cpu={cpu}:{cpu + 1}",
+            f"--as={int(memory_mb) * 1024 * 1024}",
+            f"--nproc={int(max_procs)}",
+            f"--fsize={int(max_file_bytes)}",
+            "--core=0",
+            "--",
+            *cmd,
+        ]
+    else:
+        preexec = _make_preexec(cpu_s, memory_mb, max_procs, max_file_bytes)
     proc = subprocess.Popen(
         cmd,
         stdin=subprocess.PIPE,
@@ -382,7 +402,7 @@ def _execute(cmd, env, cwd, stdin, timeout_s, cpu_s, memory_mb, max_procs, max_o
         cwd=cwd,
         start_new_session=True,
         close_fds=True,
-        preexec_fn=_make_preexec(cpu_s, memory_mb, max_procs, max_file_bytes, None),
+        preexec_fn=preexec,
     )
 
     def overflow() -> None:

@@ -70,7 +70,8 @@ def run_episodes(
             result = envs[i].step(comp.text)
             episodes[i].steps.append(
                 Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
-                     truncated=comp.truncated, anchor_state=obs.anchor_state, env_reward=result.reward)
+                     truncated=comp.truncated, anchor_state=obs.anchor_state, env_reward=result.reward,
+                     messages=obs.messages)
             )
             observations[i] = None if result.done else result.observation
     return episodes

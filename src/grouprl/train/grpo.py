@@ -90,13 +90,17 @@ class GRPOTrainer:
         self.step = 0
         self.state: dict[str, Any] = {}
         self.console = console
+        self.reward_metrics: dict[str, float] = {}
 
     # --- one step -------------------------------------------------------------------------
     def rollout(self) -> list[Episode]:
         rows = self.sampler.next(self.cfg.rollout.batch_size)
         episodes = run_episodes(lambda i: SingleTurnEnv(self.task, rows[i]), rows, self.cfg.rollout.num_generations,
                                 self.policy.model, self.policy.tokenizer, self.sampling, self.policy.device)
-        score_episodes(episodes, self.task.reward_names, self.task.reward_weights, self.task.correct_reward)
+        t = self.cfg.task
+        self.reward_metrics = score_episodes(episodes, self.task.reward_names, self.task.reward_weights,
+                                             self.task.correct_reward, t.normalize_weights,
+                                             t.max_reward_error_fraction)
         return episodes
 
     def assign_advantages(self, episodes: list[Episode]) -> torch.Tensor:
@@ -167,6 +171,7 @@ class GRPOTrainer:
         metrics = self.update(samples)
         elapsed = time.perf_counter() - start
         metrics.update(self.rollout_metrics(episodes, scores))
+        metrics.update(self.reward_metrics)
         n_tokens = float(samples.batch.completion_mask.sum() + samples.batch.prompt_mask.sum())
         metrics.update({"step_time": elapsed, "generation_time": gen_time, "tokens_per_second": n_tokens / elapsed,
                         "learning_rate": self.scheduler.get_last_lr()[0]})
@@ -188,8 +193,9 @@ class GRPOTrainer:
         for name in self.task.reward_names:
             vals = torch.tensor([ep.reward_parts[name] for ep in episodes if ep.reward_parts[name] is not None])
             if vals.numel():
-                m[f"rewards/{name}/mean"] = float(vals.mean())
-                m[f"rewards/{name}/std"] = float(vals.std()) if vals.numel() > 1 else 0.0
+                short = name.rsplit(":", 1)[-1]  # 'path/to/file.py:fn' -> 'fn'
+                m[f"rewards/{short}/mean"] = float(vals.mean())
+                m[f"rewards/{short}/std"] = float(vals.std()) if vals.numel() > 1 else 0.0
         return m
 
     # --- the loop -------------------------------------------------------------------------
@@ -237,4 +243,5 @@ class GRPOTrainer:
                 "completion": step.action_text, "prediction": ep.prediction,
                 "ground_truth": ep.row.get("ground_truth"), "reward": ep.score, "rewards": ep.reward_parts,
                 "correct": ep.correct, "advantage": step.advantage, "truncated": step.truncated,
+                "reward_errors": ep.reward_errors,
             }

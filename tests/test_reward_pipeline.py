@@ -1,0 +1,103 @@
+"""Rewards inside grouprl: names resolved from files and modules, weights, None, and failing rewards."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+from grouprl.cli import main
+from grouprl.records import Episode, Step
+from grouprl.rewards.pipeline import RewardFailure, score_episodes
+from grouprl.rewards.registry import get_reward
+
+USER_REWARDS = textwrap.dedent('''
+    from grouprl.records import EvaluateResult
+    from grouprl.rewards.kit import reward_function
+
+    @reward_function
+    def short_answer(messages, ground_truth=None, **kwargs):
+        """Typed: sees the whole conversation; 1 for answers of at most 3 characters."""
+        assert messages[0]["role"] if isinstance(messages[0], dict) else messages[0].role
+        return EvaluateResult(score=float(len(messages[-1].content) <= 3))
+
+    def opinionated(completion, ground_truth, **row):
+        """Plain: no opinion (None) unless the answer starts with 1."""
+        return 1.0 if completion.startswith("1") else None
+
+    def explodes(completion, ground_truth, **row):
+        if completion == "boom":
+            raise ValueError("cannot score boom")
+        return 0.5
+''')
+
+
+def _episodes(answers: list[str], truth: str = "12") -> list[Episode]:
+    eps = []
+    for i, answer in enumerate(answers):
+        ep = Episode(group_id=0, index_in_group=i, row={"question": "5+7", "ground_truth": truth})
+        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
+                             anchor_state=None, messages=[{"role": "user", "content": "5+7"}]))
+        eps.append(ep)
+    return eps
+
+
+@pytest.fixture()
+def user_file(tmp_path):
+    path = tmp_path / "my_rewards.py"
+    path.write_text(USER_REWARDS)
+    return path
+
+
+def test_names_resolve_to_builtins_files_and_modules(user_file):
+    assert get_reward("gsm8k_final").__name__ == "gsm8k_final"
+    assert get_reward(f"{user_file}:short_answer").reward_id == "short_answer"
+    assert get_reward("grouprl.rewards.arithmetic:arithmetic_exact")("12", "12") == 1.0
+    with pytest.raises(KeyError, match="has no function 'nope'"):
+        get_reward(f"{user_file}:nope")
+    with pytest.raises(KeyError, match="cannot import module"):
+        get_reward("no_such_pkg.mod:fn")
+    with pytest.raises(KeyError, match="unknown reward 'nope'"):
+        get_reward("nope")
+
+
+def test_weights_are_normalized_and_none_is_no_opinion(user_file):
+    eps = _episodes(["12", "1234", "77"])
+    names = ["arithmetic_exact", f"{user_file}:short_answer", f"{user_file}:opinionated"]
+    score_episodes(eps, names, [2.0, 1.0, 1.0], "arithmetic_exact")
+    # weights 2:1:1 -> 0.5, 0.25, 0.25; "opinionated" has no opinion on "77"
+    assert eps[0].score == pytest.approx(0.5 * 1 + 0.25 * 1 + 0.25 * 1)
+    assert eps[1].score == pytest.approx(0.5 * 0 + 0.25 * 0 + 0.25 * 1)
+    assert eps[2].score == pytest.approx(0.5 * 0 + 0.25 * 1)
+    assert eps[2].reward_parts[f"{user_file}:opinionated"] is None
+    assert [ep.correct for ep in eps] == [True, False, False]
+    raw = _episodes(["12"])
+    score_episodes(raw, names, [2.0, 1.0, 1.0], "arithmetic_exact", normalize_weights=False)
+    assert raw[0].score == pytest.approx(4.0)
+
+
+def test_a_failing_reward_marks_the_sample_and_stops_only_past_the_threshold(user_file):
+    name = f"{user_file}:explodes"
+    eps = _episodes(["12", "boom", "13", "14"])
+    metrics = score_episodes(eps, [name], [1.0], "arithmetic_exact", max_error_fraction=0.5)
+    assert metrics == {"reward_errors": 1.0, "reward_error_fraction": 0.25}
+    assert eps[1].reward_parts[name] is None and "cannot score boom" in eps[1].reward_errors[0]
+    assert eps[0].reward_errors == [] and eps[0].score == 0.5
+    with pytest.raises(RewardFailure, match="1 of 4 samples failed"):
+        score_episodes(_episodes(["12", "boom", "13", "14"]), [name], [1.0], "arithmetic_exact",
+                       max_error_fraction=0.1)
+
+
+def test_typed_user_reward_in_a_training_run(warm_arithmetic_dir, user_file, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
+                 "--rewards", "arithmetic_digits", f"{user_file}:short_answer", "--reward_weights", "3", "1",
+                 "--max_steps", "2", "--batch_size", "2", "--num_generations", "4", "--n_eval", "0"]) == 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert {"rewards/short_answer/mean", "rewards/arithmetic_digits/mean", "reward_errors"} <= metrics[0].keys()
+    rows = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
+    for r in rows:
+        parts = r["rewards"]
+        want = 0.75 * parts["arithmetic_digits"] + 0.25 * parts[f"{user_file}:short_answer"]
+        assert r["reward"] == pytest.approx(want)
