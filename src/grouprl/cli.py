@@ -176,6 +176,10 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--num_heads", type=int, default=4, help="attention heads (default: 4)")
     im.add_argument("--seed", type=int, default=0, help="init seed (default: 0)")
     im.set_defaults(func=cmd_init_model)
+
+    from grouprl.rewards.preview import add_rewards_parser
+
+    add_rewards_parser(sub)
     return parser
 
 

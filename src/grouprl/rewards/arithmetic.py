@@ -26,10 +26,12 @@ def parse_answer(completion: str) -> str | None:
 
 
 def arithmetic_exact(completion: str, ground_truth: str, **_: object) -> float:
+    """1.0 if the completion is exactly the answer, else 0.0."""
     return 1.0 if parse_answer(completion) == str(ground_truth) else 0.0
 
 
 def arithmetic_digits(completion: str, ground_truth: str, answer_reversed: bool = False, **_: object) -> float:
+    """1.0 if right; 0.5 x digits right at their place value / answer length if a wrong number; else 0."""
     pred, gold = parse_answer(completion), str(ground_truth)
     if pred is None:
         return 0.0

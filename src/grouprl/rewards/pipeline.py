@@ -27,6 +27,7 @@ def episode_messages(ep: Episode) -> list[dict[str, Any]]:
 def _typed_parts(name: str, fn, episodes: list[Episode]) -> list[tuple[float | None, str | None]]:
     rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in episodes]
     columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
+    columns["group_ids"] = [ep.group_id for ep in episodes]  # group-level rewards (length) need the groups
     try:
         results = score_batch(fn, [episode_messages(ep) for ep in episodes],
                               [ep.row.get("ground_truth") for ep in episodes], **columns)

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from grouprl.rewards.arithmetic import arithmetic_digits, arithmetic_exact
+from grouprl.rewards.builtin_structured import BUILTIN_STRUCTURED
+from grouprl.rewards.builtin_text import BUILTIN_TEXT
 from grouprl.rewards.gsm8k import gsm8k_final
 
 RewardFn = Callable[..., "float | None"]
@@ -23,6 +25,8 @@ REWARDS: dict[str, RewardFn] = {
     "arithmetic_exact": arithmetic_exact,
     "arithmetic_digits": arithmetic_digits,
 }
+REWARDS.update(BUILTIN_TEXT)
+REWARDS.update(BUILTIN_STRUCTURED)
 
 
 def _import_target(spec: str) -> RewardFn:
