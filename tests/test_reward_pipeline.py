@@ -101,3 +101,41 @@ def test_typed_user_reward_in_a_training_run(warm_arithmetic_dir, user_file, tmp
         parts = r["rewards"]
         want = 0.75 * parts["arithmetic_digits"] + 0.25 * parts[f"{user_file}:short_answer"]
         assert r["reward"] == pytest.approx(want)
+
+
+def test_step_outputs_become_step_rewards_and_bad_indices_are_named():
+    from grouprl.records import EvaluateResult, StepOutput
+    from grouprl.rewards import registry
+    from grouprl.rewards.kit import reward_function
+
+    @reward_function
+    def per_step(messages, ground_truth=None, index=0, **kwargs):
+        return EvaluateResult(score=1.0, step_outputs=[StepOutput(step_index=index, base_reward=0.25)])
+
+    registry.REWARDS["per_step_test"] = per_step
+    try:
+        eps = _episodes(["12"])
+        score_episodes(eps, ["per_step_test"], [1.0], "arithmetic_exact")
+        assert eps[0].steps[0].reward == 0.25 and eps[0].score == 1.0 and eps[0].reward_errors == []
+        bad = _episodes(["12"])
+        score_episodes(bad, ["per_step_test"], [1.0], "arithmetic_exact", options={"per_step_test": {"index": 3}})
+        assert "step_index 3" in bad[0].reward_errors[0] and "group 0, #0" in bad[0].reward_errors[0]
+    finally:
+        del registry.REWARDS["per_step_test"]
+
+
+def test_recipe_reward_specs_with_weights_and_options(tmp_path):
+    from grouprl.config import build_config
+    from grouprl.tasks import load_task
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("task:\n  rewards:\n    - {name: arithmetic_digits, weight: 2}\n"
+                      "    - {name: soft_overlong, weight: 1, options: {max_completion_len: 4, cache_len: 2}}\n")
+    task = load_task(build_config(recipe, environ={}))
+    assert task.reward_names == ["arithmetic_digits", "soft_overlong"] and task.reward_weights == [2, 1]
+    assert task.reward_options == {"soft_overlong": {"max_completion_len": 4, "cache_len": 2}}
+    eps = _episodes(["12", "12345"])
+    score_episodes(eps, task.reward_names, task.reward_weights, "arithmetic_exact", options=task.reward_options)
+    # "12": arithmetic_digits 1.0 and 2 characters <= 4 - 2, so no length penalty
+    assert eps[0].score == pytest.approx(2 / 3 * 1.0 + 1 / 3 * 0.0)
+    assert eps[1].reward_parts["soft_overlong"] == -1.0  # 5 characters > max_completion_len 4

@@ -39,6 +39,14 @@ class ModelConfig(Section):
     tiny_num_heads: int = Field(4, gt=0, description="tiny model: attention heads")
 
 
+class RewardSpec(Section):
+    """One reward in a recipe: ``{name: accuracy, weight: 2, options: {max_len: 500}}``."""
+
+    name: str = Field(description="built-in name, 'path/to/file.py:function' or 'package.module:function'")
+    weight: float = Field(1.0, description="share of the score (normalized unless normalize_weights is false)")
+    options: dict[str, Any] = Field(default_factory=dict, description="keyword options bound to the function")
+
+
 class TaskConfig(Section):
     task: Literal["arithmetic", "gsm8k"] = Field("arithmetic", description="where episodes come from")
     dataset_name_or_path: str | None = Field(
@@ -52,7 +60,8 @@ class TaskConfig(Section):
     arithmetic_reverse_answer: bool = Field(
         False, description="arithmetic: answer written least-significant digit first (carries flow left to right)")
     arithmetic_operators: str = Field("+", pattern=r"^[+\-]+$", description="arithmetic: operators to draw from")
-    rewards: list[str] | None = Field(None, description="reward functions (empty = the task's default)")
+    rewards: list[str | RewardSpec] | None = Field(
+        None, description="reward functions: names, or {name, weight, options} (empty = the task's default)")
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
     normalize_weights: bool = Field(True, description="divide the weights by their sum")
     max_reward_error_fraction: float = Field(

@@ -23,7 +23,7 @@ import threading
 from typing import Any, Callable
 
 from grouprl.records import EvaluateResult, Message, MetricResult
-from grouprl.rewards.kit import reward_function
+from grouprl.rewards.kit import with_options, reward_function
 
 __all__ = [
     "BUILTIN_TEXT", "cosine_length", "format_reward", "is_correct", "length_reward", "math_accuracy",
@@ -398,23 +398,6 @@ def soft_overlong(messages: list[Message], ground_truth: Any = None, *, max_comp
 
 
 # --- options and the registry map ----------------------------------------------------------------
-
-def with_options(fn: Callable, **options: Any) -> Callable:
-    """A copy of the typed reward ``fn`` with ``options`` bound (they override same-named kwargs).
-
-    The result is itself a ``@reward_function`` (same mode and id), so ``score_batch``,
-    ``.as_trl()`` and the pipeline accept it.
-    """
-    if fn.reward_mode == "batch":
-        def bound(rollouts_messages, ground_truths=None, **kwargs):
-            return fn(rollouts_messages, ground_truths=ground_truths, **{**kwargs, **options})
-    else:
-        def bound(messages, ground_truth=None, **kwargs):
-            return fn(messages, ground_truth=ground_truth, **{**kwargs, **options})
-    bound.__name__ = fn.__name__
-    bound.__doc__ = fn.__doc__
-    return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements)
-
 
 BUILTIN_TEXT: dict[str, Callable] = {
     "math_accuracy": math_accuracy,

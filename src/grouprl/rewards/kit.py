@@ -128,3 +128,20 @@ def to_trl(fn: Callable, truth_key: str | None = None) -> Callable[..., list[flo
 
     trl_reward.__name__ = fn.reward_id
     return trl_reward
+
+
+def with_options(fn: Callable, **options: Any) -> Callable:
+    """A copy of the typed reward ``fn`` with ``options`` bound (they override same-named kwargs).
+
+    The result is itself a ``@reward_function`` (same mode and id), so ``score_batch``,
+    ``.as_trl()`` and the pipeline accept it.
+    """
+    if fn.reward_mode == "batch":
+        def bound(rollouts_messages, ground_truths=None, **kwargs):
+            return fn(rollouts_messages, ground_truths=ground_truths, **{**kwargs, **options})
+    else:
+        def bound(messages, ground_truth=None, **kwargs):
+            return fn(messages, ground_truth=ground_truth, **{**kwargs, **options})
+    bound.__name__ = fn.__name__
+    bound.__doc__ = fn.__doc__
+    return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements)

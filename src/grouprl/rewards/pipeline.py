@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 
 from grouprl.records import Episode
 from grouprl.rewards import arithmetic, gsm8k
-from grouprl.rewards.kit import score_batch
+from grouprl.rewards.kit import score_batch, with_options
 from grouprl.rewards.registry import get_reward, is_typed, normalized_weights, weighted_score
 
 log = logging.getLogger(__name__)
 _PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}
+
+
+def bind_options(fn, options: dict | None):
+    """The reward with recipe options bound as keyword arguments (typed rewards stay typed)."""
+    if not options:
+        return fn
+    return with_options(fn, **options) if is_typed(fn) else functools.partial(fn, **options)
 
 
 class RewardFailure(RuntimeError):
@@ -33,8 +41,29 @@ def _typed_parts(name: str, fn, episodes: list[Episode]) -> list[tuple[float | N
                               [ep.row.get("ground_truth") for ep in episodes], **columns)
     except Exception as err:  # noqa: BLE001 - one failing reward must not kill the run
         return [(None, f"{name}: {type(err).__name__}: {err}")] * len(episodes)
-    return [(r.score if r.is_score_valid and r.error is None else None, r.error and f"{name}: {r.error}")
-            for r in results]
+    out = []
+    for ep, r in zip(episodes, results):
+        error = r.error and f"{name}: {r.error}"
+        if r.step_outputs and error is None:
+            error = align_step_rewards(name, ep, r.step_outputs)
+        out.append((r.score if r.is_score_valid and r.error is None else None, error))
+    return out
+
+
+def align_step_rewards(name: str, ep: Episode, step_outputs) -> str | None:
+    """Add each ``StepOutput.base_reward`` to the step whose assistant turn it names.
+
+    ``step_index = i`` is the episode's i-th assistant turn (0-based), i.e. the action of
+    its i-th step. An index that names no assistant turn is an error naming the episode.
+    """
+    for out in step_outputs:
+        index = out.step_index
+        if not isinstance(index, int) or not 0 <= index < len(ep.steps):
+            return (f"{name}: step_outputs names step_index {index!r}, but episode (group {ep.group_id}, "
+                    f"#{ep.index_in_group}) has assistant turns 0..{len(ep.steps) - 1}")
+    for out in step_outputs:
+        ep.steps[out.step_index].reward += out.base_reward
+    return None
 
 
 def _plain_part(name: str, fn, ep: Episode) -> tuple[float | None, str | None]:
@@ -47,14 +76,14 @@ def _plain_part(name: str, fn, ep: Episode) -> tuple[float | None, str | None]:
 
 def score_episodes(episodes: list[Episode], reward_names: list[str], weights: list[float],
                    correct_reward: str, normalize_weights: bool = True,
-                   max_error_fraction: float = 1.0) -> dict[str, float]:
+                   max_error_fraction: float = 1.0, options: dict[str, dict] | None = None) -> dict[str, float]:
     """Fill ``reward_parts``, ``reward_errors``, ``score``, ``prediction`` and ``correct`` in place.
 
     A sample whose reward raised keeps ``None`` for that reward and the error text; the run
     stops (``RewardFailure``) only when more than ``max_error_fraction`` of the samples failed.
     Returns reward metrics for the step.
     """
-    fns = {name: get_reward(name) for name in reward_names}
+    fns = {name: bind_options(get_reward(name), (options or {}).get(name)) for name in reward_names}
     wmap = dict(zip(reward_names, normalized_weights(weights, normalize_weights)))
     parts: dict[str, list[tuple[float | None, str | None]]] = {}
     for name, fn in fns.items():

@@ -24,9 +24,16 @@ def load_task(cfg: Config) -> SingleTurnTask:
             train = train[: t.n_train]
         system = gsm8k.SYSTEM_PROMPT if t.system_prompt is None else t.system_prompt
         task = SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final")
+    spec_weights: list[float] = []
     if t.rewards:
-        task.reward_names = list(t.rewards)
-    weights = t.reward_weights or [1.0] * len(task.reward_names)
+        task.reward_names, task.reward_options = [], {}
+        for spec in t.rewards:
+            name = spec if isinstance(spec, str) else spec.name
+            task.reward_names.append(name)
+            spec_weights.append(1.0 if isinstance(spec, str) else spec.weight)
+            if not isinstance(spec, str) and spec.options:
+                task.reward_options[name] = dict(spec.options)
+    weights = t.reward_weights or spec_weights or [1.0] * len(task.reward_names)
     if len(weights) != len(task.reward_names):
         raise ConfigError(
             f"config key 'reward_weights': got {len(weights)} weights for rewards {task.reward_names}; expected one each"

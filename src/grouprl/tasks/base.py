@@ -22,6 +22,7 @@ class SingleTurnTask:
     reward_names: list[str]
     correct_reward: str  # the reward whose value 1.0 means "correct" (accuracy)
     reward_weights: list[float] = field(default_factory=list)
+    reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> bound keyword options
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []

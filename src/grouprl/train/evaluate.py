@@ -15,7 +15,8 @@ from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
 def evaluate(model, tokenizer, task: SingleTurnTask, rows: list[dict[str, Any]], params: SamplingParams,
              device, out_path: str | Path | None = None) -> dict[str, float]:
     episodes = run_episodes(lambda i: SingleTurnEnv(task, rows[i]), rows, 1, model, tokenizer, params, device)
-    score_episodes(episodes, task.reward_names, task.reward_weights, task.correct_reward)
+    score_episodes(episodes, task.reward_names, task.reward_weights, task.correct_reward,
+                   options=task.reward_options)
     n = len(episodes)
     new_tokens = [len(ep.steps[0].action_ids) for ep in episodes]
     result = {
