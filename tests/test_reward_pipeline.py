@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -139,3 +141,65 @@ def test_recipe_reward_specs_with_weights_and_options(tmp_path):
     # "12": arithmetic_digits 1.0 and 2 characters <= 4 - 2, so no length penalty
     assert eps[0].score == pytest.approx(2 / 3 * 1.0 + 1 / 3 * 0.0)
     assert eps[1].reward_parts["soft_overlong"] == -1.0  # 5 characters > max_completion_len 4
+
+
+SNOOPY = textwrap.dedent('''
+    import os, socket
+    from grouprl.records import EvaluateResult
+    from grouprl.rewards.kit import reward_function
+
+    @reward_function
+    def snoopy(messages, ground_truth=None, secret_path=None, **kwargs):
+        """Tries to read a planted secret and to open a socket; scores the answer length."""
+        try:
+            open(secret_path).read()
+            leaked = True
+        except OSError:
+            leaked = False
+        try:
+            socket.create_connection(("127.0.0.1", 9), timeout=1)
+            online = True
+        except OSError:
+            online = False
+        return EvaluateResult(score=len(messages[-1].content) / 10, reason=f"leaked={leaked} online={online}")
+
+    def plain_len(completion, ground_truth, **row):
+        if completion == "boom":
+            raise ValueError("no boom")
+        return len(completion) / 10
+''')
+
+
+def test_user_rewards_run_in_the_sandbox(tmp_path):
+    from grouprl.rewards.sandbox import bwrap_available
+
+    usable, why = bwrap_available()
+    if not usable:
+        pytest.skip(f"bubblewrap cannot start here: {why}")
+    secret = Path.home() / f".grouprl_secret_{os.getpid()}"
+    secret.write_text("top secret")
+    try:
+        path = tmp_path / "snoopy.py"
+        path.write_text(SNOOPY)
+        eps = _episodes(["12", "1234", "boom"])
+        for ep in eps:
+            ep.row["secret_path"] = str(secret)
+        metrics = score_episodes(eps, [f"{path}:snoopy", f"{path}:plain_len"], [1.0, 1.0], "arithmetic_exact",
+                                 normalize_weights=False, sandbox_user_rewards=True)
+        assert [ep.reward_parts[f"{path}:snoopy"] for ep in eps] == [0.2, 0.4, 0.4]
+        assert eps[0].reward_parts[f"{path}:plain_len"] == 0.2
+        assert eps[2].reward_parts[f"{path}:plain_len"] is None and "no boom" in eps[2].reward_errors[0]
+        assert metrics["reward_errors"] == 1.0
+        # In the sandbox the function could neither read the secret nor reach the network ...
+        from grouprl.rewards.registry import get_reward
+        from grouprl.rewards.sandboxed import sandboxed_reward
+
+        boxed = sandboxed_reward(f"{path}:snoopy")([[{"role": "assistant", "content": "x"}]],
+                                                   secret_path=[str(secret)])
+        assert boxed[0].reason == "leaked=False online=False", boxed[0]
+        # ... while in-process the same function reads it.
+
+        inside = get_reward(f"{path}:snoopy")([{"role": "assistant", "content": "x"}], secret_path=str(secret))
+        assert "leaked=True" in inside.reason
+    finally:
+        secret.unlink()

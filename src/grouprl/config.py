@@ -64,6 +64,8 @@ class TaskConfig(Section):
         None, description="reward functions: names, or {name, weight, options} (empty = the task's default)")
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
     normalize_weights: bool = Field(True, description="divide the weights by their sum")
+    sandbox_user_rewards: bool = Field(
+        False, description="run rewards named 'path/to/file.py:function' inside the bubblewrap sandbox")
     max_reward_error_fraction: float = Field(
         0.1, ge=0, le=1, description="stop when more than this share of a batch fails in reward functions")
 

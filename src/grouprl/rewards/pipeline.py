@@ -76,14 +76,22 @@ def _plain_part(name: str, fn, ep: Episode) -> tuple[float | None, str | None]:
 
 def score_episodes(episodes: list[Episode], reward_names: list[str], weights: list[float],
                    correct_reward: str, normalize_weights: bool = True,
-                   max_error_fraction: float = 1.0, options: dict[str, dict] | None = None) -> dict[str, float]:
+                   max_error_fraction: float = 1.0, options: dict[str, dict] | None = None,
+                   sandbox_user_rewards: bool = False) -> dict[str, float]:
     """Fill ``reward_parts``, ``reward_errors``, ``score``, ``prediction`` and ``correct`` in place.
 
     A sample whose reward raised keeps ``None`` for that reward and the error text; the run
     stops (``RewardFailure``) only when more than ``max_error_fraction`` of the samples failed.
     Returns reward metrics for the step.
     """
-    fns = {name: bind_options(get_reward(name), (options or {}).get(name)) for name in reward_names}
+    def resolve(name: str):
+        if sandbox_user_rewards and ":" in name and name.rpartition(":")[0].endswith(".py"):
+            from grouprl.rewards.sandboxed import sandboxed_reward
+
+            return sandboxed_reward(name)
+        return get_reward(name)
+
+    fns = {name: bind_options(resolve(name), (options or {}).get(name)) for name in reward_names}
     wmap = dict(zip(reward_names, normalized_weights(weights, normalize_weights)))
     parts: dict[str, list[tuple[float | None, str | None]]] = {}
     for name, fn in fns.items():

@@ -119,6 +119,8 @@ def _python_dirs(python: str) -> list[str]:
         cands.add(os.path.dirname(os.path.dirname(os.path.abspath(p))))
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         cands.update({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
+        # grouprl itself (an editable install points outside site-packages), for sandboxed user rewards
+        cands.add(str(Path(__file__).resolve().parents[2]))
     out = []
     for c in sorted(cands):
         c = os.path.abspath(c)

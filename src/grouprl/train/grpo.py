@@ -100,7 +100,8 @@ class GRPOTrainer:
         t = self.cfg.task
         self.reward_metrics = score_episodes(episodes, self.task.reward_names, self.task.reward_weights,
                                              self.task.correct_reward, t.normalize_weights,
-                                             t.max_reward_error_fraction, self.task.reward_options)
+                                             t.max_reward_error_fraction, self.task.reward_options,
+                                             t.sandbox_user_rewards)
         return episodes
 
     def assign_advantages(self, episodes: list[Episode]) -> torch.Tensor:

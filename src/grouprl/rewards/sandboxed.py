@@ -1,0 +1,74 @@
+"""User reward files run inside the sandbox (``sandbox_user_rewards: true``).
+
+The user's file is read here and executed in a fresh bubblewrap sandbox for every batch
+of samples: no network, a read-only system, a private scratch dir. The function sees the
+same arguments as in-process; its results come back as JSON. A sample whose run fails
+(exception, timeout, memory) is reported as that sample's reward error.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+from grouprl.records import EvaluateResult
+from grouprl.rewards.kit import reward_function
+from grouprl.rewards.sandbox import run_in_sandbox
+
+MARK = "__GROUPRL_RESULTS__"
+
+_DRIVER = '''
+import json, sys, types
+source, name, payload = {source!r}, {name!r}, json.loads({payload!r})
+module = types.ModuleType("user_reward")
+exec(compile(source, {filename!r}, "exec"), module.__dict__)
+fn = getattr(module, name)
+out = []
+for sample in payload:
+    try:
+        if hasattr(fn, "reward_mode"):
+            r = fn(sample["messages"], ground_truth=sample["ground_truth"], **sample["kwargs"])
+            out.append({{"result": r.model_dump()}})
+        else:
+            completion = sample["messages"][-1]["content"]
+            out.append({{"result": {{"score": fn(completion, sample["ground_truth"], **sample["kwargs"])}}}})
+    except Exception as err:
+        out.append({{"error": type(err).__name__ + ": " + str(err)}})
+print("\\n" + {mark!r} + json.dumps(out))
+'''
+
+
+def sandboxed_reward(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) -> Callable:
+    """A batch ``@reward_function`` that runs ``path/to/file.py:function`` in the sandbox."""
+    where, _, name = spec.rpartition(":")
+    path = Path(where)
+    if not path.is_file():
+        raise KeyError(f"reward '{spec}': sandboxed rewards must name a file 'path/to/file.py:function'")
+    source = path.read_text()
+
+    @reward_function(mode="batch", id=name)
+    def run(rollouts_messages, ground_truths=None, **kwargs) -> list[EvaluateResult]:
+        n = len(rollouts_messages)
+        truths = ground_truths if ground_truths is not None else [None] * n
+        payload = [{"messages": [m.model_dump(exclude_none=True) for m in msgs], "ground_truth": truths[i],
+                    "kwargs": {k: _plain(v[i]) for k, v in kwargs.items()}}
+                   for i, msgs in enumerate(rollouts_messages)]
+        code = _DRIVER.format(source=source, name=name, payload=json.dumps(payload), filename=str(path), mark=MARK)
+        res = run_in_sandbox(code, timeout_s=timeout_s, cpu_s=int(timeout_s) + 1, memory_mb=memory_mb)
+        if MARK not in res.stdout:
+            why = res.killed_reason or (res.stderr.strip().splitlines() or ["no output"])[-1]
+            return [EvaluateResult(score=0.0, is_score_valid=False, error=f"sandbox ({res.backend}): {why}")] * n
+        rows = json.loads(res.stdout.rsplit(MARK, 1)[1])
+        return [EvaluateResult.model_validate(r["result"]) if "result" in r
+                else EvaluateResult(score=0.0, is_score_valid=False, error=r["error"]) for r in rows]
+
+    return run
+
+
+def _plain(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except TypeError:
+        return str(value)
