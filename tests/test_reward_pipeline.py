@@ -97,7 +97,8 @@ def test_typed_user_reward_in_a_training_run(warm_arithmetic_dir, user_file, tmp
                  "--rewards", "arithmetic_digits", f"{user_file}:short_answer", "--reward_weights", "3", "1",
                  "--max_steps", "2", "--batch_size", "2", "--num_generations", "4", "--n_eval", "0"]) == 0
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert {"rewards/short_answer/mean", "rewards/arithmetic_digits/mean", "reward_errors"} <= metrics[0].keys()
+    assert {"rewards/short_answer/mean", "rewards/arithmetic_digits/mean", "reward_errors",
+            "sandbox_fallbacks"} <= metrics[0].keys()
     rows = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     for r in rows:
         parts = r["rewards"]

@@ -61,6 +61,7 @@ class Episode:
     score: float = 0.0  # episode-level scalar reward (weighted sum of reward functions)
     reward_parts: dict[str, float | None] = field(default_factory=dict)
     reward_errors: list[str] = field(default_factory=list)  # "reward: error" for rewards that raised
+    reward_reasons: dict[str, str] = field(default_factory=dict)  # typed rewards' EvaluateResult.reason
     prediction: str | None = None
     correct: bool = False
 

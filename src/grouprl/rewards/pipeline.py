@@ -47,6 +47,8 @@ def _typed_parts(name: str, fn, episodes: list[Episode]) -> list[tuple[float | N
         if r.step_outputs and error is None:
             error = align_step_rewards(name, ep, r.step_outputs)
         out.append((r.score if r.is_score_valid and r.error is None else None, error))
+        if r.reason:
+            ep.reward_reasons[name] = r.reason
     return out
 
 

@@ -24,6 +24,7 @@ from grouprl.observe.sinks import MetricsSink
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
+from grouprl.rewards import sandbox
 from grouprl.rewards.pipeline import score_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import run_episodes
@@ -173,6 +174,7 @@ class GRPOTrainer:
         elapsed = time.perf_counter() - start
         metrics.update(self.rollout_metrics(episodes, scores))
         metrics.update(self.reward_metrics)
+        metrics["sandbox_fallbacks"] = float(sandbox.SANDBOX_FALLBACKS)  # runs without bubblewrap isolation
         n_tokens = float(samples.batch.completion_mask.sum() + samples.batch.prompt_mask.sum())
         metrics.update({"step_time": elapsed, "generation_time": gen_time, "tokens_per_second": n_tokens / elapsed,
                         "learning_rate": self.scheduler.get_last_lr()[0]})
@@ -244,5 +246,5 @@ class GRPOTrainer:
                 "completion": step.action_text, "prediction": ep.prediction,
                 "ground_truth": ep.row.get("ground_truth"), "reward": ep.score, "rewards": ep.reward_parts,
                 "correct": ep.correct, "advantage": step.advantage, "truncated": step.truncated,
-                "reward_errors": ep.reward_errors,
+                "reward_errors": ep.reward_errors, "reward_reasons": ep.reward_reasons,
             }
