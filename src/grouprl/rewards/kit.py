@@ -105,7 +105,8 @@ def score_batch(fn: Callable, rollouts_messages: list[list[Any]], ground_truths:
             for i, (m, t) in enumerate(zip(rollouts_messages, truths))]
 
 
-def _as_messages(prompt: Any, completion: Any) -> list[dict[str, Any]]:
+def conversation(prompt: Any, completion: Any) -> list[dict[str, Any]]:
+    """Prompt (a string or messages) followed by the completion (a string or messages)."""
     msgs = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
     if isinstance(completion, list):
         return msgs + list(completion)
@@ -123,7 +124,7 @@ def to_trl(fn: Callable, truth_key: str | None = None) -> Callable[..., list[flo
         key = truth_key or next((k for k in ("ground_truth", "answer", "solution") if k in kwargs), None)
         truths = kwargs.pop(key) if key else None
         extra = {k: v for k, v in kwargs.items() if isinstance(v, list) and len(v) == len(completions)}
-        results = score_batch(fn, [_as_messages(p, c) for p, c in zip(prompts, completions)], truths, **extra)
+        results = score_batch(fn, [conversation(p, c) for p, c in zip(prompts, completions)], truths, **extra)
         return [r.score if r.is_score_valid else None for r in results]
 
     trl_reward.__name__ = fn.reward_id

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 from grouprl.rewards import registry
 from grouprl.rewards.gsm8k import extract_gold
-from grouprl.rewards.kit import score_batch
+from grouprl.rewards.kit import conversation, score_batch
 
 __all__ = ["preview", "list_rewards", "load_samples", "add_rewards_parser", "cmd_rewards_list",
            "cmd_rewards_preview", "SampleError"]
@@ -35,11 +35,6 @@ _SAMPLE_KEYS = {"messages", "ground_truth", "prompt", "completion", "answer"}
 
 class SampleError(ValueError):
     """A line of the samples file that is not a sample."""
-
-
-def _as_messages(prompt: Any, completion: str) -> list[dict[str, Any]]:
-    msgs = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
-    return msgs + [{"role": "assistant", "content": completion}]
 
 
 def _check_messages(messages: Any, lineno: int, what: str) -> None:
@@ -72,7 +67,7 @@ def parse_sample(obj: Any, lineno: int) -> dict[str, Any]:
         elif not isinstance(prompt, str):
             raise SampleError(f"line {lineno}: 'prompt' must be a string or a list of messages; "
                               f"expected {EXPECTED_FORMS}")
-        messages = _as_messages(prompt, completion)
+        messages = conversation(prompt, completion)
         if "prompt" in obj:
             extra["prompt"] = prompt
         truth = obj.get("answer", obj.get("ground_truth"))
