@@ -6,7 +6,6 @@ import json
 import shutil
 from pathlib import Path
 
-import torch
 from safetensors.torch import load_file
 
 from grouprl.cli import main

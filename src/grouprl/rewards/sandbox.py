@@ -38,8 +38,10 @@ import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
+
+from grouprl.rewards.bwrap import (SANDBOX_PATH, UID_BASE, UID_SLOTS, bwrap_command,
+                                   drop_privileges_prefix, is_root)
 
 __all__ = [
     "SandboxResult",
@@ -55,15 +57,8 @@ logger = logging.getLogger(__name__)
 #: Number of runs that went through the weak rlimits-only fallback (a metric).
 SANDBOX_FALLBACKS = 0
 
-# Directories hidden behind empty tmpfs mounts inside the sandbox (if they exist).
-HIDDEN_DIRS = ("/root", "/home", "/tmp", "/var/tmp", "/run")
-SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-SCRATCH = "/tmp"  # mount point of the scratch dir inside the sandbox (also the cwd)
 MAIN_FILE = "main.py"
-# Unprivileged uids used when we are root: one per concurrent run, so runs do not share
-# (and cannot exhaust each other's) RLIMIT_NPROC budget.
-UID_BASE = 2_000_000
-UID_SLOTS = 4096
+_READ_CHUNK = 65536
 _READ_CHUNK = 65536
 
 
@@ -92,10 +87,6 @@ _warned = False
 _free_slots = list(range(UID_SLOTS - 1, -1, -1))
 
 
-def _is_root() -> bool:
-    return os.geteuid() == 0
-
-
 def _acquire_uid() -> int:
     with _lock:
         if not _free_slots:
@@ -108,84 +99,6 @@ def _release_uid(uid: int) -> None:
         _free_slots.append(uid - UID_BASE)
 
 
-def _under(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
-
-
-def _python_dirs(python: str) -> list[str]:
-    """Directories the interpreter needs that may sit under a hidden directory."""
-    cands: set[str] = set()
-    for p in {python, os.path.realpath(python)}:
-        cands.add(os.path.dirname(os.path.dirname(os.path.abspath(p))))
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        cands.update({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
-        # grouprl itself (an editable install points outside site-packages), for sandboxed user rewards
-        cands.add(str(Path(__file__).resolve().parents[2]))
-    out = []
-    for c in sorted(cands):
-        c = os.path.abspath(c)
-        if os.path.isdir(c) and any(_under(c, h) and c != h for h in HIDDEN_DIRS):
-            out.append(c)
-    # Drop entries already covered by another bind.
-    return [c for c in out if not any(o != c and _under(c, o) for o in out)]
-
-
-def _bwrap_args(scratch: str | None, python: str) -> list[str]:
-    bwrap = shutil.which("bwrap")
-    assert bwrap is not None
-    args = [
-        bwrap,
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind", "/", "/",
-    ]
-    for d in HIDDEN_DIRS:
-        if os.path.isdir(d) and not os.path.islink(d):
-            args += ["--tmpfs", d]
-    for d in _python_dirs(python):
-        # bwrap creates missing parents 0700; make them traversable for the unprivileged uid.
-        hidden = next(h for h in HIDDEN_DIRS if _under(d, h))
-        parts = Path(os.path.relpath(d, hidden)).parts
-        for i in range(1, len(parts)):
-            args += ["--perms", "0755", "--dir", os.path.join(hidden, *parts[:i])]
-        args += ["--ro-bind", d, d]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    if scratch is not None:
-        args += ["--bind", scratch, SCRATCH, "--chdir", SCRATCH]
-    args += [
-        "--clearenv",
-        "--setenv", "PATH", SANDBOX_PATH,
-        "--setenv", "HOME", SCRATCH,
-        "--setenv", "TMPDIR", SCRATCH,
-        "--setenv", "LANG", "C.UTF-8",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        "--setenv", "PYTHONIOENCODING", "utf-8",
-    ]
-    if _is_root():
-        # Privileged bwrap: keep only what is needed to drop to the unprivileged uid.
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        args += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
-    return args
-
-
-def _drop_privs_prefix(uid: int) -> list[str]:
-    """Command prefix run inside the sandbox (as root) that switches to ``uid``."""
-    setpriv = shutil.which("setpriv")
-    if setpriv:
-        return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--no-new-privs", "--"]
-    shim = (
-        "import os,sys;os.setgroups([]);os.setgid(int(sys.argv[1]));os.setuid(int(sys.argv[1]));"
-        "os.execv(sys.argv[2],sys.argv[2:])"
-    )
-    return [sys.executable, "-I", "-S", "-c", shim, str(uid)]
-
-
 def _probe() -> tuple[bool, str]:
     """One-time check that bubblewrap exists and can start a sandbox here."""
     global _probe_result
@@ -196,9 +109,9 @@ def _probe() -> tuple[bool, str]:
         res = (False, "bwrap not found on PATH (install bubblewrap: .ci/install-system-deps)")
     else:
         true = shutil.which("true") or "/bin/true"
-        cmd = _bwrap_args(None, sys.executable)
-        if _is_root():
-            cmd += _drop_privs_prefix(UID_BASE + UID_SLOTS)
+        cmd = bwrap_command(None, sys.executable)
+        if is_root():
+            cmd += drop_privileges_prefix(UID_BASE + UID_SLOTS)
         cmd += [true]
         try:
             p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
@@ -344,7 +257,7 @@ def run_in_sandbox(
     be = "bwrap" if use_bwrap else "rlimits"
 
     scratch = tempfile.mkdtemp(prefix="grouprl-sbx-")
-    uid = _acquire_uid() if _is_root() and use_bwrap else None
+    uid = _acquire_uid() if is_root() and use_bwrap else None
     try:
         main_py = os.path.join(scratch, MAIN_FILE)
         with open(main_py, "w", encoding="utf-8") as f:
@@ -354,9 +267,9 @@ def run_in_sandbox(
             os.chown(main_py, uid, uid)
             os.chmod(scratch, 0o711)  # bwrap (root, caps dropped) must be able to chdir in
         if use_bwrap:
-            cmd = _bwrap_args(scratch, python)
+            cmd = bwrap_command(scratch, python)
             if uid is not None:
-                cmd += _drop_privs_prefix(uid)
+                cmd += drop_privileges_prefix(uid)
             cmd += [python, "-I", MAIN_FILE]
             env = None
             cwd = None
