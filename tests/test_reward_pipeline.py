@@ -204,3 +204,30 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
         assert "leaked=True" in inside.reason
     finally:
         secret.unlink()
+
+
+def test_sandboxed_user_reward_file_is_never_imported_in_process(warm_arithmetic_dir, tmp_path):
+    from grouprl.rewards.sandbox import bwrap_available
+
+    usable, why = bwrap_available()
+    if not usable:
+        pytest.skip(f"bubblewrap cannot start here: {why}")
+    marker = tmp_path / "imported_in_process"
+    path = tmp_path / "side_effect.py"
+    path.write_text(textwrap.dedent(f'''
+        from pathlib import Path
+        try:  # a side effect at import time: only possible outside the sandbox
+            Path({str(marker)!r}).write_text("imported")
+        except OSError:
+            pass
+
+        def length_score(completion, ground_truth, **row):
+            return len(completion) / 10
+    '''))
+    out = tmp_path / "run"
+    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
+                 "--rewards", f"{path}:length_score", "--sandbox_user_rewards", "true", "--max_steps", "1",
+                 "--batch_size", "2", "--num_generations", "2", "--n_eval", "0"]) == 0
+    rows = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 4 and all(r["rewards"][f"{path}:length_score"] is not None for r in rows)
+    assert not marker.exists()

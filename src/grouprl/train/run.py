@@ -92,6 +92,12 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         torch.set_num_threads(cfg.runtime.num_threads)
     task = load_task(cfg)  # data and reward names are checked before any model loads
     for name in task.reward_names + [task.correct_reward]:
+        where = name.rpartition(":")[0]
+        if cfg.task.sandbox_user_rewards and where.endswith(".py"):
+            # a sandboxed file is never imported here: only check that it exists
+            if not Path(where).is_file():
+                raise ConfigError(f"config key 'rewards': no such reward file '{where}' (in '{name}')")
+            continue
         try:
             get_reward(name)
         except KeyError as err:

@@ -1,0 +1,175 @@
+"""Calculator: answer an arithmetic or GSM8K question, calling a calculator as often as needed.
+
+Each action is either ``calc(<expression>)``, which appends the call and its result to the
+conversation (the episode goes on), or ``Final: <number>``, which ends the episode with
+reward 1.0 when the number equals the answer (compared with
+:func:`grouprl.rewards.gsm8k.normalize_number`) and 0.0 otherwise. The action is read from
+its last non-empty line (``<action>...</action>`` tags are stripped first), so reasoning may
+come before it. Anything else is invalid: reward 0.0, nothing advances, ``info["invalid"]``.
+
+Expressions are evaluated by an AST walker, never ``eval``: numbers, ``+ - * / // % **``,
+parentheses and unary signs only; exponents and result sizes are bounded; errors such as a
+division by zero come back as an ``error: ...`` result rather than an exception.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+import re
+from typing import Any
+
+from grouprl.records import Observation, StepResult, stable_id
+from grouprl.rewards.gsm8k import NUMBER, normalize_number
+from grouprl.tasks.envs.gridworld import strip_tags
+
+MAX_EXPRESSION_CHARS = 200
+MAX_EXPONENT = 64
+MAX_MAGNITUDE = 10**100
+
+SYSTEM_PROMPT = (
+    "Solve the problem. You have a calculator: to use it, answer with a single line "
+    "calc(<expression>) using numbers, + - * / // % ** and parentheses, and its result will be "
+    "sent back to you. Call it as often as you need. When you know the answer, end with a single "
+    "line Final: <number>."
+)
+
+_CALC = re.compile(r"^calc\((.*)\)$", re.DOTALL)
+_FINAL = re.compile(rf"^Final:[ \t]*({NUMBER})$")
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+
+
+class CalcError(ValueError):
+    """An expression the calculator refuses or cannot evaluate."""
+
+
+def _check(value: Any) -> int | float:
+    if isinstance(value, complex):
+        raise CalcError("complex result")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise CalcError("result is not finite")
+    if abs(value) > MAX_MAGNITUDE:
+        raise CalcError("result too large")
+    return value
+
+
+def _walk(node: ast.AST) -> int | float:
+    if isinstance(node, ast.Expression):
+        return _walk(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return _check(node.value)
+    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+        return _UNARY[type(node.op)](_walk(node.operand))
+    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+        left, right = _walk(node.left), _walk(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
+            raise CalcError(f"exponent larger than {MAX_EXPONENT}")
+        try:
+            return _check(_BINARY[type(node.op)](left, right))
+        except ZeroDivisionError:
+            raise CalcError("division by zero") from None
+        except OverflowError:
+            raise CalcError("result too large") from None
+    raise CalcError(f"unsupported expression element: {type(node).__name__}")
+
+
+def safe_eval(expression: str) -> int | float:
+    """The value of an arithmetic expression; raises :class:`CalcError` on anything else."""
+    if len(expression) > MAX_EXPRESSION_CHARS:
+        raise CalcError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise CalcError("invalid syntax") from None
+    try:
+        return _walk(tree)
+    except RecursionError:
+        raise CalcError("expression nested too deeply") from None
+
+
+def format_number(value: int | float) -> str:
+    """'14', '0.5', '0.6666666667': integral floats without the '.0', others to 10 significant digits."""
+    if isinstance(value, float):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.10g}"
+    return str(value)
+
+
+def calculate(expression: str) -> str:
+    """The calculator's reply: the formatted result, or ``error: <why>``."""
+    try:
+        return format_number(safe_eval(expression))
+    except CalcError as exc:
+        return f"error: {exc}"
+
+
+class Calculator:
+    """Calculator-tool environment following the ``reset(seed)`` / ``step(action)`` protocol.
+
+    ``max_calls`` bounds the calculator calls; the next one ends the episode (``truncated``).
+    The seed is ignored: the question fixes the episode.
+    """
+
+    def __init__(self, question: str, answer: str | int | float, max_calls: int = 8):
+        self.question = question
+        self.answer = normalize_number(str(answer))
+        if self.answer is None:
+            raise ValueError(f"calculator: answer {answer!r} is not a number")
+        self.max_calls = max_calls
+        self.question_id = stable_id(question)
+        self.calls: list[tuple[str, str]] = []  # (expression, result)
+        self.done = True
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], **kwargs: Any) -> "Calculator":
+        """Build from a grouprl arithmetic or GSM8K task row (``question``, ``ground_truth``)."""
+        answer = str(row["ground_truth"]).strip()
+        if row.get("answer_reversed"):  # arithmetic rows may store the digits reversed
+            sign = "-" if answer.startswith("-") else ""
+            answer = sign + answer.lstrip("-")[::-1]
+        return cls(row["question"], answer, **kwargs)
+
+    # --- protocol ---------------------------------------------------------------------------
+    def reset(self, seed: int | None = None) -> Observation:
+        self.calls, self.done = [], False
+        return self.observation()
+
+    def step(self, action: str) -> StepResult:
+        if self.done:
+            return StepResult(self.observation(), 0.0, True, {"invalid": True, "already_done": True})
+        lines = [line.strip() for line in strip_tags(action).splitlines() if line.strip()]
+        line = lines[-1] if lines else ""
+        final = _FINAL.match(line)
+        if final:
+            prediction = normalize_number(final.group(1))
+            correct = prediction is not None and prediction == self.answer
+            self.done = True
+            return StepResult(self.observation(), 1.0 if correct else 0.0, True,
+                              {"prediction": prediction, "correct": correct, "answer": self.answer})
+        call = _CALC.match(line)
+        if not call:
+            return StepResult(self.observation(), 0.0, False, {"invalid": True})
+        if len(self.calls) >= self.max_calls:
+            self.done = True
+            return StepResult(self.observation(), 0.0, True, {"truncated": True, "correct": False})
+        expression = call.group(1).strip()
+        result = calculate(expression)
+        self.calls.append((expression, result))
+        return StepResult(self.observation(), 0.0, False, {"expression": expression, "result": result,
+                                                           "calc_error": result.startswith("error:")})
+
+    # --- views ------------------------------------------------------------------------------
+    @property
+    def anchor_state(self) -> tuple[str, tuple[str, ...]]:
+        return (self.question_id, tuple(result for _, result in self.calls))
+
+    def observation(self) -> Observation:
+        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": self.question}]
+        for expression, result in self.calls:
+            messages.append({"role": "assistant", "content": f"calc({expression})"})
+            messages.append({"role": "user", "content": f"calc({expression}) = {result}"})
+        return Observation(messages=messages, anchor_state=self.anchor_state, admissible_actions=None)
