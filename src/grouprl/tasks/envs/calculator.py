@@ -90,7 +90,7 @@ def safe_eval(expression: str) -> int | float:
         raise CalcError("expression nested too deeply") from None
 
 
-def format_number(value: int | float) -> str:
+def format_number(value: float) -> str:
     """'14', '0.5', '0.6666666667': integral floats without the '.0', others to 10 significant digits."""
     if isinstance(value, float):
         if value.is_integer() and abs(value) < 1e15:
@@ -114,7 +114,7 @@ class Calculator:
     The seed is ignored: the question fixes the episode.
     """
 
-    def __init__(self, question: str, answer: str | int | float, max_calls: int = 8):
+    def __init__(self, question: str, answer: str | float, max_calls: int = 8):
         self.question = question
         self.answer = normalize_number(str(answer))
         if self.answer is None:
@@ -125,7 +125,7 @@ class Calculator:
         self.done = True
 
     @classmethod
-    def from_row(cls, row: dict[str, Any], **kwargs: Any) -> "Calculator":
+    def from_row(cls, row: dict[str, Any], **kwargs: Any) -> Calculator:
         """Build from a grouprl arithmetic or GSM8K task row (``question``, ``ground_truth``)."""
         answer = str(row["ground_truth"]).strip()
         if row.get("answer_reversed"):  # arithmetic rows may store the digits reversed
