@@ -22,7 +22,7 @@ from typing import Any
 
 from grouprl.records import Observation, StepResult, stable_id
 from grouprl.rewards.gsm8k import NUMBER, normalize_number
-from grouprl.tasks.envs.gridworld import strip_tags
+from grouprl.tasks.envs.grid_base import strip_tags
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64

@@ -15,17 +15,14 @@ hole (done), 0.0 otherwise; after ``max_steps`` moves the episode ends (``trunca
 from __future__ import annotations
 
 import random
-import re
 from collections import deque
 from typing import Any
 
-from grouprl.records import Observation, StepResult, stable_id
+from grouprl.records import Observation, stable_id
+from grouprl.tasks.envs.grid_base import ACTIONS, MOVES, GridMoveEnv
 
-ACTIONS = ["up", "down", "left", "right"]
-MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 PERPENDICULAR = {"up": ("left", "right"), "down": ("left", "right"),
                  "left": ("up", "down"), "right": ("up", "down")}
-_TAG = re.compile(r"<action>(.*?)</action>", re.DOTALL | re.IGNORECASE)
 _MAX_ATTEMPTS = 1000
 
 SYSTEM_PROMPT = (
@@ -34,17 +31,6 @@ SYSTEM_PROMPT = (
     "you sideways. Each turn answer with exactly one move in the form <action>up</action>, where the "
     "move is one of: up, down, left, right."
 )
-
-
-def strip_tags(action: str) -> str:
-    """The last ``<action>...</action>`` body if the action is tagged, else the action itself."""
-    found = _TAG.findall(action)
-    return found[-1] if found else action
-
-
-def parse_action(action: str) -> str:
-    """The bare move: tags stripped, whitespace trimmed, lower-cased."""
-    return strip_tags(action).strip().lower()
 
 
 def bfs_path(grid: list[str], start: tuple[int, int], goal: tuple[int, int]) -> list[str] | None:
@@ -87,12 +73,14 @@ def generate_map(size: int, hole_fraction: float, rng: random.Random) -> tuple[l
                      f"after {_MAX_ATTEMPTS} attempts")
 
 
-class GridWorld:
+class GridWorld(GridMoveEnv):
     """FrozenLake-style environment following the ``reset(seed)`` / ``step(action)`` protocol.
 
     ``reset(None)`` is the same as ``reset(0)``, so groups are always reproducible.
     After reset, ``shortest_path`` holds the BFS action list from S to G.
     """
+
+    system_prompt, board_name = SYSTEM_PROMPT, "map"
 
     def __init__(self, size: int = 4, hole_fraction: float = 0.2, slippery: float = 0.0,
                  max_steps: int | None = None):
@@ -121,12 +109,7 @@ class GridWorld:
         self.steps, self.done = 0, False
         return self.observation()
 
-    def step(self, action: str) -> StepResult:
-        if self.done:
-            return StepResult(self.observation(), 0.0, True, {"invalid": True, "already_done": True})
-        move = parse_action(action)
-        if move not in MOVES:
-            return StepResult(self.observation(), 0.0, False, {"invalid": True})
+    def _move(self, move: str) -> dict[str, Any]:
         taken, slipped = move, False
         if self.slippery > 0 and self._slip_rng.random() < self.slippery:
             taken, slipped = self._slip_rng.choice(PERPENDICULAR[move]), True
@@ -134,17 +117,11 @@ class GridWorld:
         r, c = self.pos[0] + dr, self.pos[1] + dc
         if 0 <= r < self.size and 0 <= c < self.size:
             self.pos = (r, c)
-        self.steps += 1
-        info: dict[str, Any] = {"action": move, "moved": taken, "slipped": slipped}
+        return {"action": move, "moved": taken, "slipped": slipped}
+
+    def _outcome(self) -> str | None:
         cell = self.grid[self.pos[0]][self.pos[1]]
-        reward = 0.0
-        if cell == "G":
-            reward, self.done, info["success"] = 1.0, True, True
-        elif cell == "H":
-            self.done, info["success"], info["fell"] = True, False, True
-        elif self.steps >= self.max_steps:
-            self.done, info["success"], info["truncated"] = True, False, True
-        return StepResult(self.observation(), reward, self.done, info)
+        return "success" if cell == "G" else "fell" if cell == "H" else None
 
     # --- views ------------------------------------------------------------------------------
     @property
@@ -155,11 +132,6 @@ class GridWorld:
         rows = [list(row) for row in self.grid]
         rows[self.pos[0]][self.pos[1]] = "P"
         return "\n".join("".join(row) for row in rows)
-
-    def observation(self) -> Observation:
-        user = f"Current map:\n{self.render()}\nYour move?"
-        return Observation(messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}],
-                           anchor_state=self.anchor_state, admissible_actions=list(ACTIONS))
 
     def _find(self, mark: str) -> tuple[int, int]:
         for r, row in enumerate(self.grid):

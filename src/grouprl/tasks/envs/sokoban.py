@@ -18,8 +18,8 @@ import random
 from collections import deque
 from typing import Any
 
-from grouprl.records import Observation, StepResult, stable_id
-from grouprl.tasks.envs.gridworld import ACTIONS, MOVES, parse_action
+from grouprl.records import Observation, stable_id
+from grouprl.tasks.envs.grid_base import ACTIONS, MOVES, GridMoveEnv
 
 Cell = tuple[int, int]
 State = tuple[Cell, frozenset]
@@ -71,12 +71,14 @@ def solve(walls: frozenset, targets: frozenset, player: Cell, boxes: frozenset) 
     return None
 
 
-class Sokoban:
+class Sokoban(GridMoveEnv):
     """Sokoban environment following the ``reset(seed)`` / ``step(action)`` protocol.
 
     ``reset(None)`` is the same as ``reset(0)``. After reset, ``solution`` holds a shortest
     solution and every step's ``info`` carries ``optimal_steps`` (its length).
     """
+
+    system_prompt, board_name = SYSTEM_PROMPT, "room"
 
     def __init__(self, size: int = 6, boxes: int = 1, max_steps: int | None = None):
         if size < 4:
@@ -122,21 +124,15 @@ class Sokoban:
         self.steps, self.done = 0, False
         return self.observation()
 
-    def step(self, action: str) -> StepResult:
-        if self.done:
-            return StepResult(self.observation(), 0.0, True, {"invalid": True, "already_done": True})
-        move = parse_action(action)
-        if move not in MOVES:
-            return StepResult(self.observation(), 0.0, False, {"invalid": True, "optimal_steps": len(self.solution)})
+    def _extra_info(self) -> dict[str, Any]:
+        return {"optimal_steps": len(self.solution)}
+
+    def _move(self, move: str) -> dict[str, Any]:
         self.player, self.boxes, moved = apply_move(self.walls, self.player, self.boxes, move)
-        self.steps += 1
-        info: dict[str, Any] = {"action": move, "moved": moved, "optimal_steps": len(self.solution)}
-        reward = 0.0
-        if self.boxes == self.targets:
-            reward, self.done, info["success"] = 1.0, True, True
-        elif self.steps >= self.max_steps:
-            self.done, info["success"], info["truncated"] = True, False, True
-        return StepResult(self.observation(), reward, self.done, info)
+        return {"action": move, "moved": moved, **self._extra_info()}
+
+    def _outcome(self) -> str | None:
+        return "success" if self.boxes == self.targets else None
 
     # --- views ------------------------------------------------------------------------------
     @property
@@ -159,8 +155,3 @@ class Sokoban:
                     row.append("." if cell in self.targets else "_")
             rows.append("".join(row))
         return "\n".join(rows)
-
-    def observation(self) -> Observation:
-        user = f"Current room:\n{self.render()}\nYour move?"
-        return Observation(messages=[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": user}],
-                           anchor_state=self.anchor_state, admissible_actions=list(ACTIONS))
