@@ -72,7 +72,6 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from grouprl.config import build_config as _build
     from grouprl.policy.loading import load_policy, pick_device
     from grouprl.rollout.generation import SamplingParams
     from grouprl.tasks import load_task
@@ -81,7 +80,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     cli = {"model_name_or_path": args.model, "task": args.task, "n_eval": args.n}
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
-    cfg = _build(None, cli)
+    cfg = build_config(None, cli)
     task = load_task(cfg)
     device = pick_device(args.device)
     policy = load_policy(cfg.model, args.model, device, need_reference=False)

@@ -15,6 +15,21 @@ log = logging.getLogger(__name__)
 _PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}
 
 
+def sandboxed_file(name: str, sandbox_user_rewards: bool) -> str | None:
+    """The file of a 'path/to/file.py:function' reward that must run in the sandbox, else None."""
+    where = name.rpartition(":")[0]
+    return where if sandbox_user_rewards and where.endswith(".py") else None
+
+
+def resolve_reward(name: str, sandbox_user_rewards: bool = False):
+    """The reward function for ``name``; a sandboxed file is wrapped, never imported here."""
+    if sandboxed_file(name, sandbox_user_rewards):
+        from grouprl.rewards.sandboxed import sandboxed_reward
+
+        return sandboxed_reward(name)
+    return get_reward(name)
+
+
 def bind_options(fn, options: dict | None):
     """The reward with recipe options bound as keyword arguments (typed rewards stay typed)."""
     if not options:
@@ -86,14 +101,8 @@ def score_episodes(episodes: list[Episode], reward_names: list[str], weights: li
     stops (``RewardFailure``) only when more than ``max_error_fraction`` of the samples failed.
     Returns reward metrics for the step.
     """
-    def resolve(name: str):
-        if sandbox_user_rewards and ":" in name and name.rpartition(":")[0].endswith(".py"):
-            from grouprl.rewards.sandboxed import sandboxed_reward
-
-            return sandboxed_reward(name)
-        return get_reward(name)
-
-    fns = {name: bind_options(resolve(name), (options or {}).get(name)) for name in reward_names}
+    fns = {name: bind_options(resolve_reward(name, sandbox_user_rewards), (options or {}).get(name))
+           for name in reward_names}
     wmap = dict(zip(reward_names, normalized_weights(weights, normalize_weights)))
     parts: dict[str, list[tuple[float | None, str | None]]] = {}
     for name, fn in fns.items():

@@ -44,7 +44,7 @@ def sandboxed_reward(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) 
     where, _, name = spec.rpartition(":")
     path = Path(where)
     if not path.is_file():
-        raise KeyError(f"reward '{spec}': sandboxed rewards must name a file 'path/to/file.py:function'")
+        raise KeyError(f"reward '{spec}': no such reward file '{where}' (sandboxed rewards name 'path/to/file.py:function')")
     source = path.read_text()
 
     @reward_function(mode="batch", id=name)

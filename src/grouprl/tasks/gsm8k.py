@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,4 @@ def to_row(raw: dict[str, Any], where: str, index: int) -> dict[str, Any]:
 
 
 def _strip_calc(text: str) -> str:
-    import re
-
     return re.sub(r"<<[^>]*>>", "", text)

@@ -17,7 +17,7 @@ from grouprl.config import Config, ConfigError, flat_dict
 from grouprl.observe.sinks import MetricsSink
 from grouprl.policy.loading import load_policy, pick_device
 from grouprl.policy.tiny import init_tiny
-from grouprl.rewards.registry import get_reward
+from grouprl.rewards.pipeline import resolve_reward
 from grouprl.rollout.generation import SamplingParams
 from grouprl.tasks import load_task
 from grouprl.tasks.arithmetic import ALPHABET
@@ -92,14 +92,8 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         torch.set_num_threads(cfg.runtime.num_threads)
     task = load_task(cfg)  # data and reward names are checked before any model loads
     for name in task.reward_names + [task.correct_reward]:
-        where = name.rpartition(":")[0]
-        if cfg.task.sandbox_user_rewards and where.endswith(".py"):
-            # a sandboxed file is never imported here: only check that it exists
-            if not Path(where).is_file():
-                raise ConfigError(f"config key 'rewards': no such reward file '{where}' (in '{name}')")
-            continue
-        try:
-            get_reward(name)
+        try:  # a sandboxed file is only read here (sandboxed_reward), never imported
+            resolve_reward(name, cfg.task.sandbox_user_rewards)
         except KeyError as err:
             raise ConfigError(f"config key 'rewards': {err.args[0]}") from None
     (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
