@@ -77,3 +77,39 @@ def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
     return sft_warm_start(str(tiny_arithmetic_dir), task.train_rows, task.messages,
                           tmp_path_factory.mktemp("warm_arith") / "model", max_steps=150, learning_rate=1e-2,
                           batch_size=32, seed=0)
+
+
+GRID_PROMPT = "Move P to G. Never step on H. Reply <action>up|down|left|right</action>."
+GRID_CLI = {"task": "gridworld", "system_prompt": GRID_PROMPT, "history_length": 1,
+            "show_admissible_actions": False, "max_episode_steps": 8, "n_eval": 16}
+
+
+@pytest.fixture(scope="session")
+def tiny_grid_dir(tmp_path_factory) -> Path:
+    """An untrained tiny Qwen2 model whose vocabulary covers the gridworld prompts."""
+    from grouprl.config import build_config
+    from grouprl.policy.tiny import init_tiny
+    from grouprl.tasks import load_task
+    from grouprl.train.run import task_corpus
+
+    cfg = build_config(None, GRID_CLI, environ={})
+    task = load_task(cfg)
+    return init_tiny(task_corpus(task, cfg), tmp_path_factory.mktemp("tiny_grid") / "model", TINY_HIDDEN,
+                     TINY_LAYERS, TINY_HEADS, seed=0)
+
+
+@pytest.fixture(scope="session")
+def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
+    """The tiny gridworld model after a short SFT on random admissible moves: it answers in the
+    <action>...</action> format, so rollouts have valid moves that change the state."""
+    from grouprl.config import build_config
+    from grouprl.tasks import load_task
+    from grouprl.train.run import env_demonstrations
+    from grouprl.train.sft import sft_warm_start
+
+    cfg = build_config(None, GRID_CLI, environ={})
+    task = load_task(cfg)
+    demos = env_demonstrations(cfg, task, task.train_rows[:200])
+    return sft_warm_start(str(tiny_grid_dir), demos, lambda r: r["messages"],
+                          tmp_path_factory.mktemp("warm_grid") / "model", max_steps=120, learning_rate=1e-2,
+                          batch_size=32, seed=0)

@@ -15,10 +15,10 @@ ACTION_SEQUENCE = ["up", "right", "<action>down</action>", "left", "right", "rig
 def trajectory(env, seed: int, actions: list[str]) -> list:
     """Everything observable from a reset and a fixed action sequence (stops at done)."""
     obs = env.reset(seed)
-    out: list = [(obs.messages, obs.anchor_state)]
+    out: list = [(obs.text, obs.anchor_state)]
     for action in actions:
         result = env.step(action)
-        out.append((result.observation.messages, result.observation.anchor_state, result.reward, result.done,
+        out.append((result.observation.text, result.observation.anchor_state, result.reward, result.done,
                     result.info))
         if result.done:
             break
@@ -51,15 +51,15 @@ def test_gridworld_slippery_actually_slips_reproducibly():
 def test_gridworld_observation_format():
     obs = GridWorld().reset(0)
     assert isinstance(obs, Observation)
-    assert [m["role"] for m in obs.messages] == ["system", "user"]
-    assert "<action>up</action>" in obs.messages[0]["content"]
-    assert obs.messages[1]["content"].count("P") == 1
+    assert obs.messages is None  # the runner's prompt builder renders it
+    assert "<action>up</action>" in GridWorld().instructions
+    assert obs.text.count("P") == 1
     assert obs.admissible_actions == ["up", "down", "left", "right"]
     hash(obs.anchor_state)
 
 
 def test_gridworld_different_seeds_different_maps():
-    maps = {GridWorld(size=5).reset(seed).messages[1]["content"] for seed in range(20)}
+    maps = {GridWorld(size=5).reset(seed).text for seed in range(20)}
     assert len(maps) > 10
 
 
@@ -96,7 +96,7 @@ def test_gridworld_invalid_action_does_not_advance():
         result = env.step(bad)
         assert result.info == {"invalid": True} and result.reward == 0.0 and not result.done
         assert result.observation.anchor_state == obs.anchor_state
-        assert result.observation.messages == obs.messages
+        assert result.observation.text == obs.text
     assert env.steps == 0
     # Invalid actions do not consume slip draws either: the rest matches a clean episode.
     clean = GridWorld(slippery=0.5)
@@ -127,13 +127,13 @@ def test_gridworld_max_steps_truncates():
 def test_sokoban_same_seed_same_trajectory():
     assert trajectory(Sokoban(), 5, ACTION_SEQUENCE) == trajectory(Sokoban(), 5, ACTION_SEQUENCE)
     obs = Sokoban(boxes=2).reset(5)
-    assert obs.messages == Sokoban(boxes=2).reset(5).messages
+    assert obs.text == Sokoban(boxes=2).reset(5).text
     hash(obs.anchor_state)
     assert obs.admissible_actions == ["up", "down", "left", "right"]
 
 
 def test_sokoban_different_seeds_different_rooms():
-    rooms = {Sokoban().reset(seed).messages[1]["content"] for seed in range(20)}
+    rooms = {Sokoban().reset(seed).text for seed in range(20)}
     assert len(rooms) > 10
 
 
@@ -148,7 +148,7 @@ def test_sokoban_rooms_solvable(boxes, seeds):
             assert result.info["optimal_steps"] == len(env.solution)
             assert result.done == (i == len(env.solution) - 1)
         assert result.reward == 1.0 and result.info["success"]
-        assert "$" not in result.observation.messages[1]["content"]
+        assert "$" not in result.observation.text
 
 
 def test_sokoban_push_box_into_wall_does_not_move():
@@ -201,14 +201,14 @@ def test_calculator_expressions():
 def test_calculator_episode():
     env = Calculator("What is 2 + 3 * 4?", 14)
     first = env.reset(0)
-    assert [m["role"] for m in first.messages] == ["system", "user"]
+    assert first.text == "What is 2 + 3 * 4?" and "<action>calc(" in env.instructions
     result = env.step("calc(2+3*4)")
     assert not result.done and result.reward == 0.0 and result.info["result"] == "14"
-    assert "14" in result.observation.messages[-1]["content"]
+    assert result.observation.text.endswith("calc(2+3*4) = 14")
     assert result.observation.anchor_state == (env.question_id, ("14",))
     result = env.step("<action>calc(10/0)</action>")
     assert not result.done and result.info["calc_error"]
-    assert "error" in result.observation.messages[-1]["content"]
+    assert "error" in result.observation.text.splitlines()[-1]
     result = env.step("calc(__import__('os'))")
     assert not result.done and result.info["calc_error"]
     result = env.step("Final: 14")
@@ -221,7 +221,7 @@ def test_calculator_wrong_and_garbage():
     for garbage in ["hello", "the answer is 14", "calc 2+2", "Final: fourteen", ""]:
         result = env.step(garbage)
         assert result.info == {"invalid": True} and result.reward == 0.0 and not result.done
-        assert result.observation.messages == obs.messages and result.observation.anchor_state == obs.anchor_state
+        assert result.observation.text == obs.text and result.observation.anchor_state == obs.anchor_state
     result = env.step("Let me think.\nFinal: 13")
     assert result.done and result.reward == 0.0
 

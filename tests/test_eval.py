@@ -84,7 +84,7 @@ def test_tiny_tokenizer_round_trips_prompts(tiny_arithmetic_dir):
 
     tok = load_tokenizer(str(tiny_arithmetic_dir))
     task = arithmetic_task(4)
-    text = render_prompt(tok, SingleTurnEnv(task, task.eval_rows[0]).reset())
+    text = render_prompt(tok, SingleTurnEnv(task.messages(task.eval_rows[0])).reset().messages)
     assert text.endswith("<|im_start|>assistant\n")
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == text

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class Section(BaseModel):
@@ -48,12 +48,14 @@ class RewardSpec(Section):
 
 
 class TaskConfig(Section):
-    task: Literal["arithmetic", "gsm8k"] = Field("arithmetic", description="where episodes come from")
+    task: Literal["arithmetic", "gsm8k", "gridworld", "sokoban", "calculator"] = Field(
+        "arithmetic", description="where episodes come from: a single-turn dataset or a multi-step environment")
     dataset_name_or_path: str | None = Field(
         None, description="gsm8k: hub id (openai/gsm8k) or a dir with train.jsonl/test.jsonl"
     )
     dataset_config: str = Field("main", description="hub dataset config")
-    n_train: int | None = Field(None, gt=0, description="use the first N training rows (empty = task default)")
+    n_train: int | None = Field(
+        None, gt=0, description="use the first N training rows; environments: N training seeds (empty = task default)")
     system_prompt: str | None = Field(None, description="override the task's system message")
     arithmetic_digits: int = Field(2, ge=1, le=6, description="arithmetic: digits per operand")
     arithmetic_operands: int = Field(2, ge=2, le=6, description="arithmetic: operands per question")
@@ -68,20 +70,43 @@ class TaskConfig(Section):
         False, description="run rewards named 'path/to/file.py:function' inside the bubblewrap sandbox")
     max_reward_error_fraction: float = Field(
         0.1, ge=0, le=1, description="stop when more than this share of a batch fails in reward functions")
+    default_step_reward: float = Field(
+        0.0, description="step reward for steps a reward function's step_outputs do not name")
+    grid_size: int = Field(4, ge=2, le=12, description="gridworld: the map is N x N")
+    hole_fraction: float = Field(0.2, ge=0, lt=1, description="gridworld: share of cells that are holes")
+    slippery: float = Field(0.0, ge=0, le=1, description="gridworld: chance a move slides sideways")
+    sokoban_size: int = Field(6, ge=4, le=10, description="sokoban: the room is N x N (walls included)")
+    sokoban_boxes: int = Field(1, ge=1, le=4, description="sokoban: boxes (and targets)")
+    calculator_questions: Literal["arithmetic", "gsm8k"] = Field(
+        "arithmetic", description="calculator: where the questions come from")
+    calculator_max_calls: int = Field(8, gt=0, description="calculator: calls allowed before the episode is cut")
 
 
 class RolloutConfig(Section):
     num_generations: int = Field(8, ge=2, description="K completions per prompt (the group size)")
     batch_size: int = Field(16, gt=0, description="prompts per training step (groups per step)")
-    max_new_tokens: int = Field(6, gt=0, description="completion length cap")
+    max_new_tokens: int | None = Field(
+        None, gt=0, description="completion length cap per step (empty = the task's: arithmetic 6, gsm8k 512, "
+                                "gridworld/sokoban 24, calculator 48)")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
     generation_batch_size: int = Field(256, gt=0, description="sequences per generate call")
+    max_episode_steps: int = Field(10, gt=0, description="environments: step cap per episode")
+    history_length: int = Field(2, ge=0, description="environments: past (observation, action) pairs in the prompt")
+    action_pattern: str = Field(
+        r"<action>(.*?)</action>",
+        description="environments: regex whose first group is the action ('' = the whole completion)")
+    invalid_action_penalty: float = Field(
+        0.1, ge=0, description="environments: reward subtracted for an unparsable or inadmissible action")
+    show_admissible_actions: bool = Field(True, description="environments: list admissible actions in the prompt")
+    env_workers: int = Field(1, ge=1, description="environments: N > 1 runs them in N Ray actors")
+    ray_address: str | None = Field(None, description="Ray cluster to connect to (empty = start a local one)")
 
 
 class AlgorithmConfig(Section):
-    advantage: Literal["grpo", "dr_grpo", "rloo"] = Field("grpo", description="advantage estimator (registry name)")
+    advantage: Literal["grpo", "dr_grpo", "rloo", "gigpo"] = Field(
+        "grpo", description="advantage estimator (registry name)")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="grpo: divide by group/batch std")
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
     epsilon_low: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon_low")
@@ -89,6 +114,17 @@ class AlgorithmConfig(Section):
     beta: float = Field(0.0, ge=0, description="KL-to-reference coefficient (k3 estimator); 0 = no reference model")
     num_iterations: int = Field(1, ge=1, description="mu: optimizer passes over one generation batch")
     mask_truncated_completions: bool = Field(False, description="drop completions that hit max_new_tokens")
+    gamma: float = Field(0.95, ge=0, le=1, description="gigpo: discount of step returns")
+    step_advantage_weight: float = Field(1.0, ge=0, description="gigpo: omega, weight of the step-level advantage")
+    gigpo_norm: Literal["mean_norm", "mean_std_norm"] = Field(
+        "mean_norm", description="gigpo: F = 1 (mean_norm) or std + 1e-6 (mean_std_norm)")
+    episode_stats: Literal["episode", "per_step"] = Field(
+        "episode", description="gigpo: episode-level mean/std over episodes, or over steps (verl-agent)")
+    anchor_mode: Literal["exact", "similarity"] = Field(
+        "exact", description="gigpo: group steps by equal anchor states, or by text similarity")
+    similarity_threshold: float = Field(0.95, gt=0, le=1, description="gigpo: similarity mode's threshold")
+    state_key: str | None = Field(
+        None, description="gigpo: 'module:function' or 'file.py:function' mapping an anchor state to its key")
 
 
 class TrainConfig(Section):
@@ -111,6 +147,9 @@ class TrainConfig(Section):
                                      "reaches this (checked every 10 steps; empty = run all sft_steps)")
     sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
     sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
+    sft_demonstrations: Literal["random", "expert"] = Field(
+        "random", description="environments: SFT on random admissible moves (format only) or BFS-optimal moves")
+    sft_demo_episodes: int = Field(300, gt=0, description="environments: episodes played to make SFT demonstrations")
 
 
 class EvalConfig(Section):
@@ -126,11 +165,16 @@ class LoggingConfig(Section):
     run_name: str | None = Field(None, description="default grpo_{model}_K{K}_steps{N} (WANDB_NAME wins)")
     logging_steps: int = Field(10, gt=0, description="print metrics every N steps (all go to metrics.jsonl)")
     log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")
+    save_trajectories_every: int = Field(
+        10, ge=0, description="write every step of the batch to trajectories/step_N.jsonl every N steps (0 = never)")
 
 
 class RuntimeConfig(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field("auto", description="auto = cuda, else mps, else cpu")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (empty = torch default)")
+
+
+TASK_MAX_NEW_TOKENS = {"arithmetic": 6, "gsm8k": 512, "gridworld": 24, "sokoban": 24, "calculator": 48}
 
 
 class Config(Section):
@@ -142,6 +186,12 @@ class Config(Section):
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+
+    @model_validator(mode="after")
+    def _task_defaults(self) -> "Config":
+        if self.rollout.max_new_tokens is None:  # bypass validate_assignment (it would re-run this validator)
+            self.rollout.__dict__["max_new_tokens"] = TASK_MAX_NEW_TOKENS[self.task.task]
+        return self
 
 
 SECTIONS: dict[str, type[Section]] = {

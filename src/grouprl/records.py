@@ -19,11 +19,18 @@ def stable_id(text: str) -> str:
 
 @dataclass
 class Observation:
-    """What the policy sees at one step."""
+    """What the policy sees at one step.
 
-    messages: list[dict[str, str]]  # chat messages rendered through the tokenizer's chat template
+    ``text`` is the current observation; the runner's prompt builder puts it after the
+    environment's ``instructions`` and the last ``history_length`` (observation, action)
+    pairs. An environment that renders its whole chat itself (a single-turn dataset row)
+    sets ``messages`` instead, and the prompt builder uses them as they are.
+    """
+
+    text: str
     anchor_state: Any  # environment state without history (GiGPO groups steps on it)
     admissible_actions: list[str] | None = None
+    messages: list[dict[str, str]] | None = None
 
 
 @dataclass
@@ -44,9 +51,19 @@ class Step:
     action_ids: list[int]
     truncated: bool  # hit max_new_tokens without an end-of-sequence token
     anchor_state: Any
-    messages: list[dict[str, Any]] | None = None  # the observation's chat messages
+    messages: list[dict[str, Any]] | None = None  # the prompt's chat messages (history window included)
+    observation: str = ""  # the observation text of this step (without history)
+    valid: bool = True  # the action parsed and was admissible (else the env was not advanced)
+    penalty: float = 0.0  # invalid-action penalty charged to this step
     env_reward: float = 0.0
-    reward: float = 0.0  # step-level reward used by step-aware estimators
+    info: dict[str, Any] = field(default_factory=dict)  # the environment's StepResult.info
+    reward: float = 0.0  # step reward r_t: env reward - penalty + step-level reward-function rewards
+    # Filled by the advantage estimator (GiGPO fills all; episode-level estimators only ``advantage``).
+    returns: float = 0.0  # discounted return R_t = sum_k gamma^(k-t) r_k
+    episode_advantage: float = 0.0
+    step_advantage: float = 0.0
+    anchor_group: int = -1
+    anchor_group_size: int = 0
     advantage: float = 0.0
 
 
@@ -63,11 +80,25 @@ class Episode:
     reward_errors: list[str] = field(default_factory=list)  # "reward: error" for rewards that raised
     reward_reasons: dict[str, str] = field(default_factory=dict)  # typed rewards' EvaluateResult.reason
     prediction: str | None = None
-    correct: bool = False
+    correct: bool = False  # single-turn: the judge reward is 1.0; environments: the episode succeeded
+    seed: int | None = None  # the reset seed (all episodes of a group share it)
+    done: bool = False  # the environment ended the episode (False: cut at max_steps)
 
     @property
     def prompt_id(self) -> str:
         return stable_id(self.steps[0].prompt_text) if self.steps else ""
+
+    @property
+    def success(self) -> bool:
+        """The environment reported success (``info['success']`` or ``info['correct']``) on the last step."""
+        if not self.steps:
+            return False
+        info = self.steps[-1].info
+        return bool(info.get("success", info.get("correct", False)))
+
+    @property
+    def episode_id(self) -> str:
+        return f"g{self.group_id}-e{self.index_in_group}"
 
 
 # --- reward records (the reward kit's contract) -------------------------------------------------

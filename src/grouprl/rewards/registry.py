@@ -29,7 +29,7 @@ REWARDS.update(BUILTIN_TEXT)
 REWARDS.update(BUILTIN_STRUCTURED)
 
 
-def _import_target(spec: str) -> RewardFn:
+def import_callable(spec: str) -> RewardFn:
     where, _, attr = spec.rpartition(":")
     if where.endswith(".py") or "/" in where:
         path = Path(where)
@@ -55,7 +55,7 @@ def get_reward(name: str) -> RewardFn:
     if name in REWARDS:
         return REWARDS[name]
     if ":" in name:
-        return _import_target(name)
+        return import_callable(name)
     raise KeyError(f"unknown reward '{name}'; known: {sorted(REWARDS)} or 'path/to/file.py:function' "
                    "or 'package.module:function'")
 
@@ -67,7 +67,7 @@ def is_typed(fn: RewardFn) -> bool:
 def normalized_weights(weights: list[float], normalize: bool) -> list[float]:
     """w_i / sum_j w_j when ``normalize`` (the recipe's weights then read as shares), else as given."""
     total = sum(weights)
-    if normalize and total <= 0:
+    if normalize and weights and total <= 0:
         raise ValueError(f"reward weights {weights} must sum to a positive number to be normalized")
     return [w / total for w in weights] if normalize else list(weights)
 

@@ -1,77 +1,112 @@
 """The episode runner: every live episode's next action generated in one batch.
 
-Runs groups x G episodes; all episodes of a group come from environments reset with
-the same seed, so they start from the same state. A single-turn task is an
-environment that is done after one step, so it takes this same path.
+Runs groups x G episodes; all episodes of a group come from environments built by the same
+factory and reset with the same seed, so they start from the same state. At each step it
+builds every live episode's prompt (instructions + history window + observation +
+admissible actions), generates for all of them in one batch, parses each action, steps
+the environments (in this process or on Ray workers, see ``env_pool``) and stops at done or
+``max_steps``. A single-turn task is an environment that is done after one step, so it
+takes this same path.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+import logging
+from dataclasses import dataclass
+from typing import Any
 
-from grouprl.records import Episode, Observation, Step, StepResult
+from grouprl.records import Episode, Observation, Step
+from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import SamplingParams, generate
+from grouprl.rollout.prompts import DEFAULT_ACTION_PATTERN, build_messages, parse_action
+
+log = logging.getLogger(__name__)
 
 
-class Environment(Protocol):
-    def reset(self, seed: int | None = None) -> Observation: ...
+@dataclass
+class RunnerOptions:
+    max_steps: int = 1  # step cap per episode (the env may end it sooner)
+    history_length: int = 2  # past (observation, action) pairs shown in the prompt
+    action_pattern: str | None = DEFAULT_ACTION_PATTERN  # regex whose first group is the action; None = whole text
+    invalid_action_penalty: float = 0.1  # charged to a step whose action does not parse or is inadmissible
+    show_admissible_actions: bool = True
 
-    def step(self, action: str) -> StepResult: ...
+
+SINGLE_TURN = RunnerOptions(max_steps=1, history_length=0, action_pattern=None, invalid_action_penalty=0.0)
 
 
-def render_prompt(tokenizer, observation: Observation) -> str:
-    return tokenizer.apply_chat_template(observation.messages, add_generation_prompt=True, tokenize=False)
+def render_prompt(tokenizer, messages: list[dict[str, str]]) -> str:
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
 
 
 def run_episodes(
-    make_env: Callable[[int], Environment],
-    group_rows: list[dict[str, Any]],
+    factories: list[EnvFactory],
+    rows: list[dict[str, Any]],
     group_size: int,
     policy_model,
     tokenizer,
     params: SamplingParams,
     device,
-    max_steps: int = 1,
-    seeds: list[int] | None = None,
+    options: RunnerOptions = SINGLE_TURN,
+    seeds: list[int | None] | None = None,
+    pool: EnvPool | None = None,
 ) -> list[Episode]:
-    """Roll out ``group_size`` episodes for each row; returns them grouped and in order.
+    """Roll out ``group_size`` episodes per group; returns them grouped and in order.
 
-    ``make_env(i)`` builds the environment for ``group_rows[i]``.
+    ``factories[g]`` builds group g's environment, ``seeds[g]`` resets it, ``rows[g]`` is the
+    task row its episodes carry (ground truth for reward functions).
     """
-    episodes: list[Episode] = []
-    envs: list[Environment] = []
-    observations: list[Observation | None] = []
-    for g, row in enumerate(group_rows):
-        seed = seeds[g] if seeds else None
-        for k in range(group_size):
-            env = make_env(g)
-            envs.append(env)
-            observations.append(env.reset(seed))
-            episodes.append(Episode(group_id=g, index_in_group=k, row=row))
+    pool = pool or LocalEnvPool()
+    n_groups = len(factories)
+    seeds = list(seeds) if seeds is not None else [None] * n_groups
+    episodes = [Episode(group_id=g, index_in_group=k, row=rows[g], seed=seeds[g])
+                for g in range(n_groups) for k in range(group_size)]
+    observations: list[Observation | None]
+    observations, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],
+                                            [seeds[g] for g in range(n_groups) for _ in range(group_size)])
+    observations = list(observations)
+    history: list[list[tuple[str, str]]] = [[] for _ in episodes]
 
-    for _ in range(max_steps):
+    for _ in range(options.max_steps):
         live = [i for i, obs in enumerate(observations) if obs is not None]
         if not live:
             break
-        # Episodes of a group often see the same observation (always at the first step):
+        # Episodes of a group often see the same prompt (always at the first step):
         # render and tokenize each distinct one once.
         cache: dict[tuple, tuple[str, list[int]]] = {}
-        texts, prompt_ids = [], []
+        prompts = []
         for i in live:
-            key = tuple((m["role"], m["content"]) for m in observations[i].messages)
+            messages = build_messages(instructions[i], history[i], observations[i], options.history_length,
+                                      options.show_admissible_actions)
+            key = tuple((m["role"], m["content"]) for m in messages)
             if key not in cache:
-                text = render_prompt(tokenizer, observations[i])
+                text = render_prompt(tokenizer, messages)
                 cache[key] = (text, tokenizer(text, add_special_tokens=False)["input_ids"])
-            texts.append(cache[key][0])
-            prompt_ids.append(cache[key][1])
-        completions = generate(policy_model, tokenizer, prompt_ids, params, device)
-        for i, text, ids, comp in zip(live, texts, prompt_ids, completions):
+            prompts.append((messages, *cache[key]))
+        completions = generate(policy_model, tokenizer, [p[2] for p in prompts], params, device)
+
+        parsed = [parse_action(c.text, options.action_pattern, observations[i].admissible_actions)
+                  for i, c in zip(live, completions)]
+        to_step = [(i, p.action) for i, p in zip(live, parsed) if p.action is not None]
+        results = dict(zip([i for i, _ in to_step], pool.step([i for i, _ in to_step], [a for _, a in to_step])))
+        for i, (messages, text, ids), comp, p in zip(live, prompts, completions, parsed):
             obs = observations[i]
-            result = envs[i].step(comp.text)
-            episodes[i].steps.append(
-                Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
-                     truncated=comp.truncated, anchor_state=obs.anchor_state, env_reward=result.reward,
-                     messages=obs.messages)
-            )
-            observations[i] = None if result.done else result.observation
+            step = Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
+                        truncated=comp.truncated, anchor_state=obs.anchor_state, messages=messages,
+                        observation=obs.text)
+            result = results.get(i)
+            if result is not None and result.info.get("invalid"):  # the env refused it (and did not advance)
+                p.reason, result = result.info.get("reason", "rejected by the environment"), None
+            if result is None:  # invalid: the environment stays where it was
+                step.valid, step.penalty = False, options.invalid_action_penalty
+                step.info = {"invalid": True, "reason": p.reason}
+            else:
+                step.env_reward, step.info = float(result.reward), dict(result.info)
+                if result.done:
+                    episodes[i].done = True
+                observations[i] = None if result.done else result.observation
+            episodes[i].steps.append(step)
+            history[i].append((obs.text, comp.text))
+    log.debug("rollout: %d episodes, %d steps, %d invalid", len(episodes), sum(len(e.steps) for e in episodes),
+              sum(not s.valid for e in episodes for s in e.steps))
     return episodes

@@ -5,11 +5,29 @@ from __future__ import annotations
 from grouprl.config import Config, ConfigError
 from grouprl.tasks import arithmetic, gsm8k
 from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
+from grouprl.tasks.env_task import EnvTask, load_env_task
 
-__all__ = ["SingleTurnEnv", "SingleTurnTask", "load_task"]
+__all__ = ["EnvTask", "SingleTurnEnv", "SingleTurnTask", "load_task"]
+
+Task = SingleTurnTask | EnvTask
 
 
-def load_task(cfg: Config) -> SingleTurnTask:
+def load_task(cfg: Config) -> Task:
+    t = cfg.task
+    if t.task in ("gridworld", "sokoban", "calculator"):
+        def question_rows():
+            source = cfg.model_copy(deep=True)
+            source.task.task = t.calculator_questions
+            q = _single_turn(source)
+            return q.train_rows, q.eval_rows
+
+        task = load_env_task(cfg, question_rows)
+    else:
+        task = _single_turn(cfg)
+    return _with_rewards(cfg, task)
+
+
+def _single_turn(cfg: Config) -> SingleTurnTask:
     t = cfg.task
     if t.task == "arithmetic":
         train, held_out = arithmetic.generate_rows(
@@ -24,6 +42,12 @@ def load_task(cfg: Config) -> SingleTurnTask:
             train = train[: t.n_train]
         system = gsm8k.SYSTEM_PROMPT if t.system_prompt is None else t.system_prompt
         task = SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final")
+    return task
+
+
+def _with_rewards(cfg: Config, task: Task) -> Task:
+    """Recipe reward specs replace the task's default rewards (environments default to none)."""
+    t = cfg.task
     spec_weights: list[float] = []
     if t.rewards:
         task.reward_names, task.reward_options = [], {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,20 +29,31 @@ class SingleTurnTask:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
         return msgs + [{"role": "user", "content": row["question"]}]
 
+    # The parts of the task protocol (see tasks/env_task.py) a single-turn task fills trivially.
+    multi_step = False
+
+    def env_factory(self, row: dict[str, Any]):
+        """A picklable zero-argument builder of the row's one-step environment."""
+        return functools.partial(SingleTurnEnv, self.messages(row))
+
+    def seed_of(self, row: dict[str, Any]) -> int | None:
+        return None
+
 
 class SingleTurnEnv:
     """A task row as an environment: one observation, one action, done.
 
     This is what makes single-turn training an episode of one step, so it runs through
-    the same episode runner, advantage registry and loss as multi-step agents.
+    the same episode runner, advantage registry and loss as multi-step agents. It renders
+    its own chat (system message + question), so no history window applies.
     """
 
-    def __init__(self, task: SingleTurnTask, row: dict[str, Any]):
-        self.task, self.row = task, row
+    def __init__(self, messages: list[dict[str, str]]):
+        self.messages = messages
 
     def reset(self, seed: int | None = None) -> Observation:
-        msgs = self.task.messages(self.row)
-        return Observation(messages=msgs, anchor_state=stable_id(repr(msgs)))
+        return Observation(text=self.messages[-1]["content"], anchor_state=stable_id(repr(self.messages)),
+                           messages=self.messages)
 
     def step(self, action: str) -> StepResult:
         # Single-turn rewards come from the reward functions over the whole episode.

@@ -1,4 +1,8 @@
-"""Held-out accuracy: the same episode runner, greedy (or sampled), one episode per row."""
+"""Held-out evaluation: the same episode runner, greedy (or sampled), one episode per row.
+
+Single-turn tasks report accuracy (the judge reward is 1.0); environments report the success
+rate as ``accuracy`` too, with episode length, invalid-action rate and mean return.
+"""
 
 from __future__ import annotations
 
@@ -8,30 +12,39 @@ from typing import Any
 from grouprl.observe.jsonl import JsonlAppender
 from grouprl.rewards.pipeline import score_episodes
 from grouprl.rollout.generation import SamplingParams
-from grouprl.rollout.runner import run_episodes
-from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
+from grouprl.rollout.runner import SINGLE_TURN, RunnerOptions, run_episodes
 
 
-def evaluate(model, tokenizer, task: SingleTurnTask, rows: list[dict[str, Any]], params: SamplingParams,
-             device, out_path: str | Path | None = None) -> dict[str, float]:
-    episodes = run_episodes(lambda i: SingleTurnEnv(task, rows[i]), rows, 1, model, tokenizer, params, device)
+def evaluate(model, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
+             device, out_path: str | Path | None = None, options: RunnerOptions | None = None,
+             pool=None) -> dict[str, float]:
+    options = options or SINGLE_TURN
+    episodes = run_episodes([task.env_factory(row) for row in rows], rows, 1, model, tokenizer, params, device,
+                            options, [task.seed_of(row) for row in rows], pool)
     score_episodes(episodes, task.reward_names, task.reward_weights, task.correct_reward,
                    options=task.reward_options)
-    n = len(episodes)
-    new_tokens = [len(ep.steps[0].action_ids) for ep in episodes]
+    n = max(len(episodes), 1)
+    new_tokens = [sum(len(s.action_ids) for s in ep.steps) / max(len(ep.steps), 1) for ep in episodes]
     result = {
-        "accuracy": sum(ep.correct for ep in episodes) / max(n, 1),
-        "mean_reward": sum(ep.score for ep in episodes) / max(n, 1),
-        "mean_new_tokens": sum(new_tokens) / max(n, 1),
-        "n": n,
+        "accuracy": sum(ep.correct for ep in episodes) / n,
+        "mean_reward": sum(ep.score for ep in episodes) / n,
+        "mean_new_tokens": sum(new_tokens) / n,
+        "n": len(episodes),
     }
+    if task.multi_step:
+        steps = [s for ep in episodes for s in ep.steps]
+        result.update({"success_rate": result["accuracy"],
+                       "episode_length": sum(len(ep.steps) for ep in episodes) / n,
+                       "invalid_action_rate": sum(not s.valid for s in steps) / max(len(steps), 1)})
     if out_path is not None:
         Path(out_path).unlink(missing_ok=True)
         with JsonlAppender(out_path) as sink:
-            sink.write_many(
-                {"index": i, "question": ep.row["question"], "completion": ep.steps[0].action_text,
-                 "prediction": ep.prediction, "ground_truth": ep.row.get("ground_truth"), "correct": ep.correct,
-                 "reward": ep.score, "new_tokens": new_tokens[i]}
-                for i, ep in enumerate(episodes)
-            )
+            for i, ep in enumerate(episodes):
+                record = {"index": i, "question": ep.row.get("question"), "completion": ep.steps[-1].action_text,
+                          "prediction": ep.prediction, "ground_truth": ep.row.get("ground_truth"),
+                          "correct": ep.correct, "reward": ep.score, "new_tokens": new_tokens[i]}
+                if task.multi_step:
+                    record.update(seed=ep.seed, actions=[s.action_text for s in ep.steps],
+                                  valid=[s.valid for s in ep.steps])
+                sink.write(record)
     return result

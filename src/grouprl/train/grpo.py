@@ -7,6 +7,7 @@ followed by ``num_iterations`` optimizer updates over it, each accumulated over
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -16,7 +17,8 @@ from typing import Any
 import torch
 from transformers import get_scheduler
 
-from grouprl.algos.advantages import compute_advantages
+from grouprl.algos.advantages import StepTensors, discounted_returns, gigpo_parts, step_advantages
+from grouprl.algos.anchors import anchor_group_ids
 from grouprl.algos.losses import policy_loss
 from grouprl.config import Config
 from grouprl.observe.jsonl import JsonlAppender
@@ -26,10 +28,24 @@ from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
 from grouprl.rewards import sandbox
 from grouprl.rewards.pipeline import score_episodes
+from grouprl.rewards.registry import import_callable
+from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import SamplingParams
-from grouprl.rollout.runner import run_episodes
-from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
+from grouprl.rollout.runner import SINGLE_TURN, RunnerOptions, run_episodes
+from grouprl.tasks import Task
 from grouprl.train.checkpoint import load_checkpoint, save_checkpoint
+
+log = logging.getLogger(__name__)
+
+
+def runner_options(cfg: Config, task: Task) -> RunnerOptions:
+    """The runner's options: the config's for environments, one plain step for single-turn rows."""
+    if not task.multi_step:
+        return SINGLE_TURN
+    r = cfg.rollout
+    return RunnerOptions(max_steps=r.max_episode_steps, history_length=r.history_length,
+                         action_pattern=r.action_pattern or None, invalid_action_penalty=r.invalid_action_penalty,
+                         show_admissible_actions=r.show_admissible_actions)
 
 
 class RowSampler:
@@ -74,8 +90,57 @@ def episodes_to_samples(episodes: list[Episode], pad_id: int, mask_truncated: bo
     return StepSamples(batch, advantages, episodes)
 
 
+def assign_advantages(cfg: Config, episodes: list[Episode], state_key=None) -> torch.Tensor:
+    """Group steps into anchor groups, compute the configured estimator, and write returns,
+    both GiGPO parts, anchor ids and the advantage onto every step. Returns the episode scores."""
+    a = cfg.algorithm
+    scores = torch.tensor([ep.score for ep in episodes], dtype=torch.float32)
+    groups = torch.tensor([ep.group_id for ep in episodes])
+    steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
+    anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
+                               a.anchor_mode, a.similarity_threshold, state_key)
+    tensors = StepTensors(episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
+                          rewards=torch.tensor([s.reward for _, s in steps], dtype=torch.float32),
+                          anchor=torch.tensor(anchors, dtype=torch.long))
+    options = dict(scale=a.scale_rewards, gamma=a.gamma, step_advantage_weight=a.step_advantage_weight,
+                   norm=a.gigpo_norm, episode_stats=a.episode_stats)
+    if a.advantage == "gigpo":
+        parts = gigpo_parts(scores, groups, tensors, **{k: v for k, v in options.items() if k != "scale"})
+        returns, ep_adv, step_adv, adv = parts.returns, parts.episode_advantage, parts.step_advantage, parts.advantage
+        sizes = parts.anchor_size
+    else:
+        adv = step_advantages(a.advantage, scores, groups, tensors, **options)
+        returns, ep_adv, step_adv = discounted_returns(tensors.rewards, tensors.episode, a.gamma), adv, None
+        sizes = torch.bincount(tensors.anchor)[tensors.anchor]
+    for j, (_, s) in enumerate(steps):
+        s.returns, s.episode_advantage, s.advantage = float(returns[j]), float(ep_adv[j]), float(adv[j])
+        s.step_advantage = float(step_adv[j]) if step_adv is not None else 0.0
+        s.anchor_group, s.anchor_group_size = anchors[j], int(sizes[j])
+    if log.isEnabledFor(logging.DEBUG):
+        log_groups(episodes)
+    return scores
+
+
+def log_groups(episodes: list[Episode]) -> None:
+    """LOGLEVEL=DEBUG: per episode group, its anchor groups with their steps' returns and advantages."""
+    by_group: dict[int, list[Episode]] = {}
+    for ep in episodes:
+        by_group.setdefault(ep.group_id, []).append(ep)
+    for g, eps in by_group.items():
+        anchors: dict[int, list[str]] = {}
+        for ep in eps:
+            for t, s in enumerate(ep.steps):
+                anchors.setdefault(s.anchor_group, []).append(
+                    f"e{ep.index_in_group}t{t}: R={s.returns:.3f} A_E={s.episode_advantage:+.3f} "
+                    f"A_S={s.step_advantage:+.3f} A={s.advantage:+.3f}")
+        log.debug("group %d: scores %s; %d anchor groups (%d non-singleton)", g,
+                  [round(ep.score, 3) for ep in eps], len(anchors), sum(len(v) > 1 for v in anchors.values()))
+        for anchor, members in anchors.items():
+            log.debug("  anchor %d (size %d): %s", anchor, len(members), "; ".join(members))
+
+
 class GRPOTrainer:
-    def __init__(self, cfg: Config, policy: Policy, task: SingleTurnTask, console=None):
+    def __init__(self, cfg: Config, policy: Policy, task: Task, console=None):
         self.cfg, self.policy, self.task = cfg, policy, task
         self.out = Path(cfg.train.output_dir)
         t, r = cfg.train, cfg.rollout
@@ -92,27 +157,29 @@ class GRPOTrainer:
         self.state: dict[str, Any] = {}
         self.console = console
         self.reward_metrics: dict[str, float] = {}
+        self.options = runner_options(cfg, task)
+        self.pool = make_pool(r.env_workers, r.ray_address) if task.multi_step else LocalEnvPool()
+        key = cfg.algorithm.state_key
+        self.state_key = import_callable(key) if key else None
 
     # --- one step -------------------------------------------------------------------------
     def rollout(self) -> list[Episode]:
         rows = self.sampler.next(self.cfg.rollout.batch_size)
-        episodes = run_episodes(lambda i: SingleTurnEnv(self.task, rows[i]), rows, self.cfg.rollout.num_generations,
-                                self.policy.model, self.policy.tokenizer, self.sampling, self.policy.device)
+        episodes = run_episodes([self.task.env_factory(row) for row in rows], rows,
+                                self.cfg.rollout.num_generations, self.policy.model, self.policy.tokenizer,
+                                self.sampling, self.policy.device, self.options,
+                                [self.task.seed_of(row) for row in rows], self.pool)
         t = self.cfg.task
         self.reward_metrics = score_episodes(episodes, self.task.reward_names, self.task.reward_weights,
                                              self.task.correct_reward, t.normalize_weights,
                                              t.max_reward_error_fraction, self.task.reward_options,
-                                             t.sandbox_user_rewards)
+                                             t.sandbox_user_rewards, t.default_step_reward)
         return episodes
 
     def assign_advantages(self, episodes: list[Episode]) -> torch.Tensor:
-        a = self.cfg.algorithm
-        scores = torch.tensor([ep.score for ep in episodes], dtype=torch.float32)
-        groups = torch.tensor([ep.group_id for ep in episodes])
-        adv = compute_advantages(a.advantage, scores, groups, scale=a.scale_rewards)
-        for ep, value in zip(episodes, adv.tolist()):
-            for s in ep.steps:
-                s.advantage = value
+        start = time.perf_counter()
+        scores = assign_advantages(self.cfg, episodes, self.state_key)
+        self.advantage_time = time.perf_counter() - start
         return scores
 
     def update(self, samples: StepSamples) -> dict[str, float]:
@@ -177,7 +244,7 @@ class GRPOTrainer:
         metrics["sandbox_fallbacks"] = float(sandbox.SANDBOX_FALLBACKS)  # runs without bubblewrap isolation
         n_tokens = float(samples.batch.completion_mask.sum() + samples.batch.prompt_mask.sum())
         metrics.update({"step_time": elapsed, "generation_time": gen_time, "tokens_per_second": n_tokens / elapsed,
-                        "learning_rate": self.scheduler.get_last_lr()[0]})
+                        "advantage_time": self.advantage_time, "learning_rate": self.scheduler.get_last_lr()[0]})
         return metrics, episodes
 
     def rollout_metrics(self, episodes: list[Episode], scores: torch.Tensor) -> dict[str, float]:
@@ -192,7 +259,17 @@ class GRPOTrainer:
             "completions/mean_length": float(lengths.mean()),
             "completions/max_length": float(lengths.max()),
             "completions/clipped_ratio": sum(s.truncated for ep in episodes for s in ep.steps) / lengths.numel(),
+            "samples": float(lengths.numel()),  # one per step: an episode of n steps is n samples
         }
+        if self.task.multi_step:
+            steps = [s for ep in episodes for s in ep.steps]
+            m.update({
+                "success_rate": sum(ep.success for ep in episodes) / len(episodes),
+                "episode_length": sum(len(ep.steps) for ep in episodes) / len(episodes),
+                "invalid_action_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
+                "anchor_nonsingleton_share": sum(s.anchor_group_size > 1 for s in steps) / max(len(steps), 1),
+                "step_advantage_abs": sum(abs(s.step_advantage) for s in steps) / max(len(steps), 1),
+            })
         for name in self.task.reward_names:
             vals = torch.tensor([ep.reward_parts[name] for ep in episodes if ep.reward_parts[name] is not None])
             if vals.numel():
@@ -216,6 +293,7 @@ class GRPOTrainer:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
         t = self.cfg.train
+        every = self.cfg.logging.save_trajectories_every
         rollouts = JsonlAppender(self.out / "rollouts" / "rollouts.jsonl") if self.cfg.logging.log_rollouts else None
         history = []
         progress = Progress(TextColumn("GRPO"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
@@ -229,12 +307,15 @@ class GRPOTrainer:
                 history.append({"step": self.step, **metrics})
                 if rollouts is not None:
                     rollouts.write_many(self.rollout_records(episodes))
+                if every and (self.step % every == 0 or self.step == 1):
+                    write_trajectories(self.out / "trajectories" / f"step_{self.step:06d}.jsonl", self.step, episodes)
                 progress.update(bar, completed=self.step,
                                 info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}")
                 if t.save_steps and self.step % t.save_steps == 0 and self.step < t.max_steps:
                     self.checkpoint()
         if rollouts is not None:
             rollouts.close()
+        self.pool.close()
         self.checkpoint()
         return history
 
@@ -247,4 +328,28 @@ class GRPOTrainer:
                 "ground_truth": ep.row.get("ground_truth"), "reward": ep.score, "rewards": ep.reward_parts,
                 "correct": ep.correct, "advantage": step.advantage, "truncated": step.truncated,
                 "reward_errors": ep.reward_errors, "reward_reasons": ep.reward_reasons,
+                "episode_length": len(ep.steps),
             }
+
+
+def trajectory_records(step: int, episodes: list[Episode]):
+    """Every step of every episode, with what the estimator made of it."""
+    for ep in episodes:
+        for t, s in enumerate(ep.steps):
+            yield {
+                "train_step": step, "episode": ep.episode_id, "group": ep.group_id, "seed": ep.seed, "t": t,
+                "observation": s.observation, "action": s.action_text, "valid": s.valid,
+                "env_reward": s.env_reward, "penalty": s.penalty, "base_reward": s.reward, "return": s.returns,
+                "episode_score": ep.score, "success": ep.success, "episode_advantage": s.episode_advantage,
+                "step_advantage": s.step_advantage, "advantage": s.advantage, "anchor_group": s.anchor_group,
+                "anchor_group_size": s.anchor_group_size, "info": s.info,
+            }
+
+
+def write_trajectories(path: Path, step: int, episodes: list[Episode]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".jsonl.tmp")  # written whole, then renamed: never a half file
+    tmp.unlink(missing_ok=True)
+    with JsonlAppender(tmp) as sink:
+        sink.write_many(trajectory_records(step, episodes))
+    tmp.replace(path)

@@ -19,12 +19,12 @@ from grouprl.policy.loading import load_policy, pick_device
 from grouprl.policy.tiny import init_tiny
 from grouprl.rewards.pipeline import resolve_reward
 from grouprl.rollout.generation import SamplingParams
-from grouprl.tasks import load_task
+from grouprl.tasks import Task, load_task
 from grouprl.tasks.arithmetic import ALPHABET
-from grouprl.tasks.base import SingleTurnTask
+from grouprl.tasks.env_task import corpus, demonstrations
 from grouprl.train.evaluate import evaluate
 from grouprl.train.checkpoint import read_checkpoint_state
-from grouprl.train.grpo import GRPOTrainer
+from grouprl.train.grpo import GRPOTrainer, runner_options
 from grouprl.train.sft import sft_warm_start
 
 log = logging.getLogger(__name__)
@@ -36,8 +36,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def task_corpus(task: SingleTurnTask) -> str:
+def env_demonstrations(cfg: Config, task: Task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    r = cfg.rollout
+    return demonstrations(task, rows, cfg.train.sft_demonstrations, r.max_episode_steps, r.history_length,
+                          r.action_pattern or None, r.show_admissible_actions, cfg.train.seed)
+
+
+def task_corpus(task: Task, cfg: Config | None = None) -> str:
     """Every character the task can show or expect (arithmetic: all its options' characters)."""
+    if task.multi_step:
+        cfg = cfg or Config()
+        return corpus(task, env_demonstrations(cfg, task, task.train_rows[:20] + task.eval_rows[:20]))
     rows = task.train_rows + task.eval_rows
     chars = {c for r in rows for c in r["question"] + r["gold_completion"]}
     if task.name == "arithmetic":
@@ -45,15 +54,17 @@ def task_corpus(task: SingleTurnTask) -> str:
     return "".join(sorted(chars))
 
 
-def prepare_tiny(cfg: Config, task: SingleTurnTask, console: Console) -> str:
+def prepare_tiny(cfg: Config, task: Task, console: Console) -> str:
     """Build the tiny model for the task and warm it with a deliberately short SFT."""
     out = Path(cfg.train.output_dir)
     m, t = cfg.model, cfg.train
-    tiny = init_tiny(task_corpus(task) + (task.system_prompt or ""), out / "tiny_model", m.tiny_hidden_size,
+    tiny = init_tiny(task_corpus(task, cfg) + (task.system_prompt or ""), out / "tiny_model", m.tiny_hidden_size,
                      m.tiny_num_layers, m.tiny_num_heads, seed=t.seed)
     console.log(f"built tiny Qwen2 model at {tiny}")
     if t.sft_steps == 0:
         return str(tiny)
+    if task.multi_step:
+        return str(sft_environment(cfg, task, str(tiny), console))
     console.log(f"SFT warm start: up to {t.sft_steps} steps on gold solutions (TRL SFTTrainer)"
                 + (f", stopping at {t.sft_target_accuracy:.0%} greedy accuracy" if t.sft_target_accuracy else ""))
     # Held-back training rows (never trained on) decide the early stop; the eval split stays untouched.
@@ -70,6 +81,30 @@ def prepare_tiny(cfg: Config, task: SingleTurnTask, console: Console) -> str:
     path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", t.sft_steps, t.sft_learning_rate,
                           t.sft_batch_size, t.seed, stop_when)
     return str(path)
+
+
+def sft_environment(cfg: Config, task: Task, tiny: str, console: Console) -> Path:
+    """SFT on played demonstrations until the action format is learned.
+
+    It stops at the first check (every 10 steps) where greedy episodes on 32 held-back
+    training levels make at most 5 % invalid actions, so RL starts from a policy that acts
+    validly but (with random demonstrations) has not been taught which moves are good.
+    """
+    t = cfg.train
+    n_check = 32
+    demo_rows, check_rows = task.train_rows[n_check:n_check + t.sft_demo_episodes], task.train_rows[:n_check]
+    demos = env_demonstrations(cfg, task, demo_rows)
+    console.log(f"SFT warm start: {len(demos)} {t.sft_demonstrations} demonstration steps from "
+                f"{len(demo_rows)} episodes, up to {t.sft_steps} steps, stopping at <= 5% invalid actions")
+    params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, greedy=True, batch_size=n_check)
+    options = runner_options(cfg, task)
+
+    def stop_when(model, tokenizer) -> bool:
+        result = evaluate(model, tokenizer, task, check_rows, params, model.device, options=options)
+        return result["invalid_action_rate"] <= 0.05
+
+    return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
+                          t.sft_steps, t.sft_learning_rate, t.sft_batch_size, t.seed, stop_when)
 
 
 def eval_params(cfg: Config) -> SamplingParams:
@@ -91,7 +126,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
     task = load_task(cfg)  # data and reward names are checked before any model loads
-    for name in task.reward_names + [task.correct_reward]:
+    for name in task.reward_names + ([task.correct_reward] if task.correct_reward else []):
         try:  # a sandboxed file is only read here (sandboxed_reward), never imported
             resolve_reward(name, cfg.task.sandbox_user_rewards)
         except KeyError as err:
@@ -110,6 +145,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
                          reference_path=base_model)
     eval_rows = task.eval_rows[: cfg.eval.n_eval]
     params = eval_params(cfg)
+    options = runner_options(cfg, task)
 
     trainer = GRPOTrainer(cfg, policy, task, console)
     trainer.state["base_model"] = base_model
@@ -117,9 +153,10 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     if resume:
         trainer.resume(resume)
     elif eval_rows:
-        before = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device, out / "eval" / "before.jsonl")
+        before = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device,
+                          out / "eval" / "before.jsonl", options)
         trainer.state["eval_before"] = before
-        console.log(f"held-out accuracy before GRPO: {before['accuracy']:.3f} (n={before['n']})")
+        console.log(f"held-out {'success rate' if task.multi_step else 'accuracy'} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
                        flat_dict(cfg), cfg.logging.logging_steps, console)
@@ -128,8 +165,8 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         after = None
         if eval_rows:
             after = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device,
-                             out / "eval" / "after.jsonl")
-            console.log(f"held-out accuracy after GRPO: {after['accuracy']:.3f} (n={after['n']})")
+                             out / "eval" / "after.jsonl", options)
+            console.log(f"held-out {'success rate' if task.multi_step else 'accuracy'} after RL: {after['accuracy']:.3f} (n={after['n']})")
         plot = None
         rollouts = out / "rollouts" / "rollouts.jsonl"
         if rollouts.is_file() and rollouts.stat().st_size:
@@ -145,6 +182,8 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
             "accuracy_after": after["accuracy"] if after else None,
             "n_eval": len(eval_rows),
             "mean_new_tokens_after": after["mean_new_tokens"] if after else None,
+            "eval_before": before,
+            "eval_after": after,
             "wall_seconds": round(time.perf_counter() - start, 1),
             "reward_curve": plot,
             "rollouts": str(rollouts) if rollouts.is_file() else None,

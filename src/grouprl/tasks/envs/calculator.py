@@ -1,7 +1,7 @@
 """Calculator: answer an arithmetic or GSM8K question, calling a calculator as often as needed.
 
-Each action is either ``calc(<expression>)``, which appends the call and its result to the
-conversation (the episode goes on), or ``Final: <number>``, which ends the episode with
+Each action is either ``calc(<expression>)``, whose result is added to the observation (the
+episode goes on), or ``Final: <number>``, which ends the episode with
 reward 1.0 when the number equals the answer (compared with
 :func:`grouprl.rewards.gsm8k.normalize_number`) and 0.0 otherwise. The action is read from
 its last non-empty line (``<action>...</action>`` tags are stripped first), so reasoning may
@@ -29,10 +29,10 @@ MAX_EXPONENT = 64
 MAX_MAGNITUDE = 10**100
 
 SYSTEM_PROMPT = (
-    "Solve the problem. You have a calculator: to use it, answer with a single line "
-    "calc(<expression>) using numbers, + - * / // % ** and parentheses, and its result will be "
-    "sent back to you. Call it as often as you need. When you know the answer, end with a single "
-    "line Final: <number>."
+    "Solve the problem. You have a calculator: to use it, answer with "
+    "<action>calc(<expression>)</action> using numbers, + - * / // % ** and parentheses, and its "
+    "result will be shown to you. Call it as often as you need. When you know the answer, answer "
+    "with <action>Final: <number></action>."
 )
 
 _CALC = re.compile(r"^calc\((.*)\)$", re.DOTALL)
@@ -114,7 +114,8 @@ class Calculator:
     The seed is ignored: the question fixes the episode.
     """
 
-    def __init__(self, question: str, answer: str | float, max_calls: int = 8):
+    def __init__(self, question: str, answer: str | float, max_calls: int = 8, instructions: str | None = None):
+        self.instructions = instructions or SYSTEM_PROMPT
         self.question = question
         self.answer = normalize_number(str(answer))
         if self.answer is None:
@@ -168,8 +169,7 @@ class Calculator:
         return (self.question_id, tuple(result for _, result in self.calls))
 
     def observation(self) -> Observation:
-        messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": self.question}]
-        for expression, result in self.calls:
-            messages.append({"role": "assistant", "content": f"calc({expression})"})
-            messages.append({"role": "user", "content": f"calc({expression}) = {result}"})
-        return Observation(messages=messages, anchor_state=self.anchor_state, admissible_actions=None)
+        """The question and every calculator result so far: the whole state, so any history
+        window (even none) keeps what the agent needs."""
+        lines = [self.question] + [f"calc({expression}) = {result}" for expression, result in self.calls]
+        return Observation(text="\n".join(lines), anchor_state=self.anchor_state, admissible_actions=None)

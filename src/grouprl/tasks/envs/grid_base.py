@@ -30,6 +30,14 @@ class GridMoveEnv:
 
     system_prompt = ""
     board_name = "board"
+
+    custom_instructions: str | None = None
+
+    @property
+    def instructions(self) -> str:
+        """The task text the prompt builder puts in the system message (``instructions=`` overrides it)."""
+        return self.custom_instructions or self.system_prompt
+
     max_steps = 0
     steps = 0
     done = True
@@ -71,7 +79,5 @@ class GridMoveEnv:
         return StepResult(self.observation(), reward, self.done, info)
 
     def observation(self) -> Observation:
-        user = f"Current {self.board_name}:\n{self.render()}\nYour move?"
-        return Observation(messages=[{"role": "system", "content": self.system_prompt},
-                                     {"role": "user", "content": user}],
+        return Observation(text=f"Current {self.board_name}:\n{self.render()}\nYour move?",
                            anchor_state=self.anchor_state, admissible_actions=list(ACTIONS))

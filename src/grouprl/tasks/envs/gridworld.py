@@ -83,7 +83,8 @@ class GridWorld(GridMoveEnv):
     system_prompt, board_name = SYSTEM_PROMPT, "map"
 
     def __init__(self, size: int = 4, hole_fraction: float = 0.2, slippery: float = 0.0,
-                 max_steps: int | None = None):
+                 max_steps: int | None = None, instructions: str | None = None):
+        self.custom_instructions = instructions
         if size < 2:
             raise ValueError("gridworld: size must be at least 2")
         if not 0.0 <= slippery <= 1.0:
