@@ -113,3 +113,16 @@ def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
     return sft_warm_start(str(tiny_grid_dir), demos, lambda r: r["messages"],
                           tmp_path_factory.mktemp("warm_grid") / "model", max_steps=120, learning_rate=1e-2,
                           batch_size=32, seed=0)
+
+
+@pytest.fixture(scope="session")
+def ray_local():
+    """A real local Ray cluster, started once for the session (2 CPUs, a small object store)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
+                 log_to_driver=False, ignore_reinit_error=True)
+    yield ray
+    if started:
+        ray.shutdown()

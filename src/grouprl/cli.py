@@ -1,4 +1,4 @@
-"""``grouprl`` command line: train, eval, plot, init-model."""
+"""``grouprl`` command line: train, eval, plot, view, init-model, rewards."""
 
 from __future__ import annotations
 
@@ -77,17 +77,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grouprl.tasks import load_task
     from grouprl.train.evaluate import evaluate
 
+    from grouprl.train.grpo import runner_options
+
     cli = {"model_name_or_path": args.model, "task": args.task, "n_eval": args.n}
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
-    cfg = build_config(None, cli)
+    cfg = build_config(args.config, cli)
     task = load_task(cfg)
     device = pick_device(args.device)
     policy = load_policy(cfg.model, args.model, device, need_reference=False)
-    params = SamplingParams(max_new_tokens=args.max_new_tokens, temperature=args.temperature,
+    params = SamplingParams(max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens, temperature=args.temperature,
                             greedy=not args.sample, batch_size=args.batch_size)
     out = args.out or os.path.join(args.model, f"eval_{args.task}.jsonl")
-    result = evaluate(policy.model, policy.tokenizer, task, task.eval_rows[: args.n], params, device, out)
+    result = evaluate(policy.model, policy.tokenizer, task, task.eval_rows[: args.n], params, device, out,
+                      runner_options(cfg, task))
     result["per_example"] = out
     print(json.dumps(result, indent=2))
     return 0
@@ -101,6 +104,16 @@ def cmd_plot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from grouprl.observe.viewer import view_trajectories
+
+    try:
+        return view_trajectories(args.file, args.episode)
+    except (KeyError, ValueError) as err:
+        print(f"grouprl view: error: {err.args[0]}", file=sys.stderr)
+        return 2
+
+
 def cmd_init_model(args: argparse.Namespace) -> int:
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
@@ -111,7 +124,7 @@ def cmd_init_model(args: argparse.Namespace) -> int:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
     cfg = build_config(None, cli)
     task = load_task(cfg)
-    out = init_tiny(task_corpus(task) + (task.system_prompt or ""), args.out, args.hidden_size, args.num_layers,
+    out = init_tiny(task_corpus(task, cfg) + (task.system_prompt or ""), args.out, args.hidden_size, args.num_layers,
                     args.num_heads, args.seed)
     print(out)
     return 0
@@ -148,10 +161,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="accuracy of a model on a task's held-out split")
     ev.add_argument("--model", required=True, help="model dir or hub id (required)")
-    ev.add_argument("--task", default="gsm8k", choices=["gsm8k", "arithmetic"], help="task (default: gsm8k)")
+    ev.add_argument("--task", default="gsm8k", choices=["gsm8k", "arithmetic", "gridworld", "sokoban", "calculator"],
+                    help="task (default: gsm8k); environments report the success rate")
+    ev.add_argument("--config", default=None, help="recipe whose task/rollout options to use (default: None)")
     ev.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
     ev.add_argument("--n", type=int, default=200, help="examples to evaluate (default: 200)")
-    ev.add_argument("--max_new_tokens", type=int, default=512, help="completion cap (default: 512)")
+    ev.add_argument("--max_new_tokens", type=int, default=None,
+                    help="completion cap per step (default: the task's, e.g. gsm8k 512, gridworld 24)")
     ev.add_argument("--sample", action="store_true", help="sample instead of greedy decoding (default: False)")
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     ev.add_argument("--batch_size", type=int, default=64, help="sequences per generate call (default: 64)")
@@ -165,8 +181,14 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--prompt_id", default=None, help="prompt to follow (default: the most repeated one)")
     pl.set_defaults(func=cmd_plot)
 
+    vw = sub.add_parser("view", help="print trajectories (every step of every episode) as tables")
+    vw.add_argument("kind", choices=["trajectories"], help="what to view")
+    vw.add_argument("file", help="a trajectories/step_N.jsonl file of a run")
+    vw.add_argument("--episode", default=None, help="episode id (e.g. g0-e3) to show step by step (default: list)")
+    vw.set_defaults(func=cmd_view)
+
     im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
-    im.add_argument("--task", default="arithmetic", choices=["gsm8k", "arithmetic"],
+    im.add_argument("--task", default="arithmetic", choices=["gsm8k", "arithmetic", "gridworld", "sokoban", "calculator"],
                     help="task whose corpus defines the vocabulary (default: arithmetic)")
     im.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
     im.add_argument("--out", default="tiny_model", help="output dir (default: tiny_model)")

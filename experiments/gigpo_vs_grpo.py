@@ -1,0 +1,166 @@
+"""GiGPO against GRPO on gridworld with the same tiny model, the same budget and 3 seeds.
+
+For every seed: build the tiny model and warm it with SFT on random admissible moves (the
+action format, not the task), then train it twice from that same checkpoint, once with
+``--advantage gigpo`` and once with ``--advantage grpo``, everything else equal (the recipe
+``recipes/tiny/gridworld_gigpo.yaml``). Greedy success rate on 100 held-out maps (seeds no
+training episode uses) is measured before and after. Writes
+``experiments/results/gigpo_vs_grpo/{results.json,table.md,success.png}``.
+
+    python experiments/gigpo_vs_grpo.py                   # 3 seeds x 2 estimators
+    python experiments/gigpo_vs_grpo.py --seeds 0 --max_steps 10   # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from grouprl.config import build_config
+from grouprl.observe.jsonl import read_jsonl
+from grouprl.policy.loading import load_policy
+from grouprl.tasks import load_task
+from grouprl.train.evaluate import evaluate
+from grouprl.train.grpo import runner_options
+from grouprl.train.run import eval_params, prepare_tiny, run_training, seed_everything
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"
+ESTIMATORS = ["gigpo", "grpo"]
+
+
+def train_maps_success(cfg, model_dir: str) -> float:
+    """Greedy success on the recipe's training maps (the levels RL practised on)."""
+    import torch
+
+    task = load_task(cfg)
+    policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=False)
+    result = evaluate(policy.model, policy.tokenizer, task, task.train_rows, eval_params(cfg), policy.device,
+                      options=runner_options(cfg, task))
+    return result["success_rate"]
+
+
+def run(seeds: list[int], max_steps: int | None, out: Path, console: Console) -> dict:
+    results: dict = {"recipe": str(RECIPE.relative_to(ROOT)), "runs": []}
+    for seed in seeds:
+        base_dir = out / f"seed{seed}"
+        cfg = build_config(RECIPE, {"seed": seed, "output_dir": str(base_dir / "warmup")})
+        sft_model = base_dir / "warmup" / "sft_model"
+        if not (sft_model / "config.json").is_file():
+            seed_everything(seed)
+            sft_model = Path(prepare_tiny(cfg, load_task(cfg), console))
+        train_before = train_maps_success(cfg, str(sft_model))
+        for estimator in ESTIMATORS:
+            cli = {"seed": seed, "advantage": estimator, "model_name_or_path": str(sft_model),
+                   "output_dir": str(base_dir / estimator)}
+            if max_steps:
+                cli["max_steps"] = max_steps
+            console.rule(f"seed {seed}: {estimator}")
+            start = time.perf_counter()
+            run_cfg = build_config(RECIPE, cli)
+            summary = run_training(run_cfg, console)
+            train_after = train_maps_success(run_cfg, summary["final_checkpoint"])
+            metrics = read_jsonl(base_dir / estimator / "metrics.jsonl")
+            results["runs"].append({
+                "seed": seed, "estimator": estimator,
+                "success_before": summary["eval_before"]["success_rate"],
+                "success_after": summary["eval_after"]["success_rate"],
+                "train_maps_before": train_before, "train_maps_after": train_after,
+                "invalid_after": summary["eval_after"]["invalid_action_rate"],
+                "episode_length_after": summary["eval_after"]["episode_length"],
+                "wall_seconds": round(time.perf_counter() - start, 1),
+                "train_success": [m["success_rate"] for m in metrics],
+                "anchor_nonsingleton_share": sum(m["anchor_nonsingleton_share"] for m in metrics) / len(metrics),
+            })
+            (out / "results.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def report(results: dict, out: Path, console: Console) -> None:
+    runs = results["runs"]
+    table = Table(title="greedy success rate: 64 training maps / 100 held-out maps")
+    for col in ["estimator", "seed", "train maps before", "after", "held-out before", "after", "wall s"]:
+        table.add_column(col)
+    lines = ["| estimator | seed | training maps: before | after | held-out maps: before | after |",
+             "|---|---|---|---|---|---|"]
+    pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    for r in runs:
+        table.add_row(r["estimator"], str(r["seed"]), pct(r["train_maps_before"]), pct(r["train_maps_after"]),
+                      pct(r["success_before"]), pct(r["success_after"]), str(r["wall_seconds"]))
+        lines.append(f"| {r['estimator']} | {r['seed']} | {pct(r['train_maps_before'])} | "
+                     f"{pct(r['train_maps_after'])} | {pct(r['success_before'])} | {pct(r['success_after'])} |")
+    for est in ESTIMATORS:
+        mine = [r for r in runs if r["estimator"] == est]
+        if mine:
+            mean = lambda k: sum(r[k] for r in mine) / len(mine)  # noqa: E731
+            lines.append(f"| **{est} mean** | {len(mine)} seeds | {pct(mean('train_maps_before'))} | "
+                         f"**{pct(mean('train_maps_after'))}** | {pct(mean('success_before'))} | "
+                         f"**{pct(mean('success_after'))}** |")
+    console.print(table)
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    plot(runs, out / "success.png")
+
+
+def plot(runs: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    colors = {"gigpo": "tab:blue", "grpo": "tab:orange"}
+    for est in ESTIMATORS:
+        curves = [r["train_success"] for r in runs if r["estimator"] == est]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        mean = [sum(c[i] for c in curves) / len(curves) for i in range(n)]
+        window = 5
+        smooth = [sum(mean[max(0, i - window + 1): i + 1]) / len(mean[max(0, i - window + 1): i + 1])
+                  for i in range(n)]
+        for c in curves:
+            ax1.plot(range(1, len(c) + 1), c, color=colors[est], alpha=0.15)
+        ax1.plot(range(1, n + 1), smooth, color=colors[est], label=f"{est} (mean of {len(curves)} seeds)")
+    ax1.set_xlabel("training step")
+    ax1.set_ylabel("training success rate (sampled)")
+    ax1.set_title("gridworld 4x4: success during training")
+    ax1.legend()
+    seeds = sorted({r["seed"] for r in runs})
+    width = 0.35
+    for j, est in enumerate(ESTIMATORS):
+        after = [next((r["train_maps_after"] for r in runs if r["seed"] == s and r["estimator"] == est), 0)
+                 for s in seeds]
+        ax2.bar([i + (j - 0.5) * width for i in range(len(seeds))], after, width, label=est, color=colors[est])
+    before = [next(r["train_maps_before"] for r in runs if r["seed"] == s) for s in seeds]
+    ax2.scatter(range(len(seeds)), before, color="black", marker="_", s=400, label="before (SFT)", zorder=3)
+    ax2.set_xticks(range(len(seeds)), [f"seed {s}" for s in seeds])
+    ax2.set_ylabel("greedy success, 64 training maps")
+    ax2.set_title("after training")
+    ax2.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--max_steps", type=int, default=None, help="override the recipe's training steps")
+    parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "gigpo_vs_grpo"))
+    parser.add_argument("--report_only", action="store_true", help="redraw table and plot from results.json")
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    console = Console()
+    results = json.loads((out / "results.json").read_text()) if args.report_only else \
+        run(args.seeds, args.max_steps, out, console)
+    report(results, out, console)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""Training on environments end to end: gigpo through the real trainer, trajectories, the viewer,
+DEBUG logs, metrics, multi-step reward functions, and environments on Ray workers."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import torch
+
+from grouprl.cli import main
+from grouprl.config import build_config
+from tests.conftest import GRID_CLI
+
+
+def _cfg(tmp_path, model_dir, **over):
+    cli = {**GRID_CLI, "model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "run"), "max_steps": 2,
+           "batch_size": 3, "num_generations": 4, "max_episode_steps": 4, "advantage": "gigpo", "n_eval": 6,
+           "save_trajectories_every": 1, "logging_steps": 1, "learning_rate": 1e-3, "n_train": 20, **over}
+    return build_config(None, cli, environ={})
+
+
+@pytest.fixture(scope="module")
+def gigpo_run(tmp_path_factory, warm_grid_dir):
+    from grouprl.train.run import run_training
+
+    tmp = tmp_path_factory.mktemp("gigpo_run")
+    cfg = _cfg(tmp, warm_grid_dir)
+    before = {k: v.clone() for k, v in _weights(warm_grid_dir).items()}
+    summary = run_training(cfg)
+    return tmp / "run", summary, before
+
+
+def _weights(model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return dict(AutoModelForCausalLM.from_pretrained(str(model_dir)).named_parameters())
+
+
+def test_gigpo_training_updates_weights_and_logs_agent_metrics(gigpo_run):
+    out, summary, before = gigpo_run
+    after = _weights(summary["final_checkpoint"])
+    assert any(not torch.equal(before[k], after[k]) for k in before)
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert len(metrics) == 2
+    for m in metrics:
+        assert 0 <= m["success_rate"] <= 1 and 1 <= m["episode_length"] <= 4
+        assert 0 <= m["invalid_action_rate"] <= 1 and 0 < m["anchor_nonsingleton_share"] <= 1
+        assert m["samples"] == pytest.approx(m["episode_length"] * 12)  # one sample per step
+    assert 0 <= summary["eval_after"]["success_rate"] <= 1 and "invalid_action_rate" in summary["eval_after"]
+
+
+def test_trajectories_hold_every_step_with_both_advantages(gigpo_run):
+    out, _, _ = gigpo_run
+    files = sorted((out / "trajectories").glob("step_*.jsonl"))
+    assert [f.name for f in files] == ["step_000001.jsonl", "step_000002.jsonl"]
+    rows = [json.loads(line) for line in files[0].read_text().splitlines()]
+    assert {r["episode"] for r in rows} == {f"g{g}-e{k}" for g in range(3) for k in range(4)}
+    for r in rows:
+        assert r["advantage"] == pytest.approx(r["episode_advantage"] + r["step_advantage"], abs=1e-6)
+        assert r["anchor_group_size"] >= 1 and r["valid"] in (True, False)
+        if r["anchor_group_size"] == 1:
+            assert r["step_advantage"] == 0.0
+    # the first step of every episode of a group stands in the same state: one anchor group of 4
+    firsts = [r for r in rows if r["t"] == 0]
+    assert all(r["anchor_group_size"] >= 4 for r in firsts)
+    for episode in {r["episode"] for r in rows}:
+        steps = sorted((r for r in rows if r["episode"] == episode), key=lambda r: r["t"])
+        ret = 0.0
+        for r in reversed(steps):  # R_t = r_t + gamma * R_{t+1}
+            ret = r["base_reward"] + 0.95 * ret
+            assert r["return"] == pytest.approx(ret, abs=1e-5)
+
+
+def test_view_trajectories_cli(gigpo_run, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "220")  # rich sizes tables to the terminal
+    out, _, _ = gigpo_run
+    path = out / "trajectories" / "step_000001.jsonl"
+    assert main(["view", "trajectories", str(path)]) == 0
+    listing = capsys.readouterr().out
+    assert "g2-e3" in listing and "12 episodes" in listing
+    assert main(["view", "trajectories", str(path), "--episode", "g1-e2"]) == 0
+    table = capsys.readouterr().out
+    assert "episode g1-e2" in table and "A_S" in table and "Current map" in table
+    assert main(["view", "trajectories", str(path), "--episode", "nope"]) == 2
+    assert "no episode 'nope'" in capsys.readouterr().err
+
+
+def test_debug_log_shows_anchor_groups(tmp_path, warm_grid_dir, caplog):
+    from grouprl.policy.loading import load_policy
+    from grouprl.tasks import load_task
+    from grouprl.train.grpo import GRPOTrainer
+
+    cfg = _cfg(tmp_path, warm_grid_dir, batch_size=2, num_generations=3, max_episode_steps=3)
+    task = load_task(cfg)
+    policy = load_policy(cfg.model, str(warm_grid_dir), torch.device("cpu"), need_reference=False)
+    trainer = GRPOTrainer(cfg, policy, task)
+    with caplog.at_level(logging.DEBUG, logger="grouprl.train.grpo"):
+        trainer.assign_advantages(trainer.rollout())
+    text = caplog.text
+    assert "group 0: scores" in text and "group 1: scores" in text
+    assert "anchor 0 (size" in text and "A_E=" in text and "A_S=" in text and "R=" in text
+
+
+def test_reward_functions_score_multi_step_episodes_and_name_steps(tmp_path, warm_grid_dir):
+    """A typed reward sees the whole conversation; its step_outputs land on the named steps and
+    an index naming no assistant turn is reported with the episode."""
+    from grouprl.records import EvaluateResult, StepOutput
+    from grouprl.rewards.pipeline import score_episodes
+    from grouprl.tasks import load_task
+    from grouprl.train.grpo import GRPOTrainer
+    from grouprl.policy.loading import load_policy
+
+    seen = {}
+    from grouprl.rewards.kit import reward_function
+
+    @reward_function
+    def first_move_bonus(messages, ground_truth=None, **kwargs):
+        turns = [m for m in messages if m.role == "assistant"]
+        seen.setdefault("turns", []).append(len(turns))
+        return EvaluateResult(score=0.5, step_outputs=[StepOutput(step_index=0, base_reward=0.3)])
+
+    cfg = _cfg(tmp_path, warm_grid_dir, batch_size=2, num_generations=2, max_episode_steps=3)
+    task = load_task(cfg)
+    policy = load_policy(cfg.model, str(warm_grid_dir), torch.device("cpu"), need_reference=False)
+    episodes = GRPOTrainer(cfg, policy, task).rollout()
+    from grouprl.rewards import registry
+
+    registry.REWARDS["first_move_bonus_test"] = first_move_bonus
+    try:
+        score_episodes(episodes, ["first_move_bonus_test"], [1.0], None, default_step_reward=-0.05)
+    finally:
+        del registry.REWARDS["first_move_bonus_test"]
+    assert seen["turns"] == [len(ep.steps) for ep in episodes]  # one assistant turn per step
+    for ep in episodes:
+        base = [s.env_reward - s.penalty for s in ep.steps]
+        assert ep.steps[0].reward == pytest.approx(base[0] + 0.3)
+        for s, b in zip(ep.steps[1:], base[1:]):
+            assert s.reward == pytest.approx(b - 0.05)
+        assert ep.score == pytest.approx(0.5 + sum(base))
+
+
+def test_environments_on_ray_workers_train_the_same_way(tmp_path, warm_grid_dir, ray_local):
+    from grouprl.train.run import run_training
+
+    cfg = _cfg(tmp_path, warm_grid_dir, env_workers=2, max_steps=1, n_eval=4)
+    summary = run_training(cfg)
+    metrics = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    assert metrics["samples"] >= 12 and 0 <= metrics["success_rate"] <= 1
+    assert summary["steps"] == 1
