@@ -153,10 +153,15 @@ def main() -> None:
     parser.add_argument("--max_steps", type=int, default=None, help="override the recipe's training steps")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "gigpo_vs_grpo"))
     parser.add_argument("--report_only", action="store_true", help="redraw table and plot from results.json")
+    parser.add_argument("--num_threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     console = Console()
+    if args.num_threads:
+        import torch
+
+        torch.set_num_threads(args.num_threads)
     results = json.loads((out / "results.json").read_text()) if args.report_only else \
         run(args.seeds, args.max_steps, out, console)
     report(results, out, console)

@@ -1,5 +1,5 @@
-"""Every code block in docs/rewards.md runs: Python blocks in order in one namespace, YAML
-blocks as recipes through the real config loader, and bash blocks as real commands."""
+"""Every code block in docs/rewards.md and docs/agents.md runs: Python blocks in order in one
+namespace, YAML blocks as recipes through the real config loader, and bash blocks as real commands."""
 
 from __future__ import annotations
 
@@ -17,8 +17,27 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "rewards.md"
 
 
-def blocks(lang: str) -> list[str]:
-    return re.findall(rf"```{lang}\n(.*?)```", DOC.read_text(), flags=re.DOTALL)
+AGENTS = ROOT / "docs" / "agents.md"
+
+
+def blocks(lang: str, doc: Path = DOC) -> list[str]:
+    return re.findall(rf"```{lang}\n(.*?)```", doc.read_text(), flags=re.DOTALL)
+
+
+def test_agents_doc_python_blocks_run():
+    from grouprl.rewards import registry
+
+    code = blocks("python", AGENTS)
+    assert len(code) >= 4
+    namespace: dict = {}
+    try:
+        for i, block in enumerate(code):
+            try:
+                exec(compile(block, f"{AGENTS.name}[python block {i}]", "exec"), namespace)
+            except Exception as err:
+                raise AssertionError(f"docs/agents.md python block {i} failed: {err!r}\n{block}") from err
+    finally:
+        registry.REWARDS.pop("move_cost", None)
 
 
 def test_rewards_doc_python_blocks_run():

@@ -23,6 +23,7 @@ from grouprl.tasks.envs.gridworld import GridWorld, bfs_path
 from grouprl.tasks.envs.sokoban import Sokoban, solve
 
 EVAL_SEED_OFFSET = 1_000_000  # held-out levels: seeds no training row uses
+DEMO_SEED_OFFSET = 2_000_000  # SFT demonstration levels: neither training nor evaluation
 
 
 @dataclass

@@ -21,7 +21,7 @@ from grouprl.rewards.pipeline import resolve_reward
 from grouprl.rollout.generation import SamplingParams
 from grouprl.tasks import Task, load_task
 from grouprl.tasks.arithmetic import ALPHABET
-from grouprl.tasks.env_task import corpus, demonstrations
+from grouprl.tasks.env_task import DEMO_SEED_OFFSET, corpus, demonstrations, seeded_rows
 from grouprl.train.evaluate import evaluate
 from grouprl.train.checkpoint import read_checkpoint_state
 from grouprl.train.grpo import GRPOTrainer, runner_options
@@ -86,17 +86,25 @@ def prepare_tiny(cfg: Config, task: Task, console: Console) -> str:
 def sft_environment(cfg: Config, task: Task, tiny: str, console: Console) -> Path:
     """SFT on played demonstrations until the action format is learned.
 
-    It stops at the first check (every 10 steps) where greedy episodes on 32 held-back
+    Demonstrations are played on levels no training or evaluation episode uses (seeds from
+    2,000,000; calculator: the training questions). It stops at the first check (every 10
+    steps) where *sampled* episodes (the rollout temperature, as RL will see them) on 32
     training levels make at most 5 % invalid actions, so RL starts from a policy that acts
     validly but (with random demonstrations) has not been taught which moves are good.
     """
     t = cfg.train
     n_check = 32
-    demo_rows, check_rows = task.train_rows[n_check:n_check + t.sft_demo_episodes], task.train_rows[:n_check]
+    check_rows = task.train_rows[:n_check]
+    if task.name in ("gridworld", "sokoban"):
+        demo_rows = seeded_rows(t.sft_demo_episodes, DEMO_SEED_OFFSET)
+    else:
+        demo_rows = task.train_rows[n_check:n_check + t.sft_demo_episodes]
     demos = env_demonstrations(cfg, task, demo_rows)
     console.log(f"SFT warm start: {len(demos)} {t.sft_demonstrations} demonstration steps from "
                 f"{len(demo_rows)} episodes, up to {t.sft_steps} steps, stopping at <= 5% invalid actions")
-    params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, greedy=True, batch_size=n_check)
+    r = cfg.rollout
+    params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
+                            top_k=r.top_k, batch_size=n_check)
     options = runner_options(cfg, task)
 
     def stop_when(model, tokenizer) -> bool:

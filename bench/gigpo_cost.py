@@ -1,0 +1,128 @@
+"""What GiGPO's grouping and advantages cost next to the training iteration they feed.
+
+Batch: 16 groups x 8 episodes x 50 steps of real GridWorld random walks (8x8 map without
+holes, so walks rarely end early; all episodes of a group share a seed). Two timings on
+this batch:
+
+- ``assign_advantages`` (the trainer's function): anchor grouping of every step, discounted
+  returns, A_E, A_S, writing them onto the steps; median of several runs;
+- one optimizer update (``GRPOTrainer.update``: forward, backward, step) of the recipe's tiny
+  model (``recipes/tiny/gridworld_gigpo.yaml``) on the same 6,400 step samples, prompts
+  rendered by the runner's prompt builder. Generation is left out, so the ratio is an upper
+  bound on GiGPO's share of a real iteration.
+
+    python bench/gigpo_cost.py                 # writes bench/results/gigpo_cost.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+from grouprl.config import build_config
+from grouprl.policy.loading import load_policy
+from grouprl.policy.tiny import init_tiny
+from grouprl.records import Episode, Step
+from grouprl.rollout.prompts import build_messages
+from grouprl.rollout.runner import render_prompt
+from grouprl.tasks import load_task
+from grouprl.tasks.envs import GridWorld
+from grouprl.train.grpo import GRPOTrainer, assign_advantages, episodes_to_samples
+from grouprl.train.run import task_corpus
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"
+
+
+def random_walks(n_groups: int, group_size: int, steps: int, seed: int = 0) -> list[Episode]:
+    rng = random.Random(seed)
+    episodes = []
+    for g in range(n_groups):
+        for k in range(group_size):
+            env = GridWorld(size=8, hole_fraction=0.0, max_steps=steps)
+            obs = env.reset(g)
+            ep = Episode(group_id=g, index_in_group=k, row={"seed": g}, seed=g)
+            for _ in range(steps):
+                move = rng.choice(obs.admissible_actions)
+                result = env.step(move)
+                ep.steps.append(Step(prompt_text="", prompt_ids=[], action_text=f"<action>{move}</action>",
+                                     action_ids=[], truncated=False, anchor_state=obs.anchor_state,
+                                     observation=obs.text, env_reward=result.reward, reward=result.reward))
+                if result.done:
+                    break
+                obs = result.observation
+            ep.score = sum(s.reward for s in ep.steps)
+            episodes.append(ep)
+    return episodes
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--groups", type=int, default=16)
+    parser.add_argument("--group_size", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gigpo_cost.json"))
+    args = parser.parse_args()
+    torch.manual_seed(0)
+
+    # 6,400 samples are accumulated over 16 micro-batches (memory), as a user would run them.
+    cfg = build_config(RECIPE, {"advantage": "gigpo", "output_dir": "/tmp/grouprl_gigpo_cost",
+                                "gradient_accumulation_steps": 16})
+    episodes = random_walks(args.groups, args.group_size, args.steps)
+    n_steps = sum(len(ep.steps) for ep in episodes)
+    times = []
+    for _ in range(args.repeats):
+        start = time.perf_counter()
+        assign_advantages(cfg, episodes)
+        times.append(time.perf_counter() - start)
+    gigpo_s = statistics.median(times)
+    share = sum(s.anchor_group_size > 1 for ep in episodes for s in ep.steps) / n_steps
+
+    task = load_task(cfg)
+    model_dir = init_tiny(task_corpus(task, cfg), Path(cfg.train.output_dir) / "tiny", cfg.model.tiny_hidden_size,
+                          cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0)
+    policy = load_policy(cfg.model, str(model_dir), torch.device("cpu"), need_reference=False)
+    tok = policy.tokenizer
+    instructions = functools.partial(GridWorld, instructions=cfg.task.system_prompt)().instructions
+    cache: dict[str, list[int]] = {}
+    for ep in episodes:
+        for s in ep.steps:
+            if s.observation not in cache:
+                from grouprl.records import Observation
+
+                msgs = build_messages(instructions, [], Observation(text=s.observation, anchor_state=None), 0, False)
+                cache[s.observation] = tok(render_prompt(tok, msgs), add_special_tokens=False)["input_ids"]
+            s.prompt_ids = cache[s.observation]
+            s.action_ids = tok(s.action_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    trainer = GRPOTrainer(cfg, policy, task)
+    samples = episodes_to_samples(episodes, tok.pad_token_id, False)
+    start = time.perf_counter()
+    trainer.update(samples)
+    update_s = time.perf_counter() - start
+
+    result = {
+        "batch": {"groups": args.groups, "group_size": args.group_size, "max_steps": args.steps, "steps": n_steps,
+                  "non_singleton_anchor_share": round(share, 3)},
+        "gigpo_seconds_median": gigpo_s, "gigpo_seconds_all": times,
+        "update_seconds": update_s, "gigpo_share_of_update": gigpo_s / update_s,
+        "threads": torch.get_num_threads(),
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(result, indent=2))
+    print(f"{n_steps} steps ({args.groups} groups x {args.group_size} episodes, up to {args.steps} steps); "
+          f"{100 * share:.1f} % of steps in non-singleton anchor groups")
+    print(f"grouping + GiGPO advantages: {1000 * gigpo_s:.1f} ms (median of {args.repeats})")
+    print(f"one optimizer update on the same {n_steps} samples: {update_s:.1f} s")
+    print(f"GiGPO share of the update alone: {100 * gigpo_s / update_s:.3f} %")
+
+
+if __name__ == "__main__":
+    main()
