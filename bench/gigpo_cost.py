@@ -1,7 +1,8 @@
 """What GiGPO's grouping and advantages cost next to the training iteration they feed.
 
 Batch: 16 groups x 8 episodes x 50 steps of real GridWorld random walks (8x8 map without
-holes, so walks rarely end early; all episodes of a group share a seed). Two timings on
+holes; moves onto the goal are skipped so every walk lasts 50 steps; all episodes of a group
+share a seed). Two timings on
 this batch:
 
 - ``assign_advantages`` (the trainer's function): anchor grouping of every step, discounted
@@ -34,6 +35,7 @@ from grouprl.rollout.prompts import build_messages
 from grouprl.rollout.runner import render_prompt
 from grouprl.tasks import load_task
 from grouprl.tasks.envs import GridWorld
+from grouprl.tasks.envs.grid_base import MOVES
 from grouprl.train.grpo import GRPOTrainer, assign_advantages, episodes_to_samples
 from grouprl.train.run import task_corpus
 
@@ -49,8 +51,11 @@ def random_walks(n_groups: int, group_size: int, steps: int, seed: int = 0) -> l
             env = GridWorld(size=8, hole_fraction=0.0, max_steps=steps)
             obs = env.reset(g)
             ep = Episode(group_id=g, index_in_group=k, row={"seed": g}, seed=g)
+            goal = env._find("G")
             for _ in range(steps):
-                move = rng.choice(obs.admissible_actions)
+                moves = [m for m in obs.admissible_actions
+                         if (env.pos[0] + MOVES[m][0], env.pos[1] + MOVES[m][1]) != goal]
+                move = rng.choice(moves)
                 result = env.step(move)
                 ep.steps.append(Step(prompt_text="", prompt_ids=[], action_text=f"<action>{move}</action>",
                                      action_ids=[], truncated=False, anchor_state=obs.anchor_state,
