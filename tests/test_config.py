@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import RECIPE
+from conftest import RECIPE, REPO_ROOT
 from grouprl import cli
 from grouprl.config import ENV_VARS, FIELD_SECTION, SECTIONS, Config, ConfigError, build_config, flat_dict
 
@@ -405,3 +405,27 @@ def test_unknown_reward_name_fails_before_any_model_loads(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "rewards" in err and "no_such_reward" in err and "arithmetic_digits" in err
     assert not (out / "tiny_model").exists()  # stopped before building or loading a model
+
+
+def test_agent_fields_and_task_defaults(tmp_path):
+    cfg = build_config(None, {"task": "gridworld", "advantage": "gigpo"}, environ={})
+    assert cfg.rollout.max_new_tokens == 24 and cfg.rollout.max_episode_steps == 10
+    assert cfg.algorithm.gamma == 0.95 and cfg.algorithm.step_advantage_weight == 1.0
+    assert cfg.algorithm.gigpo_norm == "mean_norm" and cfg.rollout.invalid_action_penalty == 0.1
+    assert build_config(None, {}, environ={}).rollout.max_new_tokens == 6  # arithmetic keeps its cap
+    assert build_config(None, {"task": "gridworld", "max_new_tokens": 9}, environ={}).rollout.max_new_tokens == 9
+    shipped = build_config(REPO_ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml", environ={})
+    assert shipped.task.task == "gridworld" and shipped.algorithm.advantage == "gigpo"
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("anchor_mode", "fuzzy", ["anchor_mode", "fuzzy", "exact", "similarity"]),
+    ("gigpo_norm", "std", ["gigpo_norm", "std", "mean_norm"]),
+    ("gamma", 1.5, ["gamma", "1.5", "less than or equal to 1"]),
+    ("task", "alfworld", ["task", "alfworld", "gridworld"]),
+])
+def test_bad_agent_values_are_named(key, value, words):
+    with pytest.raises(ConfigError) as err:
+        build_config(None, {key: value}, environ={})
+    for word in words:
+        assert word in str(err.value)

@@ -76,7 +76,7 @@ def test_untrained_model_makes_invalid_steps_that_are_penalized_and_do_not_advan
 
 
 def test_valid_actions_advance_through_the_same_runner(warm_grid_dir):
-    from tests.conftest import GRID_PROMPT
+    from conftest import GRID_PROMPT
 
     options = RunnerOptions(max_steps=6, history_length=1, show_admissible_actions=False)
     factories_prompt = GRID_PROMPT
