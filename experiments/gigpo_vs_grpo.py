@@ -3,8 +3,9 @@
 For every seed: build the tiny model and warm it with SFT on random admissible moves (the
 action format, not the task), then train it twice from that same checkpoint, once with
 ``--advantage gigpo`` and once with ``--advantage grpo``, everything else equal (the recipe
-``recipes/tiny/gridworld_gigpo.yaml``). Greedy success rate on 100 held-out maps (seeds no
-training episode uses) is measured before and after. Writes
+``recipes/tiny/gridworld_gigpo.yaml``). Measured before and after: success on the 32
+training maps (8 sampled episodes per map, and greedy), and greedy success on 100 held-out
+maps (seeds no training episode uses). Writes
 ``experiments/results/gigpo_vs_grpo/{results.json,table.md,success.png}``.
 
     python experiments/gigpo_vs_grpo.py                   # 3 seeds x 2 estimators
@@ -34,15 +35,37 @@ RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"
 ESTIMATORS = ["gigpo", "grpo"]
 
 
-def train_maps_success(cfg, model_dir: str) -> float:
-    """Greedy success on the recipe's training maps (the levels RL practised on)."""
+def train_maps_success(cfg, model_dir: str, samples: int = 0) -> float:
+    """Success on the recipe's training maps (the levels RL practised on): greedy, or with
+    ``samples`` > 0 sampled at the rollout temperature, ``samples`` episodes per map (seeded)."""
     import torch
+
+    from grouprl.rollout.generation import SamplingParams
 
     task = load_task(cfg)
     policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=False)
-    result = evaluate(policy.model, policy.tokenizer, task, task.train_rows, eval_params(cfg), policy.device,
+    params, rows = eval_params(cfg), task.train_rows
+    if samples:
+        r = cfg.rollout
+        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, batch_size=256)
+        rows = [row for row in task.train_rows for _ in range(samples)]
+        torch.manual_seed(1234)
+    result = evaluate(policy.model, policy.tokenizer, task, rows, params, policy.device,
                       options=runner_options(cfg, task))
     return result["success_rate"]
+
+
+def rescore(results: dict, out: Path, samples: int = 8) -> None:
+    """Add sampled success on the training maps (before: the seed's SFT model; after: the run's
+    final checkpoint) to every run of results.json."""
+    for r in results["runs"]:
+        base = out / f"seed{r['seed']}"
+        cfg = build_config(RECIPE, {"seed": r["seed"], "output_dir": str(base / r["estimator"])})
+        if "train_maps_sampled_before" not in r:
+            r["train_maps_sampled_before"] = train_maps_success(cfg, str(base / "warmup" / "sft_model"), samples)
+            final = sorted((base / r["estimator"]).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))[-1]
+            r["train_maps_sampled_after"] = train_maps_success(cfg, str(final), samples)
+        (out / "results.json").write_text(json.dumps(results, indent=2))
 
 
 def run(seeds: list[int], max_steps: int | None, out: Path, console: Console) -> dict:
@@ -81,26 +104,30 @@ def run(seeds: list[int], max_steps: int | None, out: Path, console: Console) ->
     return results
 
 
+COLUMNS = [  # (results key, header)
+    ("train_maps_sampled_before", "training maps, sampled: before"), ("train_maps_sampled_after", "after"),
+    ("train_maps_before", "training maps, greedy: before"), ("train_maps_after", "after"),
+    ("success_before", "held-out maps, greedy: before"), ("success_after", "after"),
+]
+
+
 def report(results: dict, out: Path, console: Console) -> None:
     runs = results["runs"]
-    table = Table(title="greedy success rate: 64 training maps / 100 held-out maps")
-    for col in ["estimator", "seed", "train maps before", "after", "held-out before", "after", "wall s"]:
-        table.add_column(col)
-    lines = ["| estimator | seed | training maps: before | after | held-out maps: before | after |",
-             "|---|---|---|---|---|---|"]
+    cols = [(k, h) for k, h in COLUMNS if all(k in r for r in runs)]
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
+    table = Table(title="gridworld 4x4 success rate (32 training maps x 8 sampled episodes; greedy: 1 each; "
+                        "100 held-out maps)")
+    for col in ["estimator", "seed", *[h for _, h in cols], "wall s"]:
+        table.add_column(col)
+    lines = ["| estimator | seed | " + " | ".join(h for _, h in cols) + " |", "|---|---|" + "---|" * len(cols)]
     for r in runs:
-        table.add_row(r["estimator"], str(r["seed"]), pct(r["train_maps_before"]), pct(r["train_maps_after"]),
-                      pct(r["success_before"]), pct(r["success_after"]), str(r["wall_seconds"]))
-        lines.append(f"| {r['estimator']} | {r['seed']} | {pct(r['train_maps_before'])} | "
-                     f"{pct(r['train_maps_after'])} | {pct(r['success_before'])} | {pct(r['success_after'])} |")
+        table.add_row(r["estimator"], str(r["seed"]), *[pct(r[k]) for k, _ in cols], str(r["wall_seconds"]))
+        lines.append(f"| {r['estimator']} | {r['seed']} | " + " | ".join(pct(r[k]) for k, _ in cols) + " |")
     for est in ESTIMATORS:
         mine = [r for r in runs if r["estimator"] == est]
         if mine:
-            mean = lambda k: sum(r[k] for r in mine) / len(mine)  # noqa: E731
-            lines.append(f"| **{est} mean** | {len(mine)} seeds | {pct(mean('train_maps_before'))} | "
-                         f"**{pct(mean('train_maps_after'))}** | {pct(mean('success_before'))} | "
-                         f"**{pct(mean('success_after'))}** |")
+            means = [pct(sum(r[k] for r in mine) / len(mine)) for k, _ in cols]
+            lines.append(f"| **{est} mean** | {len(mine)} seeds | " + " | ".join(f"**{m}**" for m in means) + " |")
     console.print(table)
     (out / "table.md").write_text("\n".join(lines) + "\n")
     plot(runs, out / "success.png")
@@ -132,14 +159,15 @@ def plot(runs: list[dict], path: Path) -> None:
     ax1.legend()
     seeds = sorted({r["seed"] for r in runs})
     width = 0.35
+    key = "train_maps_sampled" if all("train_maps_sampled_after" in r for r in runs) else "train_maps"
     for j, est in enumerate(ESTIMATORS):
-        after = [next((r["train_maps_after"] for r in runs if r["seed"] == s and r["estimator"] == est), 0)
+        after = [next((r[f"{key}_after"] for r in runs if r["seed"] == s and r["estimator"] == est), 0)
                  for s in seeds]
         ax2.bar([i + (j - 0.5) * width for i in range(len(seeds))], after, width, label=est, color=colors[est])
-    before = [next(r["train_maps_before"] for r in runs if r["seed"] == s) for s in seeds]
+    before = [next(r[f"{key}_before"] for r in runs if r["seed"] == s) for s in seeds]
     ax2.scatter(range(len(seeds)), before, color="black", marker="_", s=400, label="before (SFT)", zorder=3)
     ax2.set_xticks(range(len(seeds)), [f"seed {s}" for s in seeds])
-    ax2.set_ylabel("greedy success, 64 training maps")
+    ax2.set_ylabel("success on the 32 training maps" + (" (sampled)" if key == "train_maps_sampled" else ""))
     ax2.set_title("after training")
     ax2.legend()
     fig.tight_layout()
@@ -154,6 +182,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "gigpo_vs_grpo"))
     parser.add_argument("--report_only", action="store_true", help="redraw table and plot from results.json")
     parser.add_argument("--num_threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--no_rescore", action="store_true", help="skip the sampled evaluation on training maps")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -164,6 +193,8 @@ def main() -> None:
         torch.set_num_threads(args.num_threads)
     results = json.loads((out / "results.json").read_text()) if args.report_only else \
         run(args.seeds, args.max_steps, out, console)
+    if not args.no_rescore:
+        rescore(results, out)
     report(results, out, console)
 
 
