@@ -126,3 +126,16 @@ def ray_local():
     yield ray
     if started:
         ray.shutdown()
+
+
+def trajectory(env, seed: int, actions: list[str]) -> list:
+    """Everything observable from a reset and a fixed action sequence (stops at done)."""
+    obs = env.reset(seed)
+    out: list = [(obs.text, obs.anchor_state)]
+    for action in actions:
+        result = env.step(action)
+        out.append((result.observation.text, result.observation.anchor_state, result.reward, result.done,
+                    result.info))
+        if result.done:
+            break
+    return out

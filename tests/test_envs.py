@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import trajectory
 
 from grouprl.records import Observation, StepResult
 from grouprl.tasks.envs import ENVIRONMENTS, Calculator, GridWorld, Sokoban
@@ -12,17 +13,6 @@ from grouprl.tasks.envs.gridworld import MOVES
 ACTION_SEQUENCE = ["up", "right", "<action>down</action>", "left", "right", "right", "down", "up"] * 3
 
 
-def trajectory(env, seed: int, actions: list[str]) -> list:
-    """Everything observable from a reset and a fixed action sequence (stops at done)."""
-    obs = env.reset(seed)
-    out: list = [(obs.text, obs.anchor_state)]
-    for action in actions:
-        result = env.step(action)
-        out.append((result.observation.text, result.observation.anchor_state, result.reward, result.done,
-                    result.info))
-        if result.done:
-            break
-    return out
 
 
 def test_registry():

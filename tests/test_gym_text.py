@@ -6,6 +6,7 @@ import functools
 import pickle
 
 import pytest
+from conftest import trajectory
 
 gymnasium = pytest.importorskip("gymnasium")
 np = pytest.importorskip("numpy")
@@ -24,16 +25,6 @@ def frozen_lake(**kwargs) -> GymTextEnv:
     return GymTextEnv(env, action_names=NAMES, **kwargs)
 
 
-def trajectory(env: GymTextEnv, seed: int, actions: list[str]) -> list:
-    obs = env.reset(seed)
-    out: list = [(obs.text, obs.anchor_state)]
-    for action in actions:
-        result = env.step(action)
-        out.append((result.observation.text, result.observation.anchor_state, result.reward, result.done,
-                    result.info))
-        if result.done:
-            break
-    return out
 
 
 # --- FrozenLake ---------------------------------------------------------------------------------
