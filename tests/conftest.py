@@ -79,9 +79,11 @@ def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
                           batch_size=32, seed=0)
 
 
-GRID_PROMPT = "Move P to G. Never step on H. Reply <action>up|down|left|right</action>."
-GRID_CLI = {"task": "gridworld", "system_prompt": GRID_PROMPT, "history_length": 1,
-            "show_admissible_actions": False, "max_episode_steps": 8, "n_eval": 16}
+# Bare-word actions (action_pattern '') keep prompts and actions short, so the warmed model is
+# quick to build; the <action> tag path is covered by test_runner with the untrained model.
+GRID_PROMPT = "Move P to G, avoid H. Reply with one move: up, down, left or right."
+GRID_CLI = {"task": "gridworld", "system_prompt": GRID_PROMPT, "history_length": 1, "action_pattern": "",
+            "show_admissible_actions": False, "max_episode_steps": 6, "max_new_tokens": 6, "n_eval": 16}
 
 
 @pytest.fixture(scope="session")
@@ -100,8 +102,8 @@ def tiny_grid_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
-    """The tiny gridworld model after a short SFT on random admissible moves: it answers in the
-    <action>...</action> format, so rollouts have valid moves that change the state."""
+    """The tiny gridworld model after a short SFT on random admissible moves: it answers with a
+    move, so rollouts have valid moves that change the state."""
     from grouprl.config import build_config
     from grouprl.tasks import load_task
     from grouprl.train.run import env_demonstrations
@@ -111,7 +113,7 @@ def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
     task = load_task(cfg)
     demos = env_demonstrations(cfg, task, task.train_rows[:200])
     return sft_warm_start(str(tiny_grid_dir), demos, lambda r: r["messages"],
-                          tmp_path_factory.mktemp("warm_grid") / "model", max_steps=120, learning_rate=1e-2,
+                          tmp_path_factory.mktemp("warm_grid") / "model", max_steps=60, learning_rate=1e-2,
                           batch_size=32, seed=0)
 
 

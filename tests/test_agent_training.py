@@ -168,7 +168,8 @@ def test_sokoban_and_calculator_train_through_the_same_path(tmp_path, task, extr
     metrics = json.loads((tmp_path / task / "metrics.jsonl").read_text())
     assert metrics["samples"] >= 4 and metrics["invalid_action_rate"] > 0.5  # untrained: mostly garbage
     assert summary["eval_after"]["n"] == 2
-    rows = [json.loads(line) for line in (tmp_path / task / "trajectories" / "step_000001.jsonl").read_text().splitlines()]
+    lines = (tmp_path / task / "trajectories" / "step_000001.jsonl").read_text().splitlines()
+    rows = [json.loads(line) for line in lines]
     if task == "calculator":
         assert any("+" in r["observation"] for r in rows)  # the arithmetic question is the observation
     else:
@@ -188,3 +189,32 @@ def test_example_script_runs_and_updates_weights(tmp_path):
     changed = [line for line in done.stdout.splitlines() if "weight tensors changed" in line]
     assert changed and not changed[0].split("]")[-1].strip().startswith("0 of"), done.stdout[-2000:]
     assert (tmp_path / "ex" / "checkpoint-1" / "model.safetensors").is_file()
+
+
+def test_one_gigpo_update_moves_probability_towards_better_steps(tmp_path, warm_grid_dir):
+    """The fast counterpart of the learning run: after one update on a real rollout batch, actions
+    with a positive GiGPO advantage became more likely and those with a negative one less."""
+    from grouprl.policy.loading import load_policy
+    from grouprl.policy.scoring import completion_logps
+    from grouprl.tasks import load_task
+    from grouprl.train.grpo import GRPOTrainer, episodes_to_samples
+
+    cfg = _cfg(tmp_path, warm_grid_dir, batch_size=4, num_generations=6, learning_rate=2e-3)
+    policy = load_policy(cfg.model, str(warm_grid_dir), torch.device("cpu"), need_reference=False)
+    trainer = GRPOTrainer(cfg, policy, load_task(cfg))
+    torch.manual_seed(0)
+    episodes = trainer.rollout()
+    trainer.assign_advantages(episodes)
+    samples = episodes_to_samples(episodes, policy.tokenizer.pad_token_id, False)
+    assert samples.advantages.abs().sum() > 0
+
+    def seq_logps():
+        with torch.no_grad():
+            logps, _ = completion_logps(policy.model, samples.batch, cfg.rollout.temperature)
+        return (logps * samples.batch.completion_mask).sum(-1)
+
+    before = seq_logps()
+    trainer.update(samples)
+    delta = seq_logps() - before
+    up, down = delta[samples.advantages > 0], delta[samples.advantages < 0]
+    assert up.mean() > 0 > down.mean()

@@ -86,7 +86,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     task = load_task(cfg)
     device = pick_device(args.device)
     policy = load_policy(cfg.model, args.model, device, need_reference=False)
-    params = SamplingParams(max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens, temperature=args.temperature,
+    params = SamplingParams(max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens,
+                            temperature=args.temperature,
                             greedy=not args.sample, batch_size=args.batch_size)
     out = args.out or os.path.join(args.model, f"eval_{args.task}.jsonl")
     result = evaluate(policy.model, policy.tokenizer, task, task.eval_rows[: args.n], params, device, out,
@@ -188,7 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
     vw.set_defaults(func=cmd_view)
 
     im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
-    im.add_argument("--task", default="arithmetic", choices=["gsm8k", "arithmetic", "gridworld", "sokoban", "calculator"],
+    im.add_argument("--task", default="arithmetic",
+                    choices=["gsm8k", "arithmetic", "gridworld", "sokoban", "calculator"],
                     help="task whose corpus defines the vocabulary (default: arithmetic)")
     im.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
     im.add_argument("--out", default="tiny_model", help="output dir (default: tiny_model)")

@@ -154,6 +154,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     eval_rows = task.eval_rows[: cfg.eval.n_eval]
     params = eval_params(cfg)
     options = runner_options(cfg, task)
+    measure = "success rate" if task.multi_step else "accuracy"
 
     trainer = GRPOTrainer(cfg, policy, task, console)
     trainer.state["base_model"] = base_model
@@ -164,7 +165,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         before = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device,
                           out / "eval" / "before.jsonl", options)
         trainer.state["eval_before"] = before
-        console.log(f"held-out {'success rate' if task.multi_step else 'accuracy'} before RL: {before['accuracy']:.3f} (n={before['n']})")
+        console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
                        flat_dict(cfg), cfg.logging.logging_steps, console)
@@ -174,7 +175,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         if eval_rows:
             after = evaluate(policy.model, policy.tokenizer, task, eval_rows, params, device,
                              out / "eval" / "after.jsonl", options)
-            console.log(f"held-out {'success rate' if task.multi_step else 'accuracy'} after RL: {after['accuracy']:.3f} (n={after['n']})")
+            console.log(f"held-out {measure} after RL: {after['accuracy']:.3f} (n={after['n']})")
         plot = None
         rollouts = out / "rollouts" / "rollouts.jsonl"
         if rollouts.is_file() and rollouts.stat().st_size:
