@@ -144,7 +144,8 @@ class TrainConfig(Section):
     sft_steps: int = Field(1500, ge=0, description="tiny default: most SFT warm-up steps")
     sft_target_accuracy: float | None = Field(
         0.2, gt=0, le=1, description="tiny default: stop SFT early once greedy accuracy on held-back training rows "
-                                     "reaches this (checked every 10 steps; empty = run all sft_steps)")
+                                     "reaches this (checked every 10 steps; empty = run all sft_steps); "
+                                     "environments with expert demonstrations: sampled success rate")
     sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
     sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
     sft_demonstrations: Literal["random", "expert"] = Field(

@@ -89,8 +89,10 @@ def sft_environment(cfg: Config, task: Task, tiny: str, console: Console) -> Pat
     Demonstrations are played on levels no training or evaluation episode uses (seeds from
     2,000,000; calculator: the training questions). It stops at the first check (every 10
     steps) where *sampled* episodes (the rollout temperature, as RL will see them) on 32
-    training levels make at most 5 % invalid actions, so RL starts from a policy that acts
-    validly but (with random demonstrations) has not been taught which moves are good.
+    training levels make at most 5 % invalid actions and, with expert demonstrations and
+    ``sft_target_accuracy`` set, succeed at least that often. With random demonstrations RL
+    starts from a policy that acts validly but has not been taught which moves are good; with
+    expert ones, from a deliberately unfinished imitation of the shortest paths.
     """
     t = cfg.train
     n_check = 32
@@ -101,15 +103,19 @@ def sft_environment(cfg: Config, task: Task, tiny: str, console: Console) -> Pat
         demo_rows = task.train_rows[n_check:n_check + t.sft_demo_episodes]
     demos = env_demonstrations(cfg, task, demo_rows)
     console.log(f"SFT warm start: {len(demos)} {t.sft_demonstrations} demonstration steps from "
-                f"{len(demo_rows)} episodes, up to {t.sft_steps} steps, stopping at <= 5% invalid actions")
+                f"{len(demo_rows)} episodes, up to {t.sft_steps} steps, stopping at <= 5% invalid actions"
+                + (f" and {t.sft_target_accuracy:.0%} success" if t.sft_demonstrations == "expert"
+                   and t.sft_target_accuracy else ""))
     r = cfg.rollout
     params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, top_p=r.top_p,
                             top_k=r.top_k, batch_size=n_check)
     options = runner_options(cfg, task)
 
+    target = t.sft_target_accuracy if t.sft_demonstrations == "expert" else None
+
     def stop_when(model, tokenizer) -> bool:
         result = evaluate(model, tokenizer, task, check_rows, params, model.device, options=options)
-        return result["invalid_action_rate"] <= 0.05
+        return result["invalid_action_rate"] <= 0.05 and (target is None or result["success_rate"] >= target)
 
     return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
                           t.sft_steps, t.sft_learning_rate, t.sft_batch_size, t.seed, stop_when)
