@@ -2,7 +2,7 @@
 
 The whole loop, one piece at a time, with the library's own parts:
 
-1. a tiny Qwen2 model, SFT-warmed on random admissible moves (it learns the action format);
+1. a tiny Qwen2 model, SFT-warmed on a few BFS-optimal demonstrations (stopped unfinished on purpose);
 2. rollouts: 8 groups x 8 episodes; every episode of a group starts on the same map;
 3. rewards: the environment's (1 at the goal) minus 0.1 per invalid action, plus a reward-kit
    function, ``step_cost`` below, that charges each move a little through ``step_outputs``;
@@ -54,7 +54,7 @@ def main() -> None:
                                              "options": {"cost": 0.01}}]})
     seed_everything(cfg.train.seed)
     task = load_task(cfg)
-    model_dir = prepare_tiny(cfg, task, console)  # 1. tiny model + SFT on random moves
+    model_dir = prepare_tiny(cfg, task, console)  # 1. tiny model + SFT on demonstrations
     policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=False)
     trainer = GRPOTrainer(cfg, policy, task, console)
     before = {k: v.detach().clone() for k, v in policy.model.named_parameters()}
