@@ -105,6 +105,7 @@ def run(seeds: list[int], max_steps: int | None, out: Path, console: Console) ->
 
 
 COLUMNS = [  # (results key, header)
+    ("rollout_success_first30", "training rollouts: first 30 steps"), ("rollout_success_last30", "last 30"),
     ("train_maps_sampled_before", "training maps, sampled: before"), ("train_maps_sampled_after", "after"),
     ("train_maps_before", "training maps, greedy: before"), ("train_maps_after", "after"),
     ("success_before", "held-out maps, greedy: before"), ("success_after", "after"),
@@ -113,6 +114,9 @@ COLUMNS = [  # (results key, header)
 
 def report(results: dict, out: Path, console: Console) -> None:
     runs = results["runs"]
+    for r in runs:  # the training batches' own success rate (sampled), early vs late
+        r["rollout_success_first30"] = sum(r["train_success"][:30]) / len(r["train_success"][:30])
+        r["rollout_success_last30"] = sum(r["train_success"][-30:]) / len(r["train_success"][-30:])
     cols = [(k, h) for k, h in COLUMNS if all(k in r for r in runs)]
     pct = lambda x: f"{100 * x:.1f} %"  # noqa: E731
     table = Table(title="gridworld 4x4 success rate (32 training maps x 8 sampled episodes; greedy: 1 each; "
@@ -147,7 +151,7 @@ def plot(runs: list[dict], path: Path) -> None:
             continue
         n = min(len(c) for c in curves)
         mean = [sum(c[i] for c in curves) / len(curves) for i in range(n)]
-        window = 5
+        window = 15
         smooth = [sum(mean[max(0, i - window + 1): i + 1]) / len(mean[max(0, i - window + 1): i + 1])
                   for i in range(n)]
         for c in curves:

@@ -218,3 +218,20 @@ def test_one_gigpo_update_moves_probability_towards_better_steps(tmp_path, warm_
     delta = seq_logps() - before
     up, down = delta[samples.advantages > 0], delta[samples.advantages < 0]
     assert up.mean() > 0 > down.mean()
+
+
+@pytest.mark.slow
+def test_gigpo_gridworld_recipe_learns(tmp_path):
+    """The full learning run (about 5 minutes on 2 cores): the shipped recipe, seed 0. Sampled
+    training success over the last 30 steps beats the first 30 by at least 3 points (measured:
+    21.5 % -> 26.3 %). The fast counterpart is test_one_gigpo_update_moves_probability_towards_better_steps."""
+    from pathlib import Path
+
+    from grouprl.train.run import run_training
+
+    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "gridworld_gigpo.yaml"
+    run_training(build_config(recipe, {"output_dir": str(tmp_path / "run"), "n_eval": 20}, environ={}))
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    first = sum(m["success_rate"] for m in metrics[:30]) / 30
+    last = sum(m["success_rate"] for m in metrics[-30:]) / 30
+    assert last >= first + 0.03, (first, last)
