@@ -51,7 +51,7 @@ def random_walks(n_groups: int, group_size: int, steps: int, seed: int = 0) -> l
             env = GridWorld(size=8, hole_fraction=0.0, max_steps=steps)
             obs = env.reset(g)
             ep = Episode(group_id=g, index_in_group=k, row={"seed": g}, seed=g)
-            goal = env._find("G")
+            goal = env.goal
             for _ in range(steps):
                 moves = [m for m in obs.admissible_actions
                          if (env.pos[0] + MOVES[m][0], env.pos[1] + MOVES[m][1]) != goal]

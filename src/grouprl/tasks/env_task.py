@@ -53,7 +53,7 @@ def seeded_rows(n: int, offset: int = 0) -> list[dict[str, Any]]:
 def expert_action(env) -> str | None:
     """The next move of a shortest solution from the environment's current state (BFS), if any."""
     if isinstance(env, GridWorld):
-        path = bfs_path(env.grid, env.pos, env._find("G"))
+        path = bfs_path(env.grid, env.pos, env.goal)
     elif isinstance(env, Sokoban):
         path = solve(env.walls, env.targets, env.player, env.boxes)
     elif isinstance(env, Calculator):

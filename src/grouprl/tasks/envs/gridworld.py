@@ -126,6 +126,11 @@ class GridWorld(GridMoveEnv):
 
     # --- views ------------------------------------------------------------------------------
     @property
+    def goal(self) -> tuple[int, int]:
+        """The goal cell (row, column) of the current map."""
+        return self._find("G")
+
+    @property
     def anchor_state(self) -> tuple[str, int, int]:
         return (self.map_id, self.pos[0], self.pos[1])
 
