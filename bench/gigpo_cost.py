@@ -18,7 +18,6 @@ this batch:
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import random
 import statistics
@@ -30,7 +29,7 @@ import torch
 from grouprl.config import build_config
 from grouprl.policy.loading import load_policy
 from grouprl.policy.tiny import init_tiny
-from grouprl.records import Episode, Step
+from grouprl.records import Episode, Observation, Step
 from grouprl.rollout.prompts import build_messages
 from grouprl.rollout.runner import render_prompt
 from grouprl.tasks import load_task
@@ -96,13 +95,11 @@ def main() -> None:
                           cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0)
     policy = load_policy(cfg.model, str(model_dir), torch.device("cpu"), need_reference=False)
     tok = policy.tokenizer
-    instructions = functools.partial(GridWorld, instructions=cfg.task.system_prompt)().instructions
+    instructions = GridWorld(instructions=cfg.task.system_prompt).instructions
     cache: dict[str, list[int]] = {}
     for ep in episodes:
         for s in ep.steps:
             if s.observation not in cache:
-                from grouprl.records import Observation
-
                 msgs = build_messages(instructions, [], Observation(text=s.observation, anchor_state=None), 0, False)
                 cache[s.observation] = tok(render_prompt(tok, msgs), add_special_tokens=False)["input_ids"]
             s.prompt_ids = cache[s.observation]

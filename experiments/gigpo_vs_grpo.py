@@ -57,12 +57,16 @@ def train_maps_success(cfg, model_dir: str, samples: int = 0) -> float:
 
 def rescore(results: dict, out: Path, samples: int = 8) -> None:
     """Add sampled success on the training maps (before: the seed's SFT model; after: the run's
-    final checkpoint) to every run of results.json."""
+    final checkpoint) to every run of results.json. Both estimators of a seed share its SFT
+    model, so its "before" is measured once."""
+    before: dict[int, float] = {}
     for r in results["runs"]:
         base = out / f"seed{r['seed']}"
         cfg = build_config(RECIPE, {"seed": r["seed"], "output_dir": str(base / r["estimator"])})
         if "train_maps_sampled_before" not in r:
-            r["train_maps_sampled_before"] = train_maps_success(cfg, str(base / "warmup" / "sft_model"), samples)
+            if r["seed"] not in before:
+                before[r["seed"]] = train_maps_success(cfg, str(base / "warmup" / "sft_model"), samples)
+            r["train_maps_sampled_before"] = before[r["seed"]]
             final = sorted((base / r["estimator"]).glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))[-1]
             r["train_maps_sampled_after"] = train_maps_success(cfg, str(final), samples)
         (out / "results.json").write_text(json.dumps(results, indent=2))

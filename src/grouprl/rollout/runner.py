@@ -107,6 +107,7 @@ def run_episodes(
                 observations[i] = None if result.done else result.observation
             episodes[i].steps.append(step)
             history[i].append((obs.text, comp.text))
-    log.debug("rollout: %d episodes, %d steps, %d invalid", len(episodes), sum(len(e.steps) for e in episodes),
-              sum(not s.valid for e in episodes for s in e.steps))
+    if log.isEnabledFor(logging.DEBUG):  # the counts walk every step: only when they are shown
+        log.debug("rollout: %d episodes, %d steps, %d invalid", len(episodes),
+                  sum(len(e.steps) for e in episodes), sum(not s.valid for e in episodes for s in e.steps))
     return episodes

@@ -15,10 +15,9 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from grouprl.rollout.prompts import DEFAULT_ACTION_PATTERN, build_messages
+from grouprl.rollout.prompts import build_messages
 from grouprl.tasks.envs.calculator import SYSTEM_PROMPT as CALCULATOR_PROMPT
 from grouprl.tasks.envs.calculator import Calculator, calculate
-from grouprl.tasks.envs.grid_base import ACTIONS
 from grouprl.tasks.envs.gridworld import GridWorld, bfs_path
 from grouprl.tasks.envs.sokoban import Sokoban, solve
 
@@ -69,8 +68,6 @@ def format_action(action: str, pattern: str | None) -> str:
     """The completion that carries ``action`` under the runner's action pattern."""
     if not pattern:
         return action
-    if pattern == DEFAULT_ACTION_PATTERN:
-        return f"<action>{action}</action>"
     tag = re.fullmatch(r"<(\w+)>\(\.\*\?\)</\1>", pattern)
     if tag:
         return f"<{tag.group(1)}>{action}</{tag.group(1)}>"
@@ -151,4 +148,4 @@ def _answer_of(row: dict[str, Any]) -> str:
     return Calculator.from_row(row).answer
 
 
-__all__ = ["ACTIONS", "EnvTask", "corpus", "demonstrations", "expert_action", "load_env_task"]
+__all__ = ["EnvTask", "corpus", "demonstrations", "expert_action", "load_env_task"]
