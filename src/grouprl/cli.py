@@ -203,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     from grouprl.rewards.preview import add_rewards_parser
 
     add_rewards_parser(sub)
+    from grouprl.tasks.slates.cli import add_grail_data_parser
+
+    add_grail_data_parser(sub)
     return parser
 
 

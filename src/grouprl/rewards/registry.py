@@ -17,6 +17,7 @@ from grouprl.rewards.arithmetic import arithmetic_digits, arithmetic_exact
 from grouprl.rewards.builtin_structured import BUILTIN_STRUCTURED
 from grouprl.rewards.builtin_text import BUILTIN_TEXT
 from grouprl.rewards.gsm8k import gsm8k_final
+from grouprl.rewards.slate_accuracy import slate_accuracy, slate_click, slate_opinion
 
 RewardFn = Callable[..., "float | None"]
 
@@ -24,6 +25,9 @@ REWARDS: dict[str, RewardFn] = {
     "gsm8k_final": gsm8k_final,
     "arithmetic_exact": arithmetic_exact,
     "arithmetic_digits": arithmetic_digits,
+    "slate_accuracy": slate_accuracy,
+    "slate_click": slate_click,
+    "slate_opinion": slate_opinion,
 }
 REWARDS.update(BUILTIN_TEXT)
 REWARDS.update(BUILTIN_STRUCTURED)

@@ -1,0 +1,1 @@
+"""Recommendation slates (GRAIL): which video a viewer clicks next, and where their opinion goes."""
