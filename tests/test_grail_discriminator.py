@@ -144,3 +144,17 @@ def test_settings_env_over_config():
     assert (s.gail_lr, s.gail_use, s.grail_max_history, s.grail_show_ids) == (5e-3, False, 3, True)
     with pytest.raises(ValueError, match="GAIL_USE: got 'maybe'"):
         grail_settings({}, environ={"GAIL_USE": "maybe"})
+
+
+def test_word_tokenizer_round_trips_chat_prompts(rows):
+    from grouprl.policy.tiny_words import build_word_tokenizer
+
+    tok = build_word_tokenizer(SYSTEM_PROMPT + "".join(r["question"] + r["gold_completion"] for r in rows))
+    chat = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
+                                    {"role": "user", "content": rows[0]["question"]}], add_generation_prompt=True,
+                                   tokenize=False)
+    ids = tok(chat)["input_ids"]
+    assert tok.decode(ids) == chat
+    assert len(ids) < len(chat) / 3  # words, not characters
+    gold = tok(rows[0]["gold_completion"])["input_ids"]
+    assert tok.decode(gold) == rows[0]["gold_completion"] and tok.unk_token_id not in gold

@@ -36,7 +36,7 @@ def _word_core(vocab: dict[str, int], unk: str) -> Tokenizer:
 
 def build_word_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
     """A causal-LM tokenizer (ChatML specials, Qwen-style chat template) over the corpus's words."""
-    pieces = word_pieces(corpus + "assistant user system\n")
+    pieces = word_pieces(corpus + "\nassistant\nuser\nsystem\n")  # role names follow a newline
     vocab = {tok: i for i, tok in enumerate(SPECIAL + pieces)}
     tok = PreTrainedTokenizerFast(tokenizer_object=_word_core(vocab, "<|endoftext|>"), eos_token="<|im_end|>",
                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>",
