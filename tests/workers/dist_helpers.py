@@ -1,0 +1,63 @@
+"""Run by tests/test_distributed.py under ``torchrun --nproc_per_node 2``: exercises the process-group
+helpers on a real gloo group and writes what each rank saw to OUT/rank{R}.json for the test to check."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from grouprl.train import distributed as D
+
+
+def ddp_grad(info: D.ProcessInfo, xs: torch.Tensor) -> list[float]:
+    """One DDP backward of mean((w . x)^2) over this rank's rows, weighted by loss_weight."""
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(3, 1, bias=False)
+    model = torch.nn.parallel.DistributedDataParallel(layer)
+    global_n = float(D.all_reduce_sum(float(len(xs))))
+    loss = model(xs).pow(2).mean() * D.loss_weight(len(xs), global_n, info.world_size)
+    loss.backward()
+    return layer.weight.grad.flatten().tolist()
+
+
+def main(out: Path) -> None:
+    info = D.init_processes(cpu=True)
+    r = info.rank
+    rows = list(range(8))
+    # Unequal shares on purpose: rank 0 has 3 scores, rank 1 has 5.
+    torch.manual_seed(123)
+    everything = torch.randn(8, 3)
+    mine = everything[:3] if r == 0 else everything[3:]
+    result = {
+        "rank": r, "world": info.world_size, "is_main": info.is_main,
+        "shard": D.shard(rows, info),
+        "gathered": D.all_gather_cat(mine[:, 0]).tolist(),
+        "batch_std": float(D.batch_std(mine[:, 0])),
+        "token_sum": float(D.all_reduce_sum(float(len(mine)))),
+        "metrics": D.mean_metrics({"loss": float(r + 1), "reward": 10.0 * r}),
+        "shared_path": D.on_main_then_share(lambda: f"built-by-rank-{D.process_info().rank}"),
+        "ddp_grad": ddp_grad(info, mine),
+    }
+    try:
+        D.shard(list(range(5)), info)
+        result["uneven"] = None
+    except D.ReshardError as err:
+        result["uneven"] = str(err)
+    # RNG: each rank seeds its own stream, the states are saved, the stream is advanced, restored, replayed.
+    torch.manual_seed(1000 + r)
+    D.save_rng_states(out / "rng.pt")
+    D.barrier()
+    first = torch.rand(3).tolist()
+    states = D.read_rng_states(out / "rng.pt")
+    result["restore"] = D.restore_rng_states(states, info, reshard=False, seed=0, step=0)
+    result["replay_equal"] = torch.rand(3).tolist() == first
+    result["n_states"] = len(states)
+    (out / f"rank{r}.json").write_text(json.dumps(result))
+    D.barrier()
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
