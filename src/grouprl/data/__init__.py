@@ -1,0 +1,1 @@
+"""Prompt datasets: sources, rows, mixtures, chat formatting."""

@@ -1,0 +1,88 @@
+"""Where a prompt dataset's rows come from: a hub id, a local dir, or one data file.
+
+Every source ends up as a ``datasets.Dataset`` for one split:
+
+- one file (``.jsonl``, ``.json``, ``.parquet``, ``.csv``): datasets' packaged builder for that
+  format; a single file holds one split, served under every split name it is asked for only as
+  ``train`` (ask ``test_split_size`` for a held-out part);
+- a dir written by ``Dataset.save_to_disk`` / ``DatasetDict.save_to_disk``: ``load_from_disk``;
+- any other dir (``train.jsonl`` + ``test.jsonl``, ``data/train-*.parquet`` as the hub lays it
+  out, a README with a ``configs:`` block) and any hub id: ``datasets.load_dataset(name, config,
+  split=...)``, the very call a hub dataset gets, so a local copy in hub layout exercises it.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FILE_BUILDERS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+class DatasetSourceError(ValueError):
+    """A dataset source that cannot be read, or a split it does not have."""
+
+
+def _is_saved_to_disk(path: Path) -> bool:
+    return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
+
+
+def load_split(source: str, config: str | None, split: str):
+    """One split of ``source`` as a ``datasets.Dataset`` (see the module docstring)."""
+    import datasets
+
+    path = Path(source)
+    if path.is_file():
+        builder = FILE_BUILDERS.get(path.suffix.lower())
+        if builder is None:
+            raise DatasetSourceError(f"dataset file {path}: unknown format {path.suffix!r}; expected one of "
+                                     f"{sorted(FILE_BUILDERS)}")
+        if split != "train":
+            raise DatasetSourceError(f"dataset file {path}: a single file is the 'train' split only, asked for "
+                                     f"{split!r}; use test_split_size or a dir with {split} files")
+        try:
+            return datasets.load_dataset(builder, data_files=str(path), split="train")
+        except Exception as err:  # noqa: BLE001 - the builders raise many kinds; one line for the user
+            raise DatasetSourceError(f"dataset file {path}: cannot be read as {builder} ({type(err).__name__}: "
+                                     f"{str(err)[:300]})") from None
+    if path.is_dir() and _is_saved_to_disk(path):
+        loaded = datasets.load_from_disk(str(path))
+        if isinstance(loaded, datasets.DatasetDict):
+            if split not in loaded:
+                raise DatasetSourceError(f"dataset dir {path}: no split {split!r}; it has {sorted(loaded)}")
+            return loaded[split]
+        if split != "train":
+            raise DatasetSourceError(f"dataset dir {path}: a saved Dataset is the 'train' split only, asked for "
+                                     f"{split!r}")
+        return loaded
+    where = f"dataset dir {path}" if path.is_dir() else f"hub dataset {source!r}"
+    log.debug("load_dataset(%r, %r, split=%r)", source, config, split)
+    try:
+        return datasets.load_dataset(source, config, split=split)
+    except ValueError as err:  # an unknown split or config
+        raise DatasetSourceError(f"{where} (config {config!r}): {str(err)[:400]}") from None
+    except FileNotFoundError as err:
+        raise DatasetSourceError(f"{where}: not found ({str(err)[:300]}); a hub id needs the network, "
+                                 "a local path must exist") from None
+
+
+def available_splits(source: str, config: str | None) -> list[str] | None:
+    """The split names of a local source (None when it cannot be told without loading a hub id)."""
+    path = Path(source)
+    if path.is_file():
+        return ["train"]
+    if path.is_dir() and _is_saved_to_disk(path):
+        import datasets
+
+        loaded = datasets.load_from_disk(str(path))
+        return sorted(loaded) if isinstance(loaded, datasets.DatasetDict) else ["train"]
+    if path.is_dir():
+        import datasets
+
+        try:
+            return sorted(datasets.get_dataset_split_names(str(path), config))
+        except Exception:  # noqa: BLE001 - the caller falls back to asking for the split
+            return None
+    return None

@@ -1,0 +1,1 @@
+"""Hub revisions: checkpoints pushed to branches in the background."""
