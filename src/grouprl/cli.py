@@ -200,9 +200,11 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--seed", type=int, default=0, help="init seed (default: 0)")
     im.set_defaults(func=cmd_init_model)
 
+    from grouprl.generate.cli import add_generate_parser
     from grouprl.rewards.preview import add_rewards_parser
 
     add_rewards_parser(sub)
+    add_generate_parser(sub)
     from grouprl.tasks.slates.cli import add_grail_data_parser
 
     add_grail_data_parser(sub)

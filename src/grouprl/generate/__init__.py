@@ -1,0 +1,1 @@
+"""``grouprl generate``: bootstrap training data from an OpenAI-compatible endpoint."""
