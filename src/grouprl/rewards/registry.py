@@ -1,7 +1,8 @@
 """Reward functions by name: built-ins, ``path/to/file.py:function`` or ``package.module:function``.
 
-Two kinds are accepted: plain ``fn(completion, ground_truth, **row) -> float | None`` (the
-built-ins) and typed ``@reward_function`` functions, which see the whole conversation. ``None``
+Three kinds are accepted: plain ``fn(completion, ground_truth, **row) -> float | None`` (the
+built-ins), typed ``@reward_function`` functions, which see the whole conversation, and TRL's
+``fn(completions, **columns) -> list[float | None]`` (wrapped by ``rewards/trl_signature.py``). ``None``
 (or ``is_score_valid=False``) means "no opinion" on that sample and is left out of the sum.
 """
 
@@ -18,6 +19,7 @@ from grouprl.rewards.builtin_structured import BUILTIN_STRUCTURED
 from grouprl.rewards.builtin_text import BUILTIN_TEXT
 from grouprl.rewards.gsm8k import gsm8k_final
 from grouprl.rewards.slate_accuracy import slate_accuracy, slate_click, slate_opinion
+from grouprl.rewards.trl_signature import as_typed_reward, takes_trl_signature
 
 RewardFn = Callable[..., "float | None"]
 
@@ -59,7 +61,9 @@ def get_reward(name: str) -> RewardFn:
     if name in REWARDS:
         return REWARDS[name]
     if ":" in name:
-        return import_callable(name)
+        fn = import_callable(name)
+        # TRL / open-r1 signature (completions, **columns) -> list: run as a typed batch reward.
+        return as_typed_reward(fn, name.rpartition(":")[2]) if takes_trl_signature(fn) else fn
     raise KeyError(f"unknown reward '{name}'; known: {sorted(REWARDS)} or 'path/to/file.py:function' "
                    "or 'package.module:function'")
 
