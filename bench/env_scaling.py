@@ -133,13 +133,13 @@ def bench_e2e(workers_list: list[int], args, factory, zero_factory) -> list[dict
     import torch
 
     from grouprl.policy.tiny import build_tiny_model, build_tokenizer
-    from grouprl.rollout.generation import SamplingParams
-    from grouprl.rollout.runner import RunnerOptions, run_episodes
+    from grouprl.rollout.generation import HFBackend, SamplingParams
+    from grouprl.rollout.runner import EpisodeSettings, run_episodes
 
     tokenizer = build_tokenizer("abcdefghijklmnopqrstuvwxyz 0123456789,.Say anything.seed step")
     model = build_tiny_model(tokenizer, hidden=64, layers=2, heads=4, seed=0)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
-    options = RunnerOptions(max_steps=args.episode_steps, history_length=0, action_pattern=None,
+    settings = EpisodeSettings(max_steps=args.episode_steps, history_length=0, action_pattern=None,
                             invalid_action_penalty=0.0, show_admissible_actions=False)
     n_groups = args.envs // args.group_size
     rows = [{"group": g} for g in range(n_groups)]
@@ -149,8 +149,8 @@ def bench_e2e(workers_list: list[int], args, factory, zero_factory) -> list[dict
 
     def rollout(pool, make) -> tuple[float, int, int]:
         t0 = time.perf_counter()
-        episodes = run_episodes([make] * n_groups, rows, args.group_size, model, tokenizer, params, device,
-                                options=options, seeds=seeds, pool=pool)
+        episodes = run_episodes([make] * n_groups, rows, args.group_size, HFBackend(model, tokenizer, device),
+                                tokenizer, params, settings=settings, seeds=seeds, pool=pool)
         seconds = time.perf_counter() - t0
         steps = sum(len(e.steps) for e in episodes)
         assert all(e.done for e in episodes) and steps == args.envs * args.episode_steps, "episodes cut short"

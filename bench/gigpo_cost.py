@@ -5,9 +5,9 @@ holes; moves onto the goal are skipped so every walk lasts 50 steps; all episode
 share a seed). Two timings on
 this batch:
 
-- ``assign_advantages`` (the trainer's function): anchor grouping of every step, discounted
+- ``compute_advantage_record`` (the trainer's advantage phase): anchor grouping of every step, discounted
   returns, A_E, A_S, writing them onto the steps; median of several runs;
-- one optimizer update (``GRPOTrainer.update``: forward, backward, step) of the recipe's tiny
+- one optimizer update (``Trainer.update``: forward, backward, step) of the recipe's tiny
   model (``recipes/tiny/gridworld_gigpo.yaml``) on the same 6,400 step samples, prompts
   rendered by the runner's prompt builder. Generation is left out, so the ratio is an upper
   bound on GiGPO's share of a real iteration.
@@ -35,8 +35,10 @@ from grouprl.rollout.runner import render_prompt
 from grouprl.tasks import load_task
 from grouprl.tasks.envs import GridWorld
 from grouprl.tasks.envs.grid_base import MOVES
-from grouprl.train.grpo import GRPOTrainer, assign_advantages, episodes_to_samples
-from grouprl.train.run import task_corpus
+from grouprl.algos.advantages import get_estimator
+from grouprl.train.advantages import compute_advantage_record, estimator_options
+from grouprl.train.learner import pack_samples
+from grouprl.train.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"
@@ -82,16 +84,19 @@ def main() -> None:
                                 "gradient_accumulation_steps": 16})
     episodes = random_walks(args.groups, args.group_size, args.steps)
     n_steps = sum(len(ep.steps) for ep in episodes)
+    estimator = get_estimator("gigpo")
+    options = estimator_options(cfg.algorithm, estimator)
+    scores = torch.tensor([ep.score for ep in episodes])
     times = []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        assign_advantages(cfg, episodes)
+        record = compute_advantage_record(episodes, scores, cfg.algorithm, estimator, options)
         times.append(time.perf_counter() - start)
     gigpo_s = statistics.median(times)
-    share = sum(s.anchor_group_size > 1 for ep in episodes for s in ep.steps) / n_steps
+    share = int((record.anchor_size > 1).sum()) / n_steps
 
     task = load_task(cfg)
-    model_dir = init_tiny(task_corpus(task, cfg), Path(cfg.train.output_dir) / "tiny", cfg.model.tiny_hidden_size,
+    model_dir = init_tiny(task.tokenizer_corpus(), Path(cfg.train.output_dir) / "tiny", cfg.model.tiny_hidden_size,
                           cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0)
     policy = load_policy(cfg.model, str(model_dir), torch.device("cpu"), need_reference=False)
     tok = policy.tokenizer
@@ -104,8 +109,8 @@ def main() -> None:
                 cache[s.observation] = tok(render_prompt(tok, msgs), add_special_tokens=False)["input_ids"]
             s.prompt_ids = cache[s.observation]
             s.action_ids = tok(s.action_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-    trainer = GRPOTrainer(cfg, policy, task)
-    samples = episodes_to_samples(episodes, tok.pad_token_id, False)
+    trainer = Trainer(cfg, policy, task)
+    samples = pack_samples(episodes, record.advantage, tok.pad_token_id, False)
     start = time.perf_counter()
     trainer.update(samples)
     update_s = time.perf_counter() - start

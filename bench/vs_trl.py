@@ -11,7 +11,7 @@ background load on the machine hits both alike.
     python bench/vs_trl.py --steps 20 --rounds 2
 
 Per step, both workers time the whole step (generation + reward + advantages + loss +
-backward + optimizer): grouprl around ``GRPOTrainer.train_step()``, TRL from
+backward + optimizer): grouprl around ``Trainer.train_step()``, TRL from
 ``on_step_begin`` to ``on_step_end`` of a ``TrainerCallback`` (also reported: the interval
 between consecutive ``on_step_end``, which adds TRL's logging and data fetching). Also per
 step: process CPU time, and generation time (grouprl: its ``generation_time`` metric, rollout
@@ -78,7 +78,7 @@ def worker_grouprl(args) -> dict:
     from grouprl.config import build_config
     from grouprl.policy.loading import load_policy
     from grouprl.tasks import load_task
-    from grouprl.train.grpo import GRPOTrainer
+    from grouprl.train.trainer import Trainer
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -87,12 +87,13 @@ def worker_grouprl(args) -> dict:
         cfg = build_config(cli=grouprl_cli(args, out), environ={})
         task = load_task(cfg)
         policy = load_policy(cfg.model, args.model, torch.device("cpu"), need_reference=False)
-        trainer = GRPOTrainer(cfg, policy, task)
+        trainer = Trainer(cfg, policy, task)
         setup_rss = rss_mb()
         step_times, cpu_times, tokens, completion_tokens, gen_times = [], [], [], [], []
         for _ in range(args.steps):
             start, cpu = time.perf_counter(), time.process_time()
-            metrics, episodes = trainer.train_step()
+            record = trainer.train_step()
+            metrics, episodes = trainer.metrics(record), record.episodes
             step_times.append(time.perf_counter() - start)
             cpu_times.append(time.process_time() - cpu)
             trainer.step += 1
@@ -100,7 +101,7 @@ def worker_grouprl(args) -> dict:
             n_comp = sum(len(s.action_ids) for ep in episodes for s in ep.steps)
             tokens.append(n_prompt + n_comp)
             completion_tokens.append(n_comp)
-            gen_times.append(metrics["generation_time"])
+            gen_times.append(metrics["generation_time"] + metrics["score_time"])  # rollout incl. rewards
         return {"step_times": step_times, "step_intervals": step_times, "cpu_times": cpu_times, "tokens": tokens,
                 "completion_tokens": completion_tokens, "generation_times": gen_times, "setup_rss_mb": setup_rss,
                 "peak_rss_mb": peak_rss_mb(), "last_reward": metrics["reward"]}
@@ -199,10 +200,9 @@ def build_model(args, path: Path) -> str:
     from grouprl.config import build_config
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
-    from grouprl.train.run import task_corpus
 
     task = load_task(build_config(cli=grouprl_cli(args, str(path)), environ={}))
-    return str(init_tiny(task_corpus(task), path, args.hidden, args.layers, args.heads, seed=args.seed))
+    return str(init_tiny(task.tokenizer_corpus(), path, args.hidden, args.layers, args.heads, seed=args.seed))
 
 
 def summarize(runs: list[dict], warmup: int) -> dict:

@@ -1,6 +1,6 @@
 """GiGPO on a text gridworld, end to end, on a laptop CPU in a few minutes.
 
-The whole loop, one piece at a time, with the library's own parts:
+The whole loop with the library's own parts; each training step is the trainer's four phases:
 
 1. a tiny Qwen2 model, SFT-warmed on a few BFS-optimal demonstrations (stopped unfinished on purpose);
 2. rollouts: 8 groups x 8 episodes; every episode of a group starts on the same map;
@@ -25,9 +25,11 @@ from grouprl.config import build_config
 from grouprl.policy.loading import load_policy
 from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards.kit import reward_function
+from grouprl.rewards.scorer import Scorer
 from grouprl.tasks import load_task
-from grouprl.train.grpo import GRPOTrainer, episodes_to_samples
-from grouprl.train.run import prepare_tiny, seed_everything
+from grouprl.train.run import seed_everything
+from grouprl.train.trainer import Trainer
+from grouprl.train.warm_start import prepare_tiny
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "gridworld_gigpo.yaml"
 
@@ -54,32 +56,32 @@ def main() -> None:
                                              "options": {"cost": 0.01}}]})
     seed_everything(cfg.train.seed)
     task = load_task(cfg)
-    model_dir = prepare_tiny(cfg, task, console)  # 1. tiny model + SFT on demonstrations
+    scorer = Scorer.from_config(cfg, task)
+    model_dir = prepare_tiny(cfg, task, scorer, console)  # 1. tiny model + SFT on demonstrations
     policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=False)
-    trainer = GRPOTrainer(cfg, policy, task, console)
+    trainer = Trainer(cfg, policy, task, scorer, console=console)
     before = {k: v.detach().clone() for k, v in policy.model.named_parameters()}
 
     for step in range(1, args.steps + 1):
-        episodes = trainer.rollout()  # 2. + 3. rollouts through the episode runner, then the reward pipeline
-        trainer.assign_advantages(episodes)  # 4. GiGPO: A = A_E + omega * A_S on every step
-        samples = episodes_to_samples(episodes, policy.tokenizer.pad_token_id, False)  # one sample per step
-        stats = trainer.update(samples)  # 5. PPO-clip update
+        record = trainer.train_step()  # 2. rollout -> 3. score -> 4. GiGPO advantages -> 5. PPO-clip update
         trainer.step = step
-        steps = [s for ep in episodes for s in ep.steps]
+        episodes, adv = record.episodes, record.advantages
+        n_steps = adv.advantage.numel()
         console.log(f"step {step:3d}: success {sum(ep.success for ep in episodes) / len(episodes):.2f}  "
-                    f"mean score {sum(ep.score for ep in episodes) / len(episodes):+.3f}  "
-                    f"invalid {sum(not s.valid for s in steps) / len(steps):.2f}  "
-                    f"non-singleton anchors {sum(s.anchor_group_size > 1 for s in steps) / len(steps):.2f}  "
-                    f"mean |A_S| {sum(abs(s.step_advantage) for s in steps) / len(steps):.3f}  "
-                    f"loss {stats['loss']:+.4f}")
+                    f"mean score {float(record.scores.episode.mean()):+.3f}  "
+                    f"invalid {sum(not s.valid for ep in episodes for s in ep.steps) / n_steps:.2f}  "
+                    f"non-singleton anchors {int((adv.anchor_size > 1).sum()) / n_steps:.2f}  "
+                    f"mean |A_S| {float(adv.step_advantage.abs().mean()):.3f}  "
+                    f"loss {record.update['loss']:+.4f}")
 
     changed = sum(not torch.equal(before[k], v) for k, v in policy.model.named_parameters())
     console.log(f"{changed} of {len(before)} weight tensors changed")
-    ep = episodes[0]
+    ep = episodes[0]  # the advantage record's first rows are this episode's steps
     console.log(f"last batch, episode {ep.episode_id} (score {ep.score:+.3f}):")
     for t, s in enumerate(ep.steps):
-        console.log(f"  t={t} {s.action_text!r:28} valid={s.valid} r={s.reward:+.2f} R_t={s.returns:+.3f} "
-                    f"A_E={s.episode_advantage:+.3f} A_S={s.step_advantage:+.3f} anchor size {s.anchor_group_size}")
+        console.log(f"  t={t} {s.action_text!r:28} valid={s.valid} r={s.reward:+.2f} R_t={float(adv.returns[t]):+.3f} "
+                    f"A_E={float(adv.episode_advantage[t]):+.3f} A_S={float(adv.step_advantage[t]):+.3f} "
+                    f"anchor size {int(adv.anchor_size[t])}")
     path = trainer.checkpoint()
     console.log(f"checkpoint written to {path}")
 

@@ -43,14 +43,12 @@ def _build_tiny(task: str, out: Path, dataset: Path | None = None) -> Path:
     from grouprl.config import build_config
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
-    from grouprl.train.run import task_corpus
 
     cli = {"task": task, "n_eval": 50}
     if dataset is not None:
         cli["dataset_name_or_path"] = str(dataset)
     task_obj = load_task(build_config(None, cli, environ={}))
-    return init_tiny(task_corpus(task_obj) + (task_obj.system_prompt or ""), out, TINY_HIDDEN, TINY_LAYERS,
-                     TINY_HEADS, seed=0)
+    return init_tiny(task_obj.tokenizer_corpus(), out, TINY_HIDDEN, TINY_LAYERS, TINY_HEADS, seed=0)
 
 
 @pytest.fixture(scope="session")
@@ -92,11 +90,10 @@ def tiny_grid_dir(tmp_path_factory) -> Path:
     from grouprl.config import build_config
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
-    from grouprl.train.run import task_corpus
 
     cfg = build_config(None, GRID_CLI, environ={})
     task = load_task(cfg)
-    return init_tiny(task_corpus(task, cfg), tmp_path_factory.mktemp("tiny_grid") / "model", TINY_HIDDEN,
+    return init_tiny(task.tokenizer_corpus(), tmp_path_factory.mktemp("tiny_grid") / "model", TINY_HIDDEN,
                      TINY_LAYERS, TINY_HEADS, seed=0)
 
 
@@ -106,7 +103,7 @@ def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
     move, so rollouts have valid moves that change the state."""
     from grouprl.config import build_config
     from grouprl.tasks import load_task
-    from grouprl.train.run import env_demonstrations
+    from grouprl.train.warm_start import env_demonstrations
     from grouprl.train.sft import sft_warm_start
 
     cfg = build_config(None, GRID_CLI, environ={})

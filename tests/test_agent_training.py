@@ -90,14 +90,15 @@ def test_view_trajectories_cli(gigpo_run, capsys, monkeypatch):
 def test_debug_log_shows_anchor_groups(tmp_path, warm_grid_dir, caplog):
     from grouprl.policy.loading import load_policy
     from grouprl.tasks import load_task
-    from grouprl.train.grpo import GRPOTrainer
+    from grouprl.train.trainer import Trainer
 
     cfg = _cfg(tmp_path, warm_grid_dir, batch_size=2, num_generations=3, max_episode_steps=3)
     task = load_task(cfg)
     policy = load_policy(cfg.model, str(warm_grid_dir), torch.device("cpu"), need_reference=False)
-    trainer = GRPOTrainer(cfg, policy, task)
-    with caplog.at_level(logging.DEBUG, logger="grouprl.train.grpo"):
-        trainer.assign_advantages(trainer.rollout())
+    trainer = Trainer(cfg, policy, task)
+    with caplog.at_level(logging.DEBUG, logger="grouprl.train.advantages"):
+        episodes = trainer.rollout()
+        trainer.advantages(episodes, trainer.score(episodes).episode)
     text = caplog.text
     assert "group 0: scores" in text and "group 1: scores" in text
     assert "anchor 0 (size" in text and "A_E=" in text and "A_S=" in text and "R=" in text
@@ -107,9 +108,9 @@ def test_reward_functions_score_multi_step_episodes_and_name_steps(tmp_path, war
     """A typed reward sees the whole conversation; its step_outputs land on the named steps and
     an index naming no assistant turn is reported with the episode."""
     from grouprl.records import EvaluateResult, StepOutput
-    from grouprl.rewards.pipeline import score_episodes
+    from grouprl.rewards.scorer import Scorer
     from grouprl.tasks import load_task
-    from grouprl.train.grpo import GRPOTrainer
+    from grouprl.train.trainer import Trainer
     from grouprl.policy.loading import load_policy
 
     seen = {}
@@ -124,12 +125,12 @@ def test_reward_functions_score_multi_step_episodes_and_name_steps(tmp_path, war
     cfg = _cfg(tmp_path, warm_grid_dir, batch_size=2, num_generations=2, max_episode_steps=3)
     task = load_task(cfg)
     policy = load_policy(cfg.model, str(warm_grid_dir), torch.device("cpu"), need_reference=False)
-    episodes = GRPOTrainer(cfg, policy, task).rollout()
+    episodes = Trainer(cfg, policy, task).rollout()
     from grouprl.rewards import registry
 
     registry.REWARDS["first_move_bonus_test"] = first_move_bonus
     try:
-        score_episodes(episodes, ["first_move_bonus_test"], [1.0], None, default_step_reward=-0.05)
+        Scorer(["first_move_bonus_test"], [1.0], None, default_step_reward=-0.05).score(episodes)
     finally:
         del registry.REWARDS["first_move_bonus_test"]
     assert seen["turns"] == [len(ep.steps) for ep in episodes]  # one assistant turn per step
@@ -197,15 +198,16 @@ def test_one_gigpo_update_moves_probability_towards_better_steps(tmp_path, warm_
     from grouprl.policy.loading import load_policy
     from grouprl.policy.scoring import completion_logps
     from grouprl.tasks import load_task
-    from grouprl.train.grpo import GRPOTrainer, episodes_to_samples
+    from grouprl.train.learner import pack_samples
+    from grouprl.train.trainer import Trainer
 
     cfg = _cfg(tmp_path, warm_grid_dir, batch_size=4, num_generations=6, learning_rate=2e-3)
     policy = load_policy(cfg.model, str(warm_grid_dir), torch.device("cpu"), need_reference=False)
-    trainer = GRPOTrainer(cfg, policy, load_task(cfg))
+    trainer = Trainer(cfg, policy, load_task(cfg))
     torch.manual_seed(0)
     episodes = trainer.rollout()
-    trainer.assign_advantages(episodes)
-    samples = episodes_to_samples(episodes, policy.tokenizer.pad_token_id, False)
+    advantages = trainer.advantages(episodes, trainer.score(episodes).episode)
+    samples = pack_samples(episodes, advantages.advantage, policy.tokenizer.pad_token_id, False)
     assert samples.advantages.abs().sum() > 0
 
     def seq_logps():

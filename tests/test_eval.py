@@ -14,12 +14,19 @@ from grouprl.config import build_config
 from grouprl.policy.loading import load_policy, load_tokenizer
 from grouprl.rewards.arithmetic import arithmetic_digits, parse_answer
 from grouprl.rewards.gsm8k import extract_final
-from grouprl.rollout.generation import SamplingParams
+from grouprl.rewards.scorer import Scorer
+from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.tasks import load_task
-from grouprl.train.evaluate import evaluate
+from grouprl.train.evaluate import evaluate as run_evaluate
 
 FIELDS = {"index", "question", "completion", "prediction", "ground_truth", "correct", "reward", "new_tokens"}
 CPU = torch.device("cpu")
+
+
+def evaluate(model, tokenizer, task, rows, params, device, out):
+    """evaluate() with the HF backend and the task's scorer (the defaults a run builds)."""
+    scorer = Scorer(task.reward_names, task.reward_weights, task.correct_reward, reward_kwargs=task.reward_kwargs)
+    return run_evaluate(HFBackend(model, tokenizer, device), tokenizer, task, rows, params, scorer, out)
 
 
 def run_cli(argv, capsys) -> dict:

@@ -11,7 +11,8 @@ import pytest
 
 from grouprl.cli import main
 from grouprl.records import Episode, Step
-from grouprl.rewards.pipeline import RewardFailure, score_episodes
+from grouprl.rewards.pipeline import RewardFailure
+from grouprl.rewards.scorer import Scorer
 from grouprl.rewards.registry import get_reward
 
 USER_REWARDS = textwrap.dedent('''
@@ -50,6 +51,13 @@ def user_file(tmp_path):
     path = tmp_path / "my_rewards.py"
     path.write_text(USER_REWARDS)
     return path
+
+
+def score_episodes(episodes, names, weights, correct, normalize_weights=True, max_error_fraction=1.0,
+                   options=None, sandbox_user_rewards=False, default_step_reward=0.0):
+    """The run's scorer, built from these settings, on one batch; its metrics."""
+    return Scorer(names, weights, correct, normalize_weights, max_error_fraction, options, sandbox_user_rewards,
+                  default_step_reward).score(episodes).metrics
 
 
 def test_names_resolve_to_builtins_files_and_modules(user_file):
@@ -136,9 +144,9 @@ def test_recipe_reward_specs_with_weights_and_options(tmp_path):
                       "    - {name: soft_overlong, weight: 1, options: {max_completion_len: 4, cache_len: 2}}\n")
     task = load_task(build_config(recipe, environ={}))
     assert task.reward_names == ["arithmetic_digits", "soft_overlong"] and task.reward_weights == [2, 1]
-    assert task.reward_options == {"soft_overlong": {"max_completion_len": 4, "cache_len": 2}}
+    assert task.reward_kwargs == {"soft_overlong": {"max_completion_len": 4, "cache_len": 2}}
     eps = _episodes(["12", "12345"])
-    score_episodes(eps, task.reward_names, task.reward_weights, "arithmetic_exact", options=task.reward_options)
+    score_episodes(eps, task.reward_names, task.reward_weights, "arithmetic_exact", options=task.reward_kwargs)
     # "12": arithmetic_digits 1.0 and 2 characters <= 4 - 2, so no length penalty
     assert eps[0].score == pytest.approx(2 / 3 * 1.0 + 1 / 3 * 0.0)
     assert eps[1].reward_parts["soft_overlong"] == -1.0  # 5 characters > max_completion_len 4
@@ -231,3 +239,39 @@ def test_sandboxed_user_reward_file_is_never_imported_in_process(warm_arithmetic
     rows = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["rewards"][f"{path}:length_score"] is not None for r in rows)
     assert not marker.exists()
+
+
+def test_sandboxed_user_reward_file_is_never_imported_in_process_during_eval(warm_arithmetic_dir, tmp_path):
+    """Evaluation before and after RL scores with the run's scorer, so the sandbox rule holds there
+    too (it used to import the file in-process), and eval's mean reward follows normalize_weights."""
+    import sys
+
+    from grouprl.rewards.sandbox import bwrap_available
+
+    usable, why = bwrap_available()
+    if not usable:
+        pytest.skip(f"bubblewrap cannot start here: {why}")
+    marker = tmp_path / "imported_in_process"
+    path = tmp_path / "eval_side_effect.py"
+    path.write_text(textwrap.dedent(f'''
+        from pathlib import Path
+        try:  # a side effect at import time: only possible outside the sandbox
+            Path({str(marker)!r}).write_text("imported")
+        except OSError:
+            pass
+
+        def length_score(completion, ground_truth, **row):
+            return len(completion) / 10
+    '''))
+    out = tmp_path / "run"
+    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
+                 "--rewards", f"{path}:length_score", "--reward_weights", "2", "--normalize_weights", "false",
+                 "--sandbox_user_rewards", "true", "--max_steps", "1", "--batch_size", "2",
+                 "--num_generations", "2", "--n_eval", "3"]) == 0
+    assert not marker.exists()
+    assert not any(getattr(m, "__file__", None) == str(path) for m in list(sys.modules.values()))
+    for name in ("before", "after"):
+        rows = [json.loads(line) for line in (out / "eval" / f"{name}.jsonl").read_text().splitlines()]
+        assert len(rows) == 3
+        for r in rows:  # weight 2, not normalized: twice the sandboxed length score
+            assert r["reward"] == pytest.approx(2 * len(r["completion"]) / 10)

@@ -8,8 +8,8 @@ import pytest
 
 from grouprl.records import Observation
 from grouprl.rollout.prompts import build_messages, parse_action
-from grouprl.rollout.runner import RunnerOptions, run_episodes
-from grouprl.rollout.generation import SamplingParams
+from grouprl.rollout.generation import HFBackend, SamplingParams
+from grouprl.rollout.runner import EpisodeSettings, run_episodes
 from grouprl.tasks.envs import GridWorld
 
 OBS = Observation(text="board now", anchor_state=1, admissible_actions=["up", "down"])
@@ -54,11 +54,12 @@ def _run(model_dir, options, n_groups=2, group_size=3, seeds=(3, 4), max_new_tok
     factories = [functools.partial(GridWorld, size=4, max_steps=20, instructions=prompt)] * n_groups
     rows = [{"seed": s} for s in seeds[:n_groups]]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0)
-    return run_episodes(factories, rows, group_size, model, tok, params, "cpu", options, list(seeds[:n_groups]))
+    return run_episodes(factories, rows, group_size, HFBackend(model, tok, "cpu"), tok, params, options,
+                        list(seeds[:n_groups]))
 
 
 def test_untrained_model_makes_invalid_steps_that_are_penalized_and_do_not_advance(tiny_grid_dir):
-    options = RunnerOptions(max_steps=3, history_length=2, invalid_action_penalty=0.1)
+    options = EpisodeSettings(max_steps=3, history_length=2, invalid_action_penalty=0.1)
     episodes = _run(tiny_grid_dir, options)
     assert [(e.group_id, e.index_in_group) for e in episodes] == [(g, k) for g in range(2) for k in range(3)]
     for ep in episodes:
@@ -67,7 +68,7 @@ def test_untrained_model_makes_invalid_steps_that_are_penalized_and_do_not_advan
         assert first.anchor_state == episodes[3 * ep.group_id].steps[0].anchor_state
         assert len(ep.steps) == 3  # random text is never '<action>up</action>': all invalid, never done
         for s in ep.steps:
-            assert not s.valid and s.penalty == 0.1 and s.info["invalid"] and s.env_reward == 0.0
+            assert not s.valid and s.penalty == 0.1 and s.invalid_reason and s.env_reward == 0.0
             assert s.anchor_state == first.anchor_state  # the environment did not move
         # history window: step t shows min(t, 2) earlier (observation, action) pairs
         assert [sum(m["role"] == "assistant" for m in s.messages) for s in ep.steps] == [0, 1, 2]
@@ -78,7 +79,7 @@ def test_untrained_model_makes_invalid_steps_that_are_penalized_and_do_not_advan
 def test_valid_actions_advance_through_the_same_runner(warm_grid_dir):
     from conftest import GRID_PROMPT
 
-    options = RunnerOptions(max_steps=6, history_length=1, action_pattern=None, show_admissible_actions=False)
+    options = EpisodeSettings(max_steps=6, history_length=1, action_pattern=None, show_admissible_actions=False)
     episodes = _run(warm_grid_dir, options, max_new_tokens=6, prompt=GRID_PROMPT)
     steps = [s for ep in episodes for s in ep.steps]
     valid = [s for s in steps if s.valid]
@@ -89,5 +90,5 @@ def test_valid_actions_advance_through_the_same_runner(warm_grid_dir):
             if not before.valid:
                 assert after.anchor_state == before.anchor_state
         if ep.done:  # the environment ended it: reached the goal or fell in a hole
-            assert ep.steps[-1].info.get("success") is not None
+            assert ep.steps[-1].env_info.get("success") is not None
     assert any(ep.steps[0].anchor_state != ep.steps[-1].anchor_state for ep in episodes)  # it moved somewhere

@@ -8,7 +8,7 @@ precision, for every loss aggregation and with a KL term against a reference tha
 from the policy (TRL with ``use_bias_correction_kl=False``: grouprl's KL is the plain k3 term).
 
 grouprl is driven through its real code path: ``build_config`` -> ``load_policy`` ->
-``GRPOTrainer`` -> ``assign_advantages`` -> ``episodes_to_samples`` -> ``update``.
+``Trainer`` -> ``advantages`` -> ``pack_samples`` -> ``update``.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
 from grouprl.policy.tiny import init_tiny  # noqa: E402
 from grouprl.records import Episode, Step  # noqa: E402
 from grouprl.tasks.base import SingleTurnTask  # noqa: E402
-from grouprl.train.grpo import GRPOTrainer, episodes_to_samples  # noqa: E402
+from grouprl.train.learner import pack_samples  # noqa: E402
+from grouprl.train.trainer import Trainer  # noqa: E402
 
 CORPUS = "0123456789+-= "
 K = 4  # group size
@@ -246,12 +247,13 @@ def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_di
         _perturb(policy.model)
     rows = [{"question": q, "ground_truth": "0", "gold_completion": "0"} for q in QUESTIONS]
     task = SingleTurnTask("fixed", rows, [], None, ["arithmetic_digits"], "arithmetic_exact", [1.0])
-    trainer = GRPOTrainer(cfg, policy, task)
-    for group in trainer.optimizer.param_groups:  # grouprl has no adam_epsilon setting (torch default 1e-8)
+    trainer = Trainer(cfg, policy, task)
+    for group in trainer.learner.optimizer.param_groups:  # grouprl has no adam_epsilon setting (torch default 1e-8)
         group["eps"] = ADAM_EPS
     episodes = build_episodes(fx)
-    trainer.assign_advantages(episodes)
-    samples = episodes_to_samples(episodes, policy.tokenizer.pad_token_id, cfg.algorithm.mask_truncated_completions)
+    advantages = trainer.advantages(episodes, torch.tensor([ep.score for ep in episodes]))
+    samples = pack_samples(episodes, advantages.advantage, policy.tokenizer.pad_token_id,
+                           cfg.algorithm.mask_truncated_completions)
 
     # The full-batch loss from the pure functions, before the update (independent of accumulation).
     with torch.no_grad():

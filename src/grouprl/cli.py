@@ -12,6 +12,7 @@ from typing import Any, get_args, get_origin
 import yaml
 
 from grouprl.config import SECTIONS, ConfigError, build_config
+from grouprl.tasks.registry import TASKS
 
 
 def _parse_value(text: str) -> Any:
@@ -73,11 +74,11 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from grouprl.policy.loading import load_policy, pick_device
-    from grouprl.rollout.generation import SamplingParams
+    from grouprl.rewards.scorer import Scorer
+    from grouprl.rollout.generation import SamplingParams, make_backend
+    from grouprl.rollout.runner import episode_settings
     from grouprl.tasks import load_task
     from grouprl.train.evaluate import evaluate
-
-    from grouprl.train.grpo import runner_options
 
     cli = {"model_name_or_path": args.model, "task": args.task, "n_eval": args.n}
     if args.dataset_name_or_path:
@@ -90,8 +91,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             temperature=args.temperature,
                             greedy=not args.sample, batch_size=args.batch_size)
     out = args.out or os.path.join(args.model, f"eval_{args.task}.jsonl")
-    result = evaluate(policy.model, policy.tokenizer, task, task.eval_rows[: args.n], params, device, out,
-                      runner_options(cfg, task))
+    result = evaluate(make_backend(policy, cfg), policy.tokenizer, task, task.eval_rows[: args.n], params,
+                      Scorer.from_config(cfg, task), out, episode_settings(cfg, task))
     result["per_example"] = out
     print(json.dumps(result, indent=2))
     return 0
@@ -118,15 +119,13 @@ def cmd_view(args: argparse.Namespace) -> int:
 def cmd_init_model(args: argparse.Namespace) -> int:
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
-    from grouprl.train.run import task_corpus
 
     cli = {"task": args.task}
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
     cfg = build_config(None, cli)
     task = load_task(cfg)
-    out = init_tiny(task_corpus(task, cfg) + (task.system_prompt or ""), args.out, args.hidden_size, args.num_layers,
-                    args.num_heads, args.seed)
+    out = init_tiny(task.tokenizer_corpus(), args.out, args.hidden_size, args.num_layers, args.num_heads, args.seed)
     print(out)
     return 0
 
@@ -143,18 +142,20 @@ def config_fields_help() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    import grouprl.tasks  # noqa: F401 - registers the tasks (and their config sections) before flags are made
+
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="grouprl", formatter_class=fmt,
-        description="Group-relative RL post-training (GRPO) for language models.\n\n"
+        description="Group-relative RL post-training (GRPO, Dr. GRPO, RLOO, GiGPO) for language models.\n\n"
                     "`grouprl train` with no options runs the embedded default: build a tiny Qwen2 model for an\n"
                     "arithmetic task, warm it with SFT, evaluate, run GRPO, evaluate again.",
         epilog=config_fields_help())
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train with GRPO (defaults < --config < env vars < flags)",
+    train = sub.add_parser("train", help="train with RL (defaults < --config < env vars < flags)",
                            formatter_class=fmt,
-                           description="Train with GRPO. Precedence: defaults < --config YAML < environment "
+                           description="Train with the configured estimator (default GRPO). Precedence: defaults < --config YAML < environment "
                                        "(MODEL_NAME, OUTPUT_DIR, MAX_STEPS, NUM_GENERATIONS, MAX_NEW_TOKENS, "
                                        "BATCH_SIZE, GRAD_ACCUM, LR, N_TRAIN, N_EVAL, SEED, GROUPRL_<FIELD>) < flags.")
     add_config_flags(train)
@@ -162,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="accuracy of a model on a task's held-out split")
     ev.add_argument("--model", required=True, help="model dir or hub id (required)")
-    ev.add_argument("--task", default="gsm8k", choices=["gsm8k", "arithmetic", "gridworld", "sokoban", "calculator"],
+    ev.add_argument("--task", default="gsm8k", choices=sorted(TASKS),
                     help="task (default: gsm8k); environments report the success rate")
     ev.add_argument("--config", default=None, help="recipe whose task/rollout options to use (default: None)")
     ev.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
@@ -190,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
     im.add_argument("--task", default="arithmetic",
-                    choices=["gsm8k", "arithmetic", "gridworld", "sokoban", "calculator"],
+                    choices=sorted(TASKS),
                     help="task whose corpus defines the vocabulary (default: arithmetic)")
     im.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
     im.add_argument("--out", default="tiny_model", help="output dir (default: tiny_model)")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class Section(BaseModel):
@@ -48,8 +48,10 @@ class RewardSpec(Section):
 
 
 class TaskConfig(Section):
-    task: Literal["arithmetic", "gsm8k", "gridworld", "sokoban", "calculator"] = Field(
-        "arithmetic", description="where episodes come from: a single-turn dataset or a multi-step environment")
+    task: str = Field(
+        "arithmetic", description="where episodes come from: a registered task (grouprl/tasks/registry.py), a "
+                                  "single-turn dataset (arithmetic, gsm8k) or an environment (gridworld, sokoban, "
+                                  "calculator)")
     dataset_name_or_path: str | None = Field(
         None, description="gsm8k: hub id (openai/gsm8k) or a dir with train.jsonl/test.jsonl"
     )
@@ -81,6 +83,15 @@ class TaskConfig(Section):
         "arithmetic", description="calculator: where the questions come from")
     calculator_max_calls: int = Field(8, gt=0, description="calculator: calls allowed before the episode is cut")
 
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, name: str) -> str:
+        from grouprl.tasks.registry import TASKS
+
+        if name not in TASKS:
+            raise ValueError(f"one of {', '.join(repr(n) for n in TASKS)}")
+        return name
+
 
 class RolloutConfig(Section):
     num_generations: int = Field(8, ge=2, description="K completions per prompt (the group size)")
@@ -88,6 +99,8 @@ class RolloutConfig(Section):
     max_new_tokens: int | None = Field(
         None, gt=0, description="completion length cap per step (empty = the task's: arithmetic 6, gsm8k 512, "
                                 "gridworld/sokoban 24, calculator 48)")
+    generation_backend: str = Field("hf", description="generation engine (rollout/generation.py BACKENDS): "
+                                                      "hf = transformers generate on the policy")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
@@ -105,8 +118,13 @@ class RolloutConfig(Section):
 
 
 class AlgorithmConfig(Section):
-    advantage: Literal["grpo", "dr_grpo", "rloo", "gigpo"] = Field(
-        "grpo", description="advantage estimator (registry name)")
+    advantage: str = Field(
+        "grpo", description="advantage estimator: grpo, dr_grpo, rloo, gigpo, or your own as "
+                            "'path/to/file.py:function' / 'package.module:function'")
+    advantage_options: dict[str, Any] = Field(
+        default_factory=dict, description="keyword options for the estimator (it must declare them); the built-ins "
+                                          "also read scale_rewards, gamma, step_advantage_weight, gigpo_norm, "
+                                          "episode_stats")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="grpo: divide by group/batch std")
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
     epsilon_low: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon_low")
@@ -175,10 +193,12 @@ class RuntimeConfig(Section):
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (empty = torch default)")
 
 
-TASK_MAX_NEW_TOKENS = {"arithmetic": 6, "gsm8k": 512, "gridworld": 24, "sokoban": 24, "calculator": 48}
+# Sections that tasks (or other capabilities) add: name -> class (see register_section).
+EXTRA_SECTIONS: dict[str, type[Section]] = {}
 
 
 class Config(Section):
+    model_config = ConfigDict(extra="allow", validate_assignment=True, protected_namespaces=())
     model: ModelConfig = Field(default_factory=ModelConfig)
     task: TaskConfig = Field(default_factory=TaskConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
@@ -188,10 +208,44 @@ class Config(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _registered_sections(cls, data: Any) -> Any:
+        """Registered extra sections (a task's own fields) are validated by their class; others are errors."""
+        if not isinstance(data, dict):
+            return data
+        unknown = [k for k in data if k not in cls.model_fields and k not in EXTRA_SECTIONS]
+        if unknown:
+            raise ValueError(f"unknown section '{unknown[0]}'; sections: {sorted(SECTIONS)}")
+        data = dict(data)
+        for name, section_cls in EXTRA_SECTIONS.items():
+            value = data.get(name) or {}
+            data[name] = value if isinstance(value, section_cls) else section_cls.model_validate(value)
+        return data
+
+    @model_validator(mode="after")
+    def _registered_names(self) -> "Config":
+        """Estimator and backend names against their registries (after the fields: only a valid
+        config pays for importing them)."""
+        from grouprl.algos.advantages import ADVANTAGES
+        from grouprl.rollout.generation import BACKENDS
+
+        for key, value, known, section in [
+            ("advantage", self.algorithm.advantage, ADVANTAGES, "algorithm"),
+            ("generation_backend", self.rollout.generation_backend, BACKENDS, "rollout"),
+        ]:
+            if value not in known and not (key == "advantage" and ":" in value):
+                own = " or 'path/to/file.py:function' / 'package.module:function'" if key == "advantage" else ""
+                raise ValueError(f"config key '{key}' (section {section}): got {value!r}; expected one of "
+                                 f"{', '.join(repr(n) for n in known)}{own}")
+        return self
+
     @model_validator(mode="after")
     def _task_defaults(self) -> "Config":
         if self.rollout.max_new_tokens is None:  # bypass validate_assignment (it would re-run this validator)
-            self.rollout.__dict__["max_new_tokens"] = TASK_MAX_NEW_TOKENS[self.task.task]
+            from grouprl.tasks.registry import task_spec
+
+            self.rollout.__dict__["max_new_tokens"] = task_spec(self.task.task).max_new_tokens
         return self
 
 
@@ -204,6 +258,25 @@ for _section, _cls in SECTIONS.items():
     for _name in _cls.model_fields:
         assert _name not in FIELD_SECTION, f"duplicate config field {_name}"
         FIELD_SECTION[_name] = _section
+
+
+
+def register_section(name: str, section: type[Section]) -> None:
+    """Add a config section (``cfg.<name>``) whose fields work as flags, env vars and recipe keys.
+
+    A task declares its own fields this way (``register_task(..., section=...)``), so the
+    trainer and this file need no edit. Field names stay unique across all sections.
+    """
+    if name in SECTIONS and SECTIONS[name] is not section:
+        raise ValueError(f"config section '{name}' is already registered")
+    for field_name in section.model_fields:
+        owner = FIELD_SECTION.get(field_name)
+        if owner is not None and owner != name:
+            raise ValueError(f"config section '{name}': field '{field_name}' already belongs to section '{owner}'")
+    SECTIONS[name] = EXTRA_SECTIONS[name] = section
+    for field_name in section.model_fields:
+        FIELD_SECTION[field_name] = name
+
 
 # The seed script's environment variables (simple_grpo) and grouprl's own GROUPRL_<FIELD>.
 ENV_VARS: dict[str, str] = {
@@ -296,20 +369,30 @@ def build_config(
     environ: dict[str, str] | None = None,
 ) -> Config:
     """Defaults < recipe < environment < CLI, validated as one model."""
+    import grouprl.tasks  # noqa: F401 - the registered tasks (and the config sections they add)
+
     layers = [read_recipe(recipe) if recipe else {}, env_overrides(environ), _nest(cli or {}, "command line")]
     merged: dict[str, dict[str, Any]] = {}
     for layer in layers:
         merged = _merge(merged, layer)
+    for name, section_cls in EXTRA_SECTIONS.items():  # a task's section: its errors named like the others'
+        try:
+            merged[name] = section_cls.model_validate(merged.get(name, {}))
+        except ValidationError as err:
+            raise ConfigError(_describe(err, name)) from None
     try:
         return Config.model_validate(merged)
     except ValidationError as err:
         raise ConfigError(_describe(err)) from None
 
 
-def _describe(err: ValidationError) -> str:
+def _describe(err: ValidationError, section: str | None = None) -> str:
     lines = []
     for e in err.errors():
-        loc = [str(x) for x in e["loc"]]
+        if not e["loc"]:  # a whole-config check: its message names the key itself
+            lines.append(e["msg"].removeprefix("Value error, "))
+            continue
+        loc = ([section] if section else []) + [str(x) for x in e["loc"]]
         key = loc[1] if len(loc) > 1 else loc[0]
         value = e.get("input")
         lines.append(f"config key '{key}' (section {loc[0]}): got {value!r}; expected {e['msg'].lower()}")

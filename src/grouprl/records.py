@@ -54,17 +54,12 @@ class Step:
     messages: list[dict[str, Any]] | None = None  # the prompt's chat messages (history window included)
     observation: str = ""  # the observation text of this step (without history)
     valid: bool = True  # the action parsed and was admissible (else the env was not advanced)
+    invalid_reason: str = ""  # why the action was invalid (empty when valid)
     penalty: float = 0.0  # invalid-action penalty charged to this step
     env_reward: float = 0.0
-    info: dict[str, Any] = field(default_factory=dict)  # the environment's StepResult.info
+    env_info: dict[str, Any] = field(default_factory=dict)  # the environment's StepResult.info
     reward: float = 0.0  # step reward r_t: env reward - penalty + step-level reward-function rewards
-    # Filled by the advantage estimator (GiGPO fills all; episode-level estimators only ``advantage``).
-    returns: float = 0.0  # discounted return R_t = sum_k gamma^(k-t) r_k
-    episode_advantage: float = 0.0
-    step_advantage: float = 0.0
-    anchor_group: int = -1
-    anchor_group_size: int = 0
-    advantage: float = 0.0
+    logprobs: list[float] | None = None  # the generation engine's per-token log-probs, when it gives them
 
 
 @dataclass
@@ -93,7 +88,7 @@ class Episode:
         """The environment reported success (``info['success']`` or ``info['correct']``) on the last step."""
         if not self.steps:
             return False
-        info = self.steps[-1].info
+        info = self.steps[-1].env_info
         return bool(info.get("success", info.get("correct", False)))
 
     @property

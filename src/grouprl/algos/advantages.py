@@ -1,36 +1,85 @@
 """Advantage estimators: pure functions from episode scores (and step records) to advantages.
 
-Episode-level estimators (grpo, dr_grpo, rloo) have the signature
-``fn(scores, group_ids, **options) -> advantages`` with ``scores`` a float tensor (one per
-episode) and ``group_ids`` a long tensor (the group of each episode; episodes of a group
-started from the same state); the result, one scalar per episode, is broadcast to every
-step of the episode. Step-level estimators (gigpo) also take ``steps`` (:class:`StepTensors`)
-and return one scalar per step. :func:`step_advantages` calls either kind and always
-returns one scalar per step, which the loss broadcasts to that step's action tokens.
+Every estimator is reached through the registry (:data:`ADVANTAGES`): built-ins by name, a
+user's own as ``path/to/file.py:function`` or ``package.module:function``. An estimator's
+signature is its declaration:
+
+- ``fn(scores, group_ids, *, option=default, ...) -> (E,)`` is *episode-level*: ``scores`` is a
+  float tensor (one per episode), ``group_ids`` a long tensor (episodes of a group started
+  from the same state); the result is broadcast to every step of the episode.
+- ``fn(scores, group_ids, steps, *, option=default, ...)`` is *step-level*: ``steps`` is a
+  :class:`StepTensors`; it returns one value per step, or a record with ``advantage`` per step
+  (and optionally ``returns``, ``episode_advantage``, ``step_advantage``, ``anchor_size``).
+
+Its keyword parameters are its options; an option it does not declare is an error naming it
+(no ``**kwargs``: a typo must not pass silently).
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 
-AdvantageFn = Callable[..., torch.Tensor]
-ADVANTAGES: dict[str, AdvantageFn] = {}
-STEP_LEVEL: set[str] = set()  # estimators that take ``steps`` and return one value per step
+AdvantageFn = Callable[..., Any]
 
 
-def register(name: str, step_level: bool = False) -> Callable[[AdvantageFn], AdvantageFn]:
+@dataclass(frozen=True)
+class Estimator:
+    """A registered advantage estimator and what its signature declares."""
+
+    name: str
+    fn: AdvantageFn
+    step_level: bool  # takes ``steps`` and returns one value (or a record) per step
+    options: tuple[str, ...]  # its keyword options
+
+    def check_options(self, options: dict[str, Any]) -> None:
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            raise ValueError(f"advantage estimator '{self.name}': unknown option '{unknown[0]}'; "
+                             f"it takes: {', '.join(self.options) or 'no options'}")
+
+
+def declare(name: str, fn: AdvantageFn) -> Estimator:
+    """Read an estimator's declaration from its signature (see the module docstring)."""
+    params = list(inspect.signature(fn).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        raise TypeError(f"advantage estimator '{name}': declare every option as a keyword parameter, not **kwargs")
+    positional = [p.name for p in params if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
+    if positional[:2] != ["scores", "group_ids"] or len(positional) > 3:
+        raise TypeError(f"advantage estimator '{name}': expected fn(scores, group_ids[, steps], *, options...), "
+                        f"got parameters {[p.name for p in params]}")
+    step_level = "steps" in [p.name for p in params]
+    options = tuple(p.name for p in params if p.name not in ("scores", "group_ids", "steps"))
+    return Estimator(name, fn, step_level, options)
+
+
+ADVANTAGES: dict[str, Estimator] = {}
+
+
+def register(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
+    """Add an estimator to the registry under ``name`` (its declaration is read from the signature)."""
     def wrap(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES[name] = fn
-        if step_level:
-            STEP_LEVEL.add(name)
+        ADVANTAGES[name] = declare(name, fn)
         return fn
 
     return wrap
+
+
+def get_estimator(name: str) -> Estimator:
+    """A built-in by name, or a user's function named ``path/to/file.py:function`` / ``module:function``."""
+    if name in ADVANTAGES:
+        return ADVANTAGES[name]
+    if ":" in name:
+        from grouprl.user_code import import_callable
+
+        return declare(name, import_callable(name, "advantage estimator"))
+    raise KeyError(f"unknown advantage estimator '{name}'; known: {sorted(ADVANTAGES)} or "
+                   "'path/to/file.py:function' or 'package.module:function'")
 
 
 @dataclass
@@ -57,8 +106,8 @@ def group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
 
 
 @register("grpo")
-def grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, scale: str = "group", epsilon: float = EPS,
-                   **_) -> torch.Tensor:
+def grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, scale: str = "group",
+                   epsilon: float = EPS) -> torch.Tensor:
     """GRPO (Shao et al., 2024, DeepSeekMath, Eq. 3 outcome supervision):
 
         A_i = (r_i - mean_j r_j) / (std_j r_j + eps)
@@ -80,7 +129,7 @@ def grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, scale: str = "
 
 
 @register("dr_grpo")
-def dr_grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, **_) -> torch.Tensor:
+def dr_grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO (Liu et al., 2025, "Understanding R1-Zero-Like Training"): no std division,
 
         A_i = r_i - mean_j r_j
@@ -90,7 +139,7 @@ def dr_grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, **_) -> tor
 
 
 @register("rloo")
-def rloo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, **_) -> torch.Tensor:
+def rloo_advantage(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """REINFORCE leave-one-out (Kool et al., 2019; Ahmadian et al., 2024):
 
         A_i = r_i - 1/(G-1) * sum_{j != i} r_j = G/(G-1) * (r_i - mean_j r_j)
@@ -124,6 +173,7 @@ class GiGPOParts:
     advantage: torch.Tensor  # (S,) A_E + omega * A_S
 
 
+@register("gigpo")
 def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors, gamma: float = 0.95,
                 step_advantage_weight: float = 1.0, norm: str = "mean_norm", episode_stats: str = "episode",
                 epsilon: float = 1e-6) -> GiGPOParts:
@@ -165,26 +215,28 @@ def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensor
                       episode_adv + step_advantage_weight * step_adv)
 
 
-@register("gigpo", step_level=True)
-def gigpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors | None = None,
-                    **options) -> torch.Tensor:
-    """GiGPO: A = A_E + omega * A_S per step (see :func:`gigpo_parts` for the equations)."""
-    if steps is None:
-        raise ValueError("gigpo is a step-level estimator: pass steps=StepTensors(...)")
-    known = {"gamma", "step_advantage_weight", "norm", "episode_stats", "epsilon"}
-    return gigpo_parts(scores, group_ids, steps, **{k: v for k, v in options.items() if k in known}).advantage
+def run_estimator(estimator: Estimator, scores: torch.Tensor, group_ids: torch.Tensor,
+                  steps: StepTensors | None = None, **options) -> Any:
+    """The estimator's own output: per episode, or per step (a tensor or a record) for step-level ones."""
+    estimator.check_options(options)
+    if estimator.step_level:
+        if steps is None:
+            raise ValueError(f"{estimator.name} is a step-level estimator: pass steps=StepTensors(...)")
+        return estimator.fn(scores, group_ids, steps, **options)
+    return estimator.fn(scores, group_ids, **options)
 
 
-def compute_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, **options) -> torch.Tensor:
-    """The registered estimator's output: per episode, or per step for step-level ones."""
-    if name not in ADVANTAGES:
-        raise KeyError(f"unknown advantage estimator '{name}'; known: {sorted(ADVANTAGES)}")
-    return ADVANTAGES[name](scores, group_ids, **options)
+def compute_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors | None = None,
+                       **options) -> Any:
+    """:func:`run_estimator` for the estimator ``name`` (a registry name or a user's function)."""
+    return run_estimator(get_estimator(name), scores, group_ids, steps, **options)
 
 
 def step_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors,
                     **options) -> torch.Tensor:
     """One advantage per step: episode-level estimators are broadcast to their episode's steps."""
-    if name in STEP_LEVEL:
-        return compute_advantages(name, scores, group_ids, steps=steps, **options)
-    return compute_advantages(name, scores, group_ids, **options)[steps.episode]
+    estimator = get_estimator(name)
+    out = run_estimator(estimator, scores, group_ids, steps, **options)
+    if estimator.step_level:
+        return out if isinstance(out, torch.Tensor) else out.advantage
+    return out[steps.episode]

@@ -48,12 +48,8 @@ def policy_loss(
         l_t   = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t
         KL_t  = exp(q - p) - (q - p) - 1,  q = log pi_ref, p = log pi   (k3, Schulman 2020)
 
-    with eps_high > eps_low the DAPO "clip-higher" (Yu et al., 2025). Aggregation:
-    - "grpo":    mean over each sequence's tokens, then over sequences;
-    - "dapo":    sum over all tokens / ``num_items_in_batch`` (the tokens of the whole
-                 generation batch, so gradient accumulation gives the same result; defaults
-                 to this micro-batch's tokens) (Yu et al., 2025);
-    - "dr_grpo": sum over all tokens / (sequences x ``max_completion_length``) (Liu et al., 2025).
+    with eps_high > eps_low the DAPO "clip-higher" (Yu et al., 2025). The per-token terms are
+    aggregated by :func:`aggregate_loss` (``loss_type``).
 
     Shapes: logps/old_logps/ref_logps/mask (B, T); advantages (B,). Returns the loss for
     this micro-batch and detached statistics.
@@ -72,17 +68,7 @@ def policy_loss(
         kl = torch.exp(delta) - delta - 1
         per_token = per_token + beta * kl
 
-    if loss_type == "grpo":
-        loss = ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    elif loss_type == "dapo":
-        denom = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
-        loss = (per_token * mask).sum() / denom.clamp(min=1.0)
-    elif loss_type == "dr_grpo":
-        if max_completion_length is None:
-            raise ValueError("policy_loss: loss_type 'dr_grpo' needs max_completion_length")
-        loss = (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
-    else:
-        raise ValueError(f"policy_loss: loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")
+    loss = aggregate_loss(per_token, mask, loss_type, max_completion_length, num_items_in_batch)
 
     with torch.no_grad():
         n = mask.sum().clamp(min=1.0)
@@ -96,3 +82,38 @@ def policy_loss(
         if kl is not None:
             stats["kl"] = (kl * mask).sum() / n
     return loss, stats
+
+
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
+
+
+def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str,
+                   max_completion_length: int | None = None,
+                   num_items_in_batch: float | None = None) -> torch.Tensor:
+    """One micro-batch's loss from its per-token terms l_t (B, T) and mask (B, T):
+
+    - "grpo":    mean over each sequence's tokens, then over sequences (Shao et al., 2024);
+    - "dapo":    sum over all tokens / ``num_items_in_batch`` (the tokens of the whole
+                 generation batch, so gradient accumulation gives the same result; defaults
+                 to this micro-batch's tokens) (Yu et al., 2025);
+    - "dr_grpo": sum over all tokens / (sequences x ``max_completion_length``) (Liu et al., 2025).
+    """
+    if loss_type == "grpo":
+        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "dapo":
+        denom = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
+        return (per_token * mask).sum() / denom.clamp(min=1.0)
+    if loss_type == "dr_grpo":
+        if max_completion_length is None:
+            raise ValueError("policy_loss: loss_type 'dr_grpo' needs max_completion_length")
+        return (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
+    raise ValueError(f"policy_loss: loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")
+
+
+def micro_batch_weight(loss_type: str, micro_batch_size: int, batch_size: int) -> float:
+    """The factor on a micro-batch's loss so that the accumulated gradient is the whole batch's.
+
+    "grpo" and "dr_grpo" average over the micro-batch's sequences, so each micro-batch counts by
+    its share of the batch (B_m / B); "dapo" already divides by the whole batch's tokens (1).
+    """
+    return 1.0 if loss_type == "dapo" else micro_batch_size / batch_size

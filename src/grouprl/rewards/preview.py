@@ -8,8 +8,9 @@ Each line of the samples file is one of
 
 plus any other fields, which are passed to every reward as keyword arguments. Plain built-ins
 are called as ``fn(completion, ground_truth, **other_fields)``; typed ``@reward_function``s get
-the messages through ``score_batch``. An exception in a reward is caught and recorded for that
-sample only; a malformed line is recorded as an error naming the line.
+the messages. Scoring is the training scorer's (``rewards/scorer.py``): the same failure rule
+(an exception is recorded for that sample only) and error format; a malformed line is
+recorded as an error naming the line.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from grouprl.records import Episode, Step
 from grouprl.rewards import registry
 from grouprl.rewards.gsm8k import extract_gold
-from grouprl.rewards.kit import conversation, score_batch
+from grouprl.rewards.kit import conversation
 
 __all__ = ["preview", "list_rewards", "load_samples", "add_rewards_parser", "cmd_rewards_list",
            "cmd_rewards_preview", "SampleError"]
@@ -106,62 +108,12 @@ def load_samples(samples_path: str | Path, max_samples: int | None = None) -> li
     return out
 
 
-def _unique_keys(names: list[str]) -> list[str]:
-    seen: dict[str, int] = {}
-    keys = []
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        keys.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
-    return keys
-
-
-def _err(name: str, err: BaseException) -> str:
-    return f"{name}: {type(err).__name__}: {err}"
-
-
-def _typed_record(key: str, result) -> dict[str, Any]:
-    valid = result.is_score_valid and result.error is None
-    return {
-        "score": float(result.score) if valid else None,
-        "reason": result.reason,
-        "metrics": {k: {"score": m.score, "is_score_valid": m.is_score_valid, "reason": m.reason}
-                    for k, m in result.metrics.items()},
-        "error": f"{key}: {result.error}" if result.error else None,
-    }
-
-
-def _score_typed(key: str, fn: Callable, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    def one_call(batch: list[dict[str, Any]]):
-        names = sorted({k for s in batch for k in s["extra"]})
-        columns = {k: [s["extra"].get(k) for s in batch] for k in names}
-        return score_batch(fn, [s["messages"] for s in batch], [s["ground_truth"] for s in batch], **columns)
-
-    if getattr(fn, "reward_mode", "pointwise") == "batch" and len(samples) > 1:
-        try:
-            return [_typed_record(key, r) for r in one_call(samples)]
-        except Exception:  # noqa: BLE001 - find the failing samples one by one below
-            pass
-    out = []
-    for s in samples:
-        try:
-            out.append(_typed_record(key, one_call([s])[0]))
-        except Exception as err:  # noqa: BLE001 - one failing sample must not stop the preview
-            out.append({"score": None, "reason": None, "metrics": {}, "error": _err(key, err)})
-    return out
-
-
-def _score_plain(key: str, fn: Callable, samples: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out = []
-    for s in samples:
-        try:
-            value = fn(s["completion"], s["ground_truth"], **s["extra"])
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                raise TypeError(f"returned {type(value).__name__}; expected a float or None")
-            out.append({"score": None if value is None else float(value), "reason": None, "metrics": {},
-                        "error": None})
-        except Exception as err:  # noqa: BLE001
-            out.append({"score": None, "reason": None, "metrics": {}, "error": _err(key, err)})
-    return out
+def sample_episode(sample: dict[str, Any]) -> Episode:
+    """A parsed sample as the one-step episode the scorer sees (each sample its own episode)."""
+    step = Step(prompt_text="", prompt_ids=[], action_text=sample["completion"], action_ids=[], truncated=False,
+                anchor_state=None, messages=sample["messages"][:-1])
+    return Episode(group_id=0, index_in_group=0, row={**sample["extra"], "ground_truth": sample["ground_truth"]},
+                   steps=[step])
 
 
 def _shorten(text: str, n: int = 60) -> str:
@@ -192,14 +144,16 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
         raise ValueError("give at least one reward")
     if weights is not None and len(weights) != len(reward_names):
         raise ValueError(f"{len(weights)} weight(s) for {len(reward_names)} reward(s)")
-    keys = _unique_keys(list(reward_names))
-    fns = {key: registry.get_reward(name) for key, name in zip(keys, reward_names)}
+    from grouprl.rewards.scorer import Scorer
+
+    # The training scorer, with the preview's weights as given, never stopping on errors (it shows them).
+    scorer = Scorer(list(reward_names), list(weights) if weights is not None else [1.0] * len(reward_names),
+                    normalize_weights=False, max_error_fraction=1.0)
+    keys, fns = scorer.keys, scorer.fns
     entries = load_samples(samples_path, max_samples)
     good = [e for e in entries if "error" not in e]
-
-    per_reward = {key: (_score_typed(key, fn, good) if registry.is_typed(fn) else _score_plain(key, fn, good))
-                  for key, fn in fns.items()}
-    wmap = dict(zip(keys, weights)) if weights is not None else None
+    episodes = [sample_episode(e) for e in good]
+    per_reward = scorer.score(episodes).parts if episodes else {key: [] for key in keys}
 
     rows: list[dict[str, Any]] = []
     good_i = 0
@@ -210,18 +164,20 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
             row["errors"].append(e["error"])
             row["scores"] = {k: None for k in keys}
             row["reasons"] = {k: None for k in keys}
+            if weights is not None:
+                row["total"] = 0.0
         else:
             for key in keys:
-                rec = per_reward[key][good_i]
-                row["scores"][key] = rec["score"]
-                row["reasons"][key] = rec["reason"]
+                part = per_reward[key][good_i]
+                row["scores"][key] = part.score
+                row["reasons"][key] = part.reason
                 if registry.is_typed(fns[key]):
-                    row["metrics"][key] = rec["metrics"]
-                if rec["error"]:
-                    row["errors"].append(rec["error"])
+                    row["metrics"][key] = part.metrics
+                if part.error:
+                    row["errors"].append(part.error)
+            if weights is not None:
+                row["total"] = episodes[good_i].score
             good_i += 1
-        if wmap is not None:
-            row["total"] = registry.weighted_score(row["scores"], wmap)
         rows.append(row)
 
     table = Table(title=f"reward preview: {samples_path}")
@@ -229,7 +185,7 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     table.add_column("completion", overflow="fold")
     for key in keys:
         table.add_column(key.rsplit(":", 1)[-1] if ":" in key else key, justify="right")
-    if wmap is not None:
+    if weights is not None:
         table.add_column("total", justify="right")
     for row in rows:
         cells: list[Any] = [str(row["index"])]
@@ -244,7 +200,7 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
             else:
                 score = row["scores"][key]
                 cells.append(Text("—" if score is None else f"{score:.3f}"))
-        if wmap is not None:
+        if weights is not None:
             cells.append(Text(f"{row['total']:.3f}"))
         table.add_row(*cells)
     console.print(table)

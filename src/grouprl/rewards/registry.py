@@ -8,10 +8,6 @@ built-ins), typed ``@reward_function`` functions, which see the whole conversati
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Callable
 
 from grouprl.rewards.arithmetic import arithmetic_digits, arithmetic_exact
@@ -20,6 +16,7 @@ from grouprl.rewards.builtin_text import BUILTIN_TEXT
 from grouprl.rewards.gsm8k import gsm8k_final
 from grouprl.rewards.slate_accuracy import slate_accuracy, slate_click, slate_opinion
 from grouprl.rewards.trl_signature import as_typed_reward, takes_trl_signature
+from grouprl.user_code import import_callable
 
 RewardFn = Callable[..., "float | None"]
 
@@ -35,33 +32,11 @@ REWARDS.update(BUILTIN_TEXT)
 REWARDS.update(BUILTIN_STRUCTURED)
 
 
-def import_callable(spec: str) -> RewardFn:
-    where, _, attr = spec.rpartition(":")
-    if where.endswith(".py") or "/" in where:
-        path = Path(where)
-        if not path.is_file():
-            raise KeyError(f"reward '{spec}': no such file {path}")
-        module_name = f"grouprl_user_reward_{abs(hash(str(path.resolve())))}"
-        module_spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module
-        module_spec.loader.exec_module(module)
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as err:
-            raise KeyError(f"reward '{spec}': cannot import module '{where}' ({err})") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise KeyError(f"reward '{spec}': '{where}' has no function '{attr}'")
-    return fn
-
-
 def get_reward(name: str) -> RewardFn:
     if name in REWARDS:
         return REWARDS[name]
     if ":" in name:
-        fn = import_callable(name)
+        fn = import_callable(name, "reward")
         # TRL / open-r1 signature (completions, **columns) -> list: run as a typed batch reward.
         return as_typed_reward(fn, name.rpartition(":")[2]) if takes_trl_signature(fn) else fn
     raise KeyError(f"unknown reward '{name}'; known: {sorted(REWARDS)} or 'path/to/file.py:function' "

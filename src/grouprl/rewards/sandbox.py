@@ -47,6 +47,7 @@ __all__ = [
     "SandboxResult",
     "SandboxFallbackWarning",
     "SANDBOX_FALLBACKS",
+    "fallback_count",
     "run_in_sandbox",
     "run_many",
     "bwrap_available",
@@ -129,6 +130,11 @@ def _probe() -> tuple[bool, str]:
 def bwrap_available() -> tuple[bool, str]:
     """(usable, reason): whether the bubblewrap backend works on this machine."""
     return _probe()
+
+
+def fallback_count() -> int:
+    """Runs so far (in this process) that had only the rlimits fallback, not bubblewrap isolation."""
+    return SANDBOX_FALLBACKS
 
 
 def _note_fallback(reason: str) -> None:

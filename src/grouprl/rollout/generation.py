@@ -1,10 +1,20 @@
-"""Batched sampling with HF ``generate`` (KV cache), recording the completion token ids."""
+"""The generation seam: sampling parameters, completions, and the backends that produce them.
+
+A backend turns a batch of token-id prompts into completions. ``hf`` (HF ``generate`` with the
+KV cache, on the policy model itself) is the default; an engine that keeps its own copy of
+the weights (vLLM) implements ``load_weights``, which the trainer calls after every update.
+Backends are registered by name in :data:`BACKENDS` and chosen by ``generation_backend``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
+
+if TYPE_CHECKING:
+    from grouprl.config import Config
 
 
 @dataclass
@@ -16,17 +26,42 @@ class SamplingParams:
     greedy: bool = False
     batch_size: int = 256
 
+    @classmethod
+    def for_rollout(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
+        """Training rollouts: the rollout section's sampling (``batch_size`` overrides the generate chunk)."""
+        rollout = cfg.rollout
+        return cls(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
+                   top_k=rollout.top_k, batch_size=batch_size or rollout.generation_batch_size)
+
+    @classmethod
+    def for_eval(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
+        """Held-out evaluation: greedy unless ``eval_greedy`` is off, with eval's own length cap."""
+        rollout, evaluation = cfg.rollout, cfg.eval
+        return cls(max_new_tokens=evaluation.eval_max_new_tokens or rollout.max_new_tokens,
+                   temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
+                   greedy=evaluation.eval_greedy, batch_size=batch_size or evaluation.eval_batch_size)
+
 
 @dataclass
 class Completion:
     ids: list[int]  # up to and including the first eos
     text: str
     truncated: bool  # no eos within max_new_tokens
+    logprobs: list[float] | None = None  # per token of ``ids``, from the engine (None: not computed)
+
+
+class GenerationBackend(Protocol):
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """One completion per prompt, in order."""
+
+    def load_weights(self, model) -> None:
+        """Take the trained weights (engines holding their own copy); a no-op for ``hf``."""
 
 
 @torch.inference_mode()
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              device: torch.device) -> list[Completion]:
+    """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts."""
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     was_training = model.training
@@ -60,3 +95,30 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
     if was_training:
         model.train()
     return out
+
+
+class HFBackend:
+    """HF ``generate`` on the policy model itself: the weights are always the trained ones."""
+
+    def __init__(self, model, tokenizer, device):
+        self.model, self.tokenizer, self.device = model, tokenizer, device
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
+        return generate(self.model, self.tokenizer, prompt_ids, params, self.device)
+
+    def load_weights(self, model) -> None:
+        self.model = model  # the same object: nothing to copy
+
+
+BackendFactory = Callable[[Any, "Config"], GenerationBackend]  # (policy, cfg) -> backend
+BACKENDS: dict[str, BackendFactory] = {
+    "hf": lambda policy, cfg: HFBackend(policy.model, policy.tokenizer, policy.device),
+}
+
+
+def make_backend(policy, cfg: "Config") -> GenerationBackend:
+    """The backend ``generation_backend`` names, built for ``policy``."""
+    name = cfg.rollout.generation_backend
+    if name not in BACKENDS:
+        raise KeyError(f"config key 'generation_backend': unknown backend '{name}'; known: {sorted(BACKENDS)}")
+    return BACKENDS[name](policy, cfg)

@@ -56,3 +56,13 @@ def parse_action(completion: str, pattern: str | None, admissible: list[str] | N
             return ParsedAction(None, f"inadmissible action {action[:40]!r}")
         action = by_lower[action.lower()]
     return ParsedAction(action)
+
+
+def format_action(action: str, pattern: str | None) -> str:
+    """The completion that carries ``action`` under ``pattern`` (the inverse of :func:`parse_action`)."""
+    if not pattern:
+        return action
+    tag = re.fullmatch(r"<(\w+)>\(\.\*\?\)</\1>", pattern)
+    if tag:
+        return f"<{tag.group(1)}>{action}</{tag.group(1)}>"
+    raise ValueError(f"no demonstration format for action_pattern {pattern!r}; use '<tag>(.*?)</tag>' or ''")

@@ -17,14 +17,16 @@ from typing import Any
 
 from grouprl.records import Episode, Observation, Step
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
-from grouprl.rollout.generation import SamplingParams, generate
+from grouprl.rollout.generation import GenerationBackend, SamplingParams
 from grouprl.rollout.prompts import DEFAULT_ACTION_PATTERN, build_messages, parse_action
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
-class RunnerOptions:
+class EpisodeSettings:
+    """How the runner plays an episode: its step cap, prompt window and action rules."""
+
     max_steps: int = 1  # step cap per episode (the env may end it sooner)
     history_length: int = 2  # past (observation, action) pairs shown in the prompt
     action_pattern: str | None = DEFAULT_ACTION_PATTERN  # regex whose first group is the action; None = whole text
@@ -32,7 +34,17 @@ class RunnerOptions:
     show_admissible_actions: bool = True
 
 
-SINGLE_TURN = RunnerOptions(max_steps=1, history_length=0, action_pattern=None, invalid_action_penalty=0.0)
+SINGLE_TURN = EpisodeSettings(max_steps=1, history_length=0, action_pattern=None, invalid_action_penalty=0.0)
+
+
+def episode_settings(cfg, task) -> EpisodeSettings:
+    """The config's settings for an environment task; one plain step for single-turn rows."""
+    if not task.multi_step:
+        return SINGLE_TURN
+    r = cfg.rollout
+    return EpisodeSettings(max_steps=r.max_episode_steps, history_length=r.history_length,
+                           action_pattern=r.action_pattern or None, invalid_action_penalty=r.invalid_action_penalty,
+                           show_admissible_actions=r.show_admissible_actions)
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]]) -> str:
@@ -43,11 +55,10 @@ def run_episodes(
     factories: list[EnvFactory],
     rows: list[dict[str, Any]],
     group_size: int,
-    policy_model,
+    backend: GenerationBackend,
     tokenizer,
     params: SamplingParams,
-    device,
-    options: RunnerOptions = SINGLE_TURN,
+    settings: EpisodeSettings = SINGLE_TURN,
     seeds: list[int | None] | None = None,
     pool: EnvPool | None = None,
 ) -> list[Episode]:
@@ -67,7 +78,7 @@ def run_episodes(
     observations = list(observations)
     history: list[list[tuple[str, str]]] = [[] for _ in episodes]
 
-    for _ in range(options.max_steps):
+    for _ in range(settings.max_steps):
         live = [i for i, obs in enumerate(observations) if obs is not None]
         if not live:
             break
@@ -76,16 +87,16 @@ def run_episodes(
         cache: dict[tuple, tuple[str, list[int]]] = {}
         prompts = []
         for i in live:
-            messages = build_messages(instructions[i], history[i], observations[i], options.history_length,
-                                      options.show_admissible_actions)
+            messages = build_messages(instructions[i], history[i], observations[i], settings.history_length,
+                                      settings.show_admissible_actions)
             key = tuple((m["role"], m["content"]) for m in messages)
             if key not in cache:
                 text = render_prompt(tokenizer, messages)
                 cache[key] = (text, tokenizer(text, add_special_tokens=False)["input_ids"])
             prompts.append((messages, *cache[key]))
-        completions = generate(policy_model, tokenizer, [p[2] for p in prompts], params, device)
+        completions = backend.generate([p[2] for p in prompts], params)
 
-        parsed = [parse_action(c.text, options.action_pattern, observations[i].admissible_actions)
+        parsed = [parse_action(c.text, settings.action_pattern, observations[i].admissible_actions)
                   for i, c in zip(live, completions)]
         to_step = [(i, p.action) for i, p in zip(live, parsed) if p.action is not None]
         results = dict(zip([i for i, _ in to_step], pool.step([i for i, _ in to_step], [a for _, a in to_step])))
@@ -93,15 +104,15 @@ def run_episodes(
             obs = observations[i]
             step = Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
                         truncated=comp.truncated, anchor_state=obs.anchor_state, messages=messages,
-                        observation=obs.text)
+                        observation=obs.text, logprobs=comp.logprobs)
             result = results.get(i)
             if result is not None and result.info.get("invalid"):  # the env refused it (and did not advance)
                 p.reason, result = result.info.get("reason", "rejected by the environment"), None
             if result is None:  # invalid: the environment stays where it was
-                step.valid, step.penalty = False, options.invalid_action_penalty
-                step.info = {"invalid": True, "reason": p.reason}
+                step.valid, step.penalty = False, settings.invalid_action_penalty
+                step.invalid_reason = p.reason
             else:
-                step.env_reward, step.info = float(result.reward), dict(result.info)
+                step.env_reward, step.env_info = float(result.reward), dict(result.info)
                 if result.done:
                     episodes[i].done = True
                 observations[i] = None if result.done else result.observation

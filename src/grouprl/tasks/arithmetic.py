@@ -8,6 +8,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from grouprl.config import Config
+from grouprl.tasks.base import SingleTurnTask
+from grouprl.tasks.registry import register_task
+
 # The tiny model's tokenizer is built from exactly these characters.
 ALPHABET = "0123456789+-= "
 
@@ -55,3 +59,12 @@ def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operato
         rows.append({"question": question, "ground_truth": answer, "gold_completion": answer,
                      "answer_reversed": reverse_answer})
     return rows[:n_train], rows[n_train:]
+
+
+@register_task("arithmetic", max_new_tokens=6)
+def build_arithmetic(cfg: Config) -> SingleTurnTask:
+    t = cfg.task
+    train, held_out = generate_rows(t.n_train or 6000, max(cfg.eval.n_eval, 1), t.arithmetic_digits,
+                                    t.arithmetic_operands, t.arithmetic_operators, t.arithmetic_reverse_answer)
+    return SingleTurnTask("arithmetic", train, held_out, t.system_prompt, ["arithmetic_digits"], "arithmetic_exact",
+                          corpus_extra=ALPHABET)

@@ -23,7 +23,8 @@ class SingleTurnTask:
     reward_names: list[str]
     correct_reward: str  # the reward whose value 1.0 means "correct" (accuracy)
     reward_weights: list[float] = field(default_factory=list)
-    reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> bound keyword options
+    reward_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> keyword arguments bound to it
+    corpus_extra: str = ""  # characters the tiny tokenizer needs beyond the rows' (arithmetic: every digit)
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
@@ -38,6 +39,12 @@ class SingleTurnTask:
 
     def seed_of(self, row: dict[str, Any]) -> int | None:
         return None
+
+    def tokenizer_corpus(self) -> str:
+        """Every character the task can show or expect: its rows, its system prompt, ``corpus_extra``."""
+        chars = {c for r in self.train_rows + self.eval_rows for c in r["question"] + r["gold_completion"]}
+        chars |= set(self.corpus_extra) | set(self.system_prompt or "")
+        return "".join(sorted(chars))
 
 
 class SingleTurnEnv:

@@ -1,28 +1,31 @@
 """Multi-step environment tasks: rows that name an episode (a seed, or a question), a picklable
-environment factory per row, and demonstrations for the SFT warm start.
+environment factory per row, and what the warm start needs (demonstration rows, a corpus).
 
 The trainer sees the same protocol as :class:`~grouprl.tasks.base.SingleTurnTask`:
 ``train_rows``/``eval_rows``, ``env_factory(row)``, ``seed_of(row)``, reward names, and
 ``multi_step``. With no reward functions the episode score is the environment's reward.
+Expert moves come from the environment itself (its ``expert_action()`` method).
 """
 
 from __future__ import annotations
 
 import functools
 import random
-import re
 import string
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from grouprl.rollout.prompts import build_messages
+from grouprl.config import Config
+from grouprl.records import Observation, StepResult
 from grouprl.tasks.envs.calculator import SYSTEM_PROMPT as CALCULATOR_PROMPT
-from grouprl.tasks.envs.calculator import Calculator, calculate
-from grouprl.tasks.envs.gridworld import GridWorld, bfs_path
-from grouprl.tasks.envs.sokoban import Sokoban, solve
+from grouprl.tasks.envs.calculator import Calculator
+from grouprl.tasks.envs.gridworld import GridWorld
+from grouprl.tasks.envs.sokoban import Sokoban
+from grouprl.tasks.registry import register_task, task_spec
 
 EVAL_SEED_OFFSET = 1_000_000  # held-out levels: seeds no training row uses
 DEMO_SEED_OFFSET = 2_000_000  # SFT demonstration levels: neither training nor evaluation
+CORPUS_ROWS = 20  # training and evaluation rows played to collect the tokenizer corpus
 
 
 @dataclass
@@ -34,8 +37,14 @@ class EnvTask:
     system_prompt: str | None = None  # the environment's instructions (for the tiny model's vocabulary)
     reward_names: list[str] = field(default_factory=list)
     reward_weights: list[float] = field(default_factory=list)
-    reward_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    reward_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     correct_reward: str | None = None  # None: an episode is correct when the environment reports success
+    demo_policy: str = "random"  # how demonstrations (and the corpus episodes) are played: random | expert
+    demo_seed: int = 0
+    demos_on_seeds: bool = True  # demonstrations on unused seeds (else on training rows nobody checks)
+    max_steps: int = 10
+    action_pattern: str | None = None
+    show_admissible: bool = True
     multi_step = True
 
     def env_factory(self, row: dict[str, Any]):
@@ -44,108 +53,99 @@ class EnvTask:
     def seed_of(self, row: dict[str, Any]) -> int | None:
         return row.get("seed")
 
+    def demonstration_rows(self, n: int, skip: int) -> list[dict[str, Any]]:
+        """Rows to play demonstrations on: ``n`` unused seeds, or training rows after the first ``skip``."""
+        return seeded_rows(n, DEMO_SEED_OFFSET) if self.demos_on_seeds else self.train_rows[skip:skip + n]
+
+    def tokenizer_corpus(self) -> str:
+        """Printable ASCII plus every character of the instructions, observations and actions of
+        episodes played (as the demonstrations are) on the first training and evaluation rows."""
+        chars = set(string.printable) | set(self.system_prompt or "") | set(self.action_pattern or "")
+        rng = random.Random(self.demo_seed)
+        for row in self.train_rows[:CORPUS_ROWS] + self.eval_rows[:CORPUS_ROWS]:
+            for instructions, obs, action, _ in play(self, row, self.demo_policy, rng, self.max_steps):
+                chars |= set(instructions) | set(obs.text) | set(action)
+                if self.show_admissible and obs.admissible_actions:
+                    chars |= {c for a in obs.admissible_actions for c in a}
+        return "".join(sorted(chars))
+
 
 def seeded_rows(n: int, offset: int = 0) -> list[dict[str, Any]]:
     return [{"seed": offset + i, "question": f"level {offset + i}"} for i in range(n)]
 
 
 def expert_action(env) -> str | None:
-    """The next move of a shortest solution from the environment's current state (BFS), if any."""
-    if isinstance(env, GridWorld):
-        path = bfs_path(env.grid, env.pos, env.goal)
-    elif isinstance(env, Sokoban):
-        path = solve(env.walls, env.targets, env.player, env.boxes)
-    elif isinstance(env, Calculator):
-        if not env.calls and calculate(env.question).lstrip("-").replace(".", "").isdigit():
-            return f"calc({env.question})"  # arithmetic questions are expressions
-        return f"Final: {env.answer}"
-    else:
-        return None
-    return path[0] if path else None
+    """The environment's next expert move (``env.expert_action()``), or None if it has none."""
+    method = getattr(env, "expert_action", None)
+    return method() if method is not None else None
 
 
-def format_action(action: str, pattern: str | None) -> str:
-    """The completion that carries ``action`` under the runner's action pattern."""
-    if not pattern:
-        return action
-    tag = re.fullmatch(r"<(\w+)>\(\.\*\?\)</\1>", pattern)
-    if tag:
-        return f"<{tag.group(1)}>{action}</{tag.group(1)}>"
-    raise ValueError(f"no demonstration format for action_pattern {pattern!r}; use '<tag>(.*?)</tag>' or ''")
+def play(task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random,
+         max_steps: int) -> Iterator[tuple[str, Observation, str, StepResult]]:
+    """(instructions, observation, action, result) for each step of one episode on ``row``.
 
-
-def demonstrations(task: EnvTask, rows: list[dict[str, Any]], policy: str, max_steps: int, history_length: int,
-                   action_pattern: str | None, show_admissible: bool = True,
-                   seed: int = 0) -> list[dict[str, Any]]:
-    """(prompt messages, action completion) pairs from playing each row's environment.
-
-    ``policy="expert"`` plays a shortest solution (BFS); ``"random"`` plays uniformly random
-    admissible moves (it teaches the action format and a near-uniform policy, leaving the
-    decisions to RL). Prompts come from the runner's own prompt builder, history included.
+    ``policy="expert"`` plays the environment's expert moves; ``"random"`` uniformly random
+    admissible moves (expert ones where the environment lists none).
     """
-    rng = random.Random(seed)
-    out = []
-    for row in rows:
-        env = task.env_factory(row)()
-        obs = env.reset(task.seed_of(row))
-        history: list[tuple[str, str]] = []
-        for _ in range(max_steps):
-            if policy == "expert":
-                action = expert_action(env)
-            elif obs.admissible_actions:
-                action = rng.choice(obs.admissible_actions)
-            else:
-                action = expert_action(env)
-            if action is None:
-                break
-            completion = format_action(action, action_pattern)
-            messages = build_messages(getattr(env, "instructions", ""), history, obs, history_length,
-                                      show_admissible)
-            out.append({"messages": messages, "gold_completion": completion})
-            result = env.step(action)
-            history.append((obs.text, completion))
-            if result.done:
-                break
-            obs = result.observation
-    return out
+    env = task.env_factory(row)()
+    obs = env.reset(task.seed_of(row))
+    instructions = getattr(env, "instructions", "") or ""
+    for _ in range(max_steps):
+        if policy != "expert" and obs.admissible_actions:
+            action = rng.choice(obs.admissible_actions)
+        else:
+            action = expert_action(env)
+        if action is None:
+            break
+        result = env.step(action)
+        yield instructions, obs, action, result
+        if result.done:
+            break
+        obs = result.observation
 
 
-def corpus(task: EnvTask, demos: list[dict[str, Any]]) -> str:
-    """Every character the task can show: printable ASCII plus what the demonstrations contain."""
-    chars = set(string.printable)
-    for d in demos:
-        chars |= set(d["gold_completion"])
-        for m in d["messages"]:
-            chars |= set(m["content"])
-    return "".join(sorted(chars))
+def _env_task(cfg: Config, name: str, train, held_out, make, system_prompt, demos_on_seeds=True) -> EnvTask:
+    r, t = cfg.rollout, cfg.train
+    return EnvTask(name, train, held_out, make, system_prompt, demo_policy=t.sft_demonstrations, demo_seed=t.seed,
+                   demos_on_seeds=demos_on_seeds, max_steps=r.max_episode_steps,
+                   action_pattern=r.action_pattern or None, show_admissible=r.show_admissible_actions)
 
 
-def load_env_task(cfg, single_turn_rows: Callable[[], tuple[list, list]] | None = None) -> EnvTask:
-    """The environment task the config names (gridworld, sokoban or calculator)."""
-    t, r = cfg.task, cfg.rollout
-    n_train, n_eval = t.n_train or 10_000, max(cfg.eval.n_eval, 1)
-    if t.task == "gridworld":
-        make = functools.partial(GridWorld, size=t.grid_size, hole_fraction=t.hole_fraction, slippery=t.slippery,
-                                 max_steps=r.max_episode_steps, instructions=t.system_prompt)
-        return EnvTask("gridworld", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
-                       make().instructions)
-    if t.task == "sokoban":
-        make = functools.partial(Sokoban, size=t.sokoban_size, boxes=t.sokoban_boxes, max_steps=r.max_episode_steps,
-                                 instructions=t.system_prompt)
-        return EnvTask("sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
-                       make().instructions)
-    if t.task == "calculator":
-        assert single_turn_rows is not None
-        train, held_out = single_turn_rows()
-        for row in train + held_out:
-            row["env_args"] = {"question": row["question"], "answer": _answer_of(row),
-                               "max_calls": t.calculator_max_calls, "instructions": t.system_prompt}
-        return EnvTask("calculator", train, held_out, Calculator, t.system_prompt or CALCULATOR_PROMPT)
-    raise ValueError(f"not an environment task: {t.task!r}")
+def _sizes(cfg: Config) -> tuple[int, int]:
+    return cfg.task.n_train or 10_000, max(cfg.eval.n_eval, 1)
 
 
-def _answer_of(row: dict[str, Any]) -> str:
-    return Calculator.from_row(row).answer
+@register_task("gridworld", max_new_tokens=24)
+def build_gridworld(cfg: Config) -> EnvTask:
+    t, (n_train, n_eval) = cfg.task, _sizes(cfg)
+    make = functools.partial(GridWorld, size=t.grid_size, hole_fraction=t.hole_fraction, slippery=t.slippery,
+                             max_steps=cfg.rollout.max_episode_steps, instructions=t.system_prompt)
+    return _env_task(cfg, "gridworld", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
+                     make().instructions)
 
 
-__all__ = ["EnvTask", "corpus", "demonstrations", "expert_action", "load_env_task"]
+@register_task("sokoban", max_new_tokens=24)
+def build_sokoban(cfg: Config) -> EnvTask:
+    t, (n_train, n_eval) = cfg.task, _sizes(cfg)
+    make = functools.partial(Sokoban, size=t.sokoban_size, boxes=t.sokoban_boxes,
+                             max_steps=cfg.rollout.max_episode_steps, instructions=t.system_prompt)
+    return _env_task(cfg, "sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
+                     make().instructions)
+
+
+@register_task("calculator", max_new_tokens=48)
+def build_calculator(cfg: Config) -> EnvTask:
+    """Questions of a single-turn task (``calculator_questions``) answered with calculator calls."""
+    t = cfg.task
+    source = cfg.model_copy(deep=True)
+    source.task.task = t.calculator_questions
+    questions = task_spec(t.calculator_questions).build(source)
+    train, held_out = questions.train_rows, questions.eval_rows
+    for row in train + held_out:
+        row["env_args"] = {"question": row["question"], "answer": Calculator.from_row(row).answer,
+                           "max_calls": t.calculator_max_calls, "instructions": t.system_prompt}
+    return _env_task(cfg, "calculator", train, held_out, Calculator, t.system_prompt or CALCULATOR_PROMPT,
+                     demos_on_seeds=False)
+
+
+__all__ = ["EnvTask", "expert_action", "play", "seeded_rows"]

@@ -7,7 +7,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from grouprl.config import Config
 from grouprl.rewards.gsm8k import extract_gold
+from grouprl.tasks.base import SingleTurnTask
+from grouprl.tasks.registry import register_task
 
 SYSTEM_PROMPT = (
     "You are a helpful assistant. Solve the problem.\n"
@@ -63,3 +66,14 @@ def to_row(raw: dict[str, Any], where: str, index: int) -> dict[str, Any]:
 
 def _strip_calc(text: str) -> str:
     return re.sub(r"<<[^>]*>>", "", text)
+
+
+@register_task("gsm8k", max_new_tokens=512)
+def build_gsm8k(cfg: Config) -> SingleTurnTask:
+    t = cfg.task
+    train = load_split(t.dataset_name_or_path, "train", t.dataset_config)
+    held_out = load_split(t.dataset_name_or_path, "test", t.dataset_config)
+    if t.n_train:
+        train = train[: t.n_train]
+    system = SYSTEM_PROMPT if t.system_prompt is None else t.system_prompt
+    return SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final")

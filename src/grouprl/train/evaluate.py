@@ -1,4 +1,5 @@
-"""Held-out evaluation: the same episode runner, greedy (or sampled), one episode per row.
+"""Held-out evaluation: the same episode runner and the run's scorer, greedy (or sampled), one
+episode per row. Learned rewards are frozen meanwhile (``scorer.eval_mode()``).
 
 Single-turn tasks report accuracy (the judge reward is 1.0); environments report the success
 rate as ``accuracy`` too, with episode length, invalid-action rate and mean return.
@@ -10,19 +11,19 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.observe.jsonl import JsonlAppender
-from grouprl.rewards.pipeline import score_episodes
-from grouprl.rollout.generation import SamplingParams
-from grouprl.rollout.runner import SINGLE_TURN, RunnerOptions, run_episodes
+from grouprl.rewards.scorer import Scorer
+from grouprl.rollout.generation import GenerationBackend, SamplingParams
+from grouprl.rollout.runner import SINGLE_TURN, EpisodeSettings, run_episodes
 
 
-def evaluate(model, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
-             device, out_path: str | Path | None = None, options: RunnerOptions | None = None,
+def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
+             scorer: Scorer, out_path: str | Path | None = None, settings: EpisodeSettings | None = None,
              pool=None) -> dict[str, float]:
-    options = options or SINGLE_TURN
-    episodes = run_episodes([task.env_factory(row) for row in rows], rows, 1, model, tokenizer, params, device,
-                            options, [task.seed_of(row) for row in rows], pool)
-    score_episodes(episodes, task.reward_names, task.reward_weights, task.correct_reward,
-                   options=task.reward_options)
+    settings = settings or SINGLE_TURN
+    episodes = run_episodes([task.env_factory(row) for row in rows], rows, 1, backend, tokenizer, params,
+                            settings, [task.seed_of(row) for row in rows], pool)
+    with scorer.eval_mode():
+        scorer.score(episodes)
     n = max(len(episodes), 1)
     new_tokens = [sum(len(s.action_ids) for s in ep.steps) / max(len(ep.steps), 1) for ep in episodes]
     result = {

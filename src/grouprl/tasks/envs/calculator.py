@@ -139,6 +139,12 @@ class Calculator:
         self.calls, self.done = [], False
         return self.observation()
 
+    def expert_action(self) -> str:
+        """One calculator call on an arithmetic question (an expression), then the answer."""
+        if not self.calls and calculate(self.question).lstrip("-").replace(".", "").isdigit():
+            return f"calc({self.question})"
+        return f"Final: {self.answer}"
+
     def step(self, action: str) -> StepResult:
         if self.done:
             return StepResult(self.observation(), 0.0, True, {"invalid": True, "already_done": True})

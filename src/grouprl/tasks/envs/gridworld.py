@@ -110,6 +110,11 @@ class GridWorld(GridMoveEnv):
         self.steps, self.done = 0, False
         return self.observation()
 
+    def expert_action(self) -> str | None:
+        """The next move of a shortest path to the goal from here (BFS), if there is one."""
+        path = bfs_path(self.grid, self.pos, self.goal)
+        return path[0] if path else None
+
     def _move(self, move: str) -> dict[str, Any]:
         taken, slipped = move, False
         if self.slippery > 0 and self._slip_rng.random() < self.slippery:

@@ -126,6 +126,11 @@ class Sokoban(GridMoveEnv):
         self.steps, self.done = 0, False
         return self.observation()
 
+    def expert_action(self) -> str | None:
+        """The next move of a shortest solution from here (BFS), if there is one."""
+        path = solve(self.walls, self.targets, self.player, self.boxes)
+        return path[0] if path else None
+
     def _extra_info(self) -> dict[str, Any]:
         return {"optimal_steps": len(self.solution)}
 

@@ -1,0 +1,241 @@
+"""The scorer: one object, built once from the config, that scores episodes for training,
+evaluation and ``grouprl rewards preview`` alike (one failure rule, one error format).
+
+Episode score (no mixer)::
+
+    B = sum_f w_f * score_f + sum_t (env_reward_t - penalty_t)
+    R = B + sum_l w_l * D_l                 (D_l: learned reward l's score)
+    R = mixer.mix(B, sum_l w_l * D_l)       (with a mixer)
+
+Step rewards: ``r_t = env_reward_t - penalty_t``, plus, per reward function f, either
+``w_f * base_reward`` on the steps its ``step_outputs`` name (``w_f * default_step_reward`` on
+the others) or, when it gives no step outputs, ``w_f * score_f`` on the last step; the learned
+part ``R - B`` goes on the last step too, so without step outputs ``sum_t r_t = R``.
+
+Failure rule: a reward is called on the whole batch; if that call raises, it is called sample
+by sample, so only the failing samples lose it. A failed sample keeps ``None`` for that reward
+and an error ``"<reward>: <ExceptionType>: <message>"``; the batch stops (``RewardFailure``)
+only when more than ``max_error_fraction`` of its samples failed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+from grouprl.records import Episode
+from grouprl.rewards import arithmetic, gsm8k
+from grouprl.rewards.kit import score_batch
+from grouprl.rewards.learned import LearnedReward, RewardMixer
+from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
+                                      episode_messages, resolve_reward)
+from grouprl.rewards.registry import get_reward, is_typed, normalized_weights, weighted_score
+
+log = logging.getLogger(__name__)
+PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}
+
+
+@dataclass
+class RewardPart:
+    """One reward function's verdict on one episode."""
+
+    score: float | None = None  # None: no opinion, or failed (then ``error`` says why)
+    error: str | None = None
+    step_outputs: list | None = None
+    reason: str | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)  # typed rewards' named sub-scores
+
+
+@dataclass
+class Scores:
+    """What the score phase returns: the episode scores, every reward's verdicts, and metrics."""
+
+    episode: torch.Tensor  # (E,) float: the episode score R
+    parts: dict[str, list[RewardPart]]  # reward key -> one part per episode
+    metrics: dict[str, float]
+
+
+def unique_keys(names: list[str]) -> list[str]:
+    """Names as keys; a name given twice gets '#2', '#3', ..."""
+    seen: dict[str, int] = {}
+    keys = []
+    for n in names:
+        seen[n] = seen.get(n, 0) + 1
+        keys.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
+    return keys
+
+
+def _error(key: str, err: BaseException) -> str:
+    return f"{key}: {type(err).__name__}: {err}"
+
+
+def _typed_part(key: str, episode: Episode, result) -> RewardPart:
+    error = result.error and f"{key}: {result.error}"
+    if result.step_outputs and error is None:
+        error = check_step_outputs(key, episode, result.step_outputs)
+    valid = result.is_score_valid and error is None
+    metrics = {k: {"score": m.score, "is_score_valid": m.is_score_valid, "reason": m.reason}
+               for k, m in result.metrics.items()}
+    return RewardPart(float(result.score) if valid else None, error, result.step_outputs if valid else None,
+                      result.reason, metrics)
+
+
+def _typed_parts(key: str, fn, episodes: list[Episode]) -> list[RewardPart]:
+    def call(batch: list[Episode]):
+        rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in batch]
+        columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
+        columns["group_ids"] = [ep.group_id for ep in batch]  # group-level rewards (length) need the groups
+        return score_batch(fn, [episode_messages(ep) for ep in batch], [ep.row.get("ground_truth") for ep in batch],
+                           **columns)
+
+    if len(episodes) > 1:
+        try:
+            return [_typed_part(key, ep, r) for ep, r in zip(episodes, call(episodes))]
+        except Exception:  # noqa: BLE001 - find the failing samples one by one below
+            pass
+    out = []
+    for ep in episodes:
+        try:
+            out.append(_typed_part(key, ep, call([ep])[0]))
+        except Exception as err:  # noqa: BLE001 - one failing sample must not fail the others
+            out.append(RewardPart(error=_error(key, err)))
+    return out
+
+
+def _plain_part(key: str, fn, ep: Episode) -> RewardPart:
+    extra = {k: v for k, v in ep.row.items() if k != "ground_truth"}
+    try:
+        value = fn(ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth"), **extra)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise TypeError(f"returned {type(value).__name__}; expected a float or None")
+        return RewardPart(None if value is None else float(value))
+    except Exception as err:  # noqa: BLE001
+        return RewardPart(error=_error(key, err))
+
+
+class Scorer:
+    """Reward functions (weighted), optional learned rewards and an optional mixer."""
+
+    def __init__(self, reward_names: list[str], weights: list[float], correct_reward: str | None = None,
+                 normalize_weights: bool = True, max_error_fraction: float = 1.0,
+                 reward_kwargs: dict[str, dict] | None = None, sandbox_user_rewards: bool = False,
+                 default_step_reward: float = 0.0, learned: list[LearnedReward] | None = None,
+                 learned_weights: list[float] | None = None, mixer: RewardMixer | None = None):
+        if len(weights) != len(reward_names):
+            raise ValueError(f"{len(weights)} weight(s) for {len(reward_names)} reward(s)")
+        self.keys = unique_keys(list(reward_names))
+        self.fns = {key: bind_options(resolve_reward(name, sandbox_user_rewards), (reward_kwargs or {}).get(name))
+                    for key, name in zip(self.keys, reward_names)}
+        self.weights = dict(zip(self.keys, normalized_weights(weights, normalize_weights)))
+        self.judge = get_reward(correct_reward) if correct_reward else None
+        self.predictor = PREDICTORS.get(correct_reward or "")
+        self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
+        self.learned = list(learned or [])
+        self.learned_weights = list(learned_weights or [1.0] * len(self.learned))
+        self.mixer = mixer
+
+    @classmethod
+    def from_config(cls, cfg, task, learned: list[LearnedReward] | None = None,
+                    learned_weights: list[float] | None = None, mixer: RewardMixer | None = None) -> "Scorer":
+        """The run's scorer: the task's rewards with the config's weights, budget and sandbox rule."""
+        t = cfg.task
+        return cls(task.reward_names, task.reward_weights, task.correct_reward, t.normalize_weights,
+                   t.max_reward_error_fraction, task.reward_kwargs, t.sandbox_user_rewards, t.default_step_reward,
+                   learned, learned_weights, mixer)
+
+    # --- scoring ---------------------------------------------------------------------------
+    def reward_parts(self, episodes: list[Episode]) -> dict[str, list[RewardPart]]:
+        return {key: _typed_parts(key, fn, episodes) if is_typed(fn) else [_plain_part(key, fn, ep) for ep in episodes]
+                for key, fn in self.fns.items()}
+
+    def score(self, episodes: list[Episode]) -> Scores:
+        """Score a batch; fills each episode's ``score``, ``reward_parts``/``_errors``/``_reasons``,
+        ``prediction``, ``correct`` and its steps' ``reward``. Learned rewards then update once."""
+        parts = self.reward_parts(episodes)
+        failed = 0
+        for i, ep in enumerate(episodes):
+            ep.reward_parts = {key: parts[key][i].score for key in self.keys}
+            ep.reward_errors = [parts[key][i].error for key in self.keys if parts[key][i].error]
+            ep.reward_reasons = {key: parts[key][i].reason for key in self.keys if parts[key][i].reason}
+            failed += bool(ep.reward_errors)
+            for step in ep.steps:
+                step.reward = step.env_reward - step.penalty
+            for key in self.keys:
+                part = parts[key][i]
+                if part.step_outputs:
+                    align_step_rewards(ep, part.step_outputs, self.weights[key], self.default_step_reward)
+                elif part.score is not None and ep.steps:
+                    ep.steps[-1].reward += self.weights[key] * part.score
+            ep.score = weighted_score(ep.reward_parts, self.weights) + sum(s.env_reward - s.penalty for s in ep.steps)
+            answer = ep.steps[-1].action_text if ep.steps else ""
+            if self.judge is None:
+                ep.correct = ep.success
+            else:
+                ep.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
+            ep.prediction = self.predictor(answer) if self.predictor else None
+        fraction = failed / max(len(episodes), 1)
+        if failed:
+            log.warning("reward errors on %d of %d samples, e.g. %s", failed, len(episodes),
+                        next(e for ep in episodes for e in ep.reward_errors))
+        if fraction > self.max_error_fraction:
+            raise RewardFailure(f"{failed} of {len(episodes)} samples failed in reward functions "
+                                f"(> max_reward_error_fraction={self.max_error_fraction}); first error: "
+                                f"{next(e for ep in episodes for e in ep.reward_errors)}")
+        metrics = {"reward_errors": float(failed), "reward_error_fraction": fraction}
+        if self.learned:
+            metrics.update(self._add_learned(episodes))
+        return Scores(torch.tensor([ep.score for ep in episodes], dtype=torch.float32), parts, metrics)
+
+    def _add_learned(self, episodes: list[Episode]) -> dict[str, float]:
+        """Score with every learned reward, mix into the episode scores, then update each once."""
+        base = torch.tensor([ep.score for ep in episodes], dtype=torch.float32)
+        learned = torch.zeros_like(base)
+        for reward, weight in zip(self.learned, self.learned_weights):
+            values = torch.tensor(reward.score(episodes), dtype=torch.float32)
+            if values.shape != base.shape:
+                raise ValueError(f"learned reward '{reward.name}': {values.numel()} scores for {base.numel()} episodes")
+            for ep, v in zip(episodes, values.tolist()):
+                ep.reward_parts[reward.name] = v
+            learned += weight * values
+        final = self.mixer.mix(base, learned) if self.mixer is not None else base + learned
+        for ep, b, r in zip(episodes, base.tolist(), final.tolist()):
+            ep.score = r
+            if ep.steps:
+                ep.steps[-1].reward += r - b
+        metrics: dict[str, float] = {}
+        for reward in self.learned:
+            if not reward.frozen:
+                metrics.update(reward.update(episodes))
+        if self.mixer is not None and not self.mixer.frozen:
+            metrics.update(self.mixer.update(base, learned))
+        return metrics
+
+    # --- modes and state -------------------------------------------------------------------
+    @contextlib.contextmanager
+    def eval_mode(self) -> Iterator["Scorer"]:
+        """Learned rewards and the mixer frozen (scored, never updated) inside the block."""
+        learners = self.learned + ([self.mixer] if self.mixer is not None else [])
+        before = [x.frozen for x in learners]
+        for x in learners:
+            x.frozen = True
+        try:
+            yield self
+        finally:
+            for x, was in zip(learners, before):
+                x.frozen = was
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"learned": {r.name: r.state_dict() for r in self.learned},
+                "mixer": self.mixer.state_dict() if self.mixer is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for reward in self.learned:
+            if reward.name not in state.get("learned", {}):
+                raise KeyError(f"checkpoint has no state for learned reward '{reward.name}'")
+            reward.load_state_dict(state["learned"][reward.name])
+        if self.mixer is not None and state.get("mixer") is not None:
+            self.mixer.load_state_dict(state["mixer"])

@@ -1,0 +1,84 @@
+"""The task registry: every task in one place, found by name.
+
+A task registers a builder ``build(cfg) -> Task`` with its name, its default completion cap
+and, if it has fields of its own, a config section::
+
+    class SlatesConfig(Section):
+        slate_size: int = Field(5, gt=0, description="slates: items per slate")
+
+    @register_task("slates", max_new_tokens=64, section=("slates", SlatesConfig))
+    def build_slates(cfg: Config) -> Task:
+        ...  # read cfg.slates.slate_size
+
+The section's fields then work as ``--slate_size``, ``GROUPRL_SLATE_SIZE`` and in recipes
+(nested under ``slates:`` or flat), like every other field.
+
+A built task provides (see ``tasks/base.py`` and ``tasks/env_task.py``): ``name``,
+``train_rows``/``eval_rows``, ``reward_names``/``reward_weights``/``reward_kwargs``,
+``correct_reward``, ``multi_step``, ``env_factory(row)``, ``seed_of(row)``, ``messages(row)``
+(single-turn), ``tokenizer_corpus()`` (every character the tiny tokenizer needs) and, for
+environments, ``demonstration_rows(n)`` plus the environment's ``expert_action()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from grouprl.config import Config, ConfigError, Section, register_section
+
+TaskBuilder = Callable[[Config], Any]
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    build: TaskBuilder
+    max_new_tokens: int  # the default completion cap per step (``max_new_tokens`` empty)
+
+
+TASKS: dict[str, TaskSpec] = {}
+
+
+def register_task(name: str, max_new_tokens: int,
+                  section: tuple[str, type[Section]] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
+    """Register ``build(cfg) -> Task`` as task ``name`` (and its config section, if any)."""
+    def wrap(build: TaskBuilder) -> TaskBuilder:
+        if section is not None:
+            register_section(*section)
+        TASKS[name] = TaskSpec(name, build, max_new_tokens)
+        return build
+
+    return wrap
+
+
+def task_spec(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise KeyError(f"unknown task '{name}'; known: {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def load_task(cfg: Config):
+    """The task the config names, with the recipe's rewards (which replace the task's defaults)."""
+    return with_rewards(cfg, task_spec(cfg.task.task).build(cfg))
+
+
+def with_rewards(cfg: Config, task):
+    """Recipe reward specs replace the task's default rewards (environments default to none)."""
+    t = cfg.task
+    spec_weights: list[float] = []
+    if t.rewards:
+        task.reward_names, task.reward_kwargs = [], {}
+        for spec in t.rewards:
+            name = spec if isinstance(spec, str) else spec.name
+            task.reward_names.append(name)
+            spec_weights.append(1.0 if isinstance(spec, str) else spec.weight)
+            if not isinstance(spec, str) and spec.options:
+                task.reward_kwargs[name] = dict(spec.options)
+    weights = t.reward_weights or spec_weights or [1.0] * len(task.reward_names)
+    if len(weights) != len(task.reward_names):
+        raise ConfigError(
+            f"config key 'reward_weights': got {len(weights)} weights for rewards {task.reward_names}; expected one each"
+        )
+    task.reward_weights = list(weights)
+    return task

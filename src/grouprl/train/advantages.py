@@ -1,0 +1,94 @@
+"""The advantage phase: anchor groups, then the configured estimator, as one record of per-step tensors.
+
+Every estimator is reached through the registry (``algos/advantages.py``), built-in or the
+user's own. The built-ins read their options from the algorithm section (``scale_rewards``,
+``gamma``, ...; see :data:`CONFIG_OPTIONS`); ``advantage_options`` adds or overrides options,
+and an option the estimator does not declare is an error naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from grouprl.algos.advantages import Estimator, StepTensors, discounted_returns, run_estimator
+from grouprl.algos.anchors import anchor_group_ids
+from grouprl.records import Episode
+
+log = logging.getLogger(__name__)
+
+# estimator option -> the algorithm-section field that sets it (when the estimator declares it)
+CONFIG_OPTIONS = {"scale": "scale_rewards", "gamma": "gamma", "step_advantage_weight": "step_advantage_weight",
+                  "norm": "gigpo_norm", "episode_stats": "episode_stats"}
+
+
+@dataclass
+class AdvantageRecord:
+    """One entry per step of the batch (episodes' steps contiguous, in order)."""
+
+    episode: torch.Tensor  # (S,) long: the step's episode
+    returns: torch.Tensor  # (S,) discounted return R_t = sum_k gamma^(k-t) r_k
+    episode_advantage: torch.Tensor  # (S,) A_E (episode-level estimators: the advantage itself)
+    step_advantage: torch.Tensor  # (S,) A_S (0 for episode-level estimators)
+    advantage: torch.Tensor  # (S,) what the loss uses
+    anchor: torch.Tensor  # (S,) long: anchor-group id
+    anchor_size: torch.Tensor  # (S,) long: steps in the step's anchor group
+
+
+def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
+    """The options the estimator declares, from the config; unknown ``advantage_options`` are errors."""
+    options = {opt: getattr(algorithm, field) for opt, field in CONFIG_OPTIONS.items() if opt in estimator.options}
+    options.update(algorithm.advantage_options)
+    estimator.check_options(options)
+    return options
+
+
+def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algorithm, estimator: Estimator,
+                             options: dict[str, Any], state_key: Callable | None = None) -> AdvantageRecord:
+    groups = torch.tensor([ep.group_id for ep in episodes])
+    steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
+    anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
+                               algorithm.anchor_mode, algorithm.similarity_threshold, state_key)
+    tensors = StepTensors(episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
+                          rewards=torch.tensor([s.reward for _, s in steps], dtype=torch.float32),
+                          anchor=torch.tensor(anchors, dtype=torch.long))
+    out = run_estimator(estimator, scores, groups, tensors, **options)
+    zeros = torch.zeros(len(steps), dtype=torch.float32)
+    if not estimator.step_level:  # one value per episode, broadcast to its steps
+        advantage = out[tensors.episode]
+        record = AdvantageRecord(tensors.episode, discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma),
+                                 advantage, zeros, advantage, tensors.anchor,
+                                 torch.bincount(tensors.anchor)[tensors.anchor])
+    elif isinstance(out, torch.Tensor):  # a step-level estimator that gives only the advantage
+        record = AdvantageRecord(tensors.episode, discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma),
+                                 out, zeros, out, tensors.anchor, torch.bincount(tensors.anchor)[tensors.anchor])
+    else:  # a record of parts (gigpo)
+        record = AdvantageRecord(tensors.episode, out.returns, out.episode_advantage, out.step_advantage, out.advantage,
+                                 tensors.anchor, out.anchor_size)
+    if log.isEnabledFor(logging.DEBUG):
+        log_groups(episodes, scores, record)
+    return record
+
+
+def log_groups(episodes: list[Episode], scores: torch.Tensor, record: AdvantageRecord) -> None:
+    """LOGLEVEL=DEBUG: per episode group, its anchor groups with their steps' returns and advantages."""
+    by_group: dict[int, list[int]] = {}
+    for e, ep in enumerate(episodes):
+        by_group.setdefault(ep.group_id, []).append(e)
+    first = torch.cumsum(torch.tensor([0] + [len(ep.steps) for ep in episodes]), 0).tolist()
+    for g, members in by_group.items():
+        anchors: dict[int, list[str]] = {}
+        for e in members:
+            for t in range(len(episodes[e].steps)):
+                j = first[e] + t
+                anchors.setdefault(int(record.anchor[j]), []).append(
+                    f"e{episodes[e].index_in_group}t{t}: R={float(record.returns[j]):.3f} "
+                    f"A_E={float(record.episode_advantage[j]):+.3f} A_S={float(record.step_advantage[j]):+.3f} "
+                    f"A={float(record.advantage[j]):+.3f}")
+        log.debug("group %d: scores %s; %d anchor groups (%d non-singleton)", g,
+                  [round(float(scores[e]), 3) for e in members], len(anchors), sum(len(v) > 1 for v in anchors.values()))
+        for anchor, lines in anchors.items():
+            log.debug("  anchor %d (size %d): %s", anchor, len(lines), "; ".join(lines))

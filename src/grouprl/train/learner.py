@@ -1,0 +1,106 @@
+"""The update phase: packed samples in, one or more optimizer steps, statistics out.
+
+The learner owns everything a distributed wrapper (accelerate: DDP, FSDP) needs to own: the
+optimizer and scheduler, the micro-batch split, the loss aggregation across micro-batches,
+gradient clipping and the optimizer step. One step's rollout batch is reused for
+``num_iterations`` optimizer steps, each accumulated over ``gradient_accumulation_steps``
+micro-batches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import get_scheduler
+
+from grouprl.algos.losses import micro_batch_weight, policy_loss
+from grouprl.config import Config
+from grouprl.policy.loading import Policy
+from grouprl.policy.scoring import TokenBatch, completion_logps, pack
+from grouprl.records import Episode
+
+UpdateStats = dict[str, float]  # loss, grad_norm, entropy, clip ratios, kl: means over the update
+
+
+@dataclass
+class StepSamples:
+    """Every step of every episode as one training sample."""
+
+    batch: TokenBatch
+    advantages: torch.Tensor  # (N,)
+
+
+def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int, mask_truncated: bool) -> StepSamples:
+    """One sample per step (prompt left-padded, action right-padded), with its advantage."""
+    steps = [s for ep in episodes for s in ep.steps]
+    batch = pack([s.prompt_ids for s in steps], [s.action_ids for s in steps], pad_id)
+    if mask_truncated:
+        keep = torch.tensor([not s.truncated for s in steps], dtype=batch.completion_mask.dtype)
+        batch.completion_mask = batch.completion_mask * keep.unsqueeze(-1)
+    return StepSamples(batch, advantages.to(torch.float32))
+
+
+class Learner:
+    def __init__(self, cfg: Config, policy: Policy):
+        self.cfg, self.policy = cfg, policy
+        train = cfg.train
+        params = [p for p in policy.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay,
+                                           betas=(0.9, train.adam_beta2))
+        self.scheduler = get_scheduler(train.lr_scheduler_type, self.optimizer, num_warmup_steps=train.warmup_steps,
+                                       num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def update(self, samples: StepSamples) -> UpdateStats:
+        algorithm, train = self.cfg.algorithm, self.cfg.train
+        model, device = self.policy.model, self.policy.device
+        batch, adv = samples.batch.to(device), samples.advantages.to(device)
+        n = len(batch)
+        accum = min(train.gradient_accumulation_steps, n)
+        bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
+        micro = [slice(bounds[i], bounds[i + 1]) for i in range(accum)]
+        temperature = self.cfg.rollout.temperature
+        # pi_old: only needed as a separate pass when the batch is reused (mu > 1); for mu = 1
+        # pi_old = pi_theta and ratio = 1, so the detached current log-probs serve (no extra forward).
+        old = ref = None
+        with torch.no_grad():
+            if algorithm.num_iterations > 1:
+                old = torch.cat([completion_logps(model, batch.slice(m), temperature)[0] for m in micro])
+            if algorithm.beta > 0:
+                with self.policy.reference_context():
+                    reference = self.policy.reference_model()
+                    ref = torch.cat([completion_logps(reference, batch.slice(m), temperature)[0] for m in micro])
+        total_tokens = float(batch.completion_mask.sum())
+        stats: dict[str, list[float]] = {}
+        model.train()
+        for _ in range(algorithm.num_iterations):
+            for m in micro:
+                part = batch.slice(m)
+                logps, entropy = completion_logps(model, part, temperature, with_entropy=True)
+                loss, s = policy_loss(
+                    logps, logps.detach() if old is None else old[m], adv[m], part.completion_mask,
+                    loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
+                    epsilon_high=algorithm.epsilon_high, beta=algorithm.beta, ref_logps=None if ref is None else ref[m],
+                    max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
+                )
+                loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n)
+                loss.backward()
+                mask = part.completion_mask.float()
+                s["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
+                s["loss"] = loss.detach() * accum  # mean over micro-batches then equals the batch loss
+                for k, v in s.items():
+                    stats.setdefault(k, []).append(float(v))
+            stats.setdefault("grad_norm", []).append(self.optimizer_step())
+        return {k: sum(v) / len(v) for k, v in stats.items()}
+
+    def optimizer_step(self) -> float:
+        """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm."""
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.train.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return float(grad_norm)

@@ -1,0 +1,195 @@
+"""The training loop: rollout -> score -> advantages -> update, one step per rollout batch.
+
+A step is ``batch_size`` groups x ``num_generations`` episodes. Each phase is a method that
+returns a record; :meth:`Trainer.train_step` calls them in order and times each. Observers
+(metrics sinks, rollout/trajectory JSONL) read the records the step returns. The estimator
+(grpo, dr_grpo, rloo, gigpo or a user's) comes from the registry, so this one trainer trains
+all of them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from grouprl.algos.advantages import get_estimator
+from grouprl.config import Config
+from grouprl.observe.jsonl import JsonlAppender
+from grouprl.observe.sinks import MetricsSink
+from grouprl.observe.step_logs import rollout_records, write_trajectories
+from grouprl.policy.loading import Policy
+from grouprl.records import Episode
+from grouprl.rewards import sandbox
+from grouprl.rewards.scorer import Scorer, Scores
+from grouprl.rollout.env_pool import LocalEnvPool, make_pool
+from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
+from grouprl.rollout.runner import episode_settings, run_episodes
+from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options
+from grouprl.train.checkpoint import load_checkpoint, save_checkpoint
+from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
+from grouprl.train.step_metrics import batch_metrics
+from grouprl.user_code import import_callable
+
+
+class RowSampler:
+    """Rows in a seeded order, reshuffled every epoch; ``position`` is the only state."""
+
+    def __init__(self, rows: list[dict[str, Any]], seed: int, position: int = 0):
+        self.rows, self.seed, self.position = rows, seed, position
+        self._epoch, self._cached = -1, []
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch != self._epoch:  # one shuffle per epoch, derived from (seed, epoch) alone
+            self._cached = list(range(len(self.rows)))
+            random.Random(self.seed * 100003 + epoch).shuffle(self._cached)
+            self._epoch = epoch
+        return self._cached
+
+    def next(self, n: int) -> list[dict[str, Any]]:
+        out = []
+        for _ in range(n):
+            epoch, offset = divmod(self.position, len(self.rows))
+            out.append(self.rows[self._order(epoch)[offset]])
+            self.position += 1
+        return out
+
+
+@dataclass
+class StepRecord:
+    """Everything one training step produced."""
+
+    episodes: list[Episode]
+    scores: Scores
+    advantages: AdvantageRecord
+    samples: StepSamples
+    update: UpdateStats
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase
+
+
+class Trainer:
+    def __init__(self, cfg: Config, policy: Policy, task, scorer: Scorer | None = None,
+                 backend: GenerationBackend | None = None, console=None):
+        self.cfg, self.policy, self.task, self.console = cfg, policy, task, console
+        self.out = Path(cfg.train.output_dir)
+        self.scorer = scorer or Scorer.from_config(cfg, task)
+        self.backend = backend or make_backend(policy, cfg)
+        self.learner = Learner(cfg, policy)
+        self.sampling = SamplingParams.for_rollout(cfg)
+        self.settings = episode_settings(cfg, task)
+        self.sampler = RowSampler(task.train_rows, cfg.train.seed)
+        self.pool = make_pool(cfg.rollout.env_workers, cfg.rollout.ray_address) if task.multi_step else LocalEnvPool()
+        self.estimator = get_estimator(cfg.algorithm.advantage)
+        self.estimator_options = estimator_options(cfg.algorithm, self.estimator)
+        key = cfg.algorithm.state_key
+        self.state_key = import_callable(key, "state_key") if key else None
+        self.step = 0
+        self.run_state: dict[str, Any] = {}  # carried by checkpoints: the base model, the eval before RL
+
+    # --- the four phases ------------------------------------------------------------------
+    def rollout(self) -> list[Episode]:
+        rows = self.sampler.next(self.cfg.rollout.batch_size)
+        return run_episodes([self.task.env_factory(row) for row in rows], rows, self.cfg.rollout.num_generations,
+                            self.backend, self.policy.tokenizer, self.sampling, self.settings,
+                            [self.task.seed_of(row) for row in rows], self.pool)
+
+    def score(self, episodes: list[Episode]) -> Scores:
+        return self.scorer.score(episodes)
+
+    def advantages(self, episodes: list[Episode], scores: torch.Tensor) -> AdvantageRecord:
+        return compute_advantage_record(episodes, scores, self.cfg.algorithm, self.estimator, self.estimator_options,
+                                        self.state_key)
+
+    def update(self, samples: StepSamples) -> UpdateStats:
+        stats = self.learner.update(samples)
+        self.backend.load_weights(self.policy.model)  # engines with their own weight copy take the new ones
+        return stats
+
+    def train_step(self) -> StepRecord:
+        seconds: dict[str, float] = {}
+        phase = _timer(seconds)
+        with phase("generation_time"):
+            episodes = self.rollout()
+        with phase("score_time"):
+            scores = self.score(episodes)
+        with phase("advantage_time"):
+            advantages = self.advantages(episodes, scores.episode)
+        samples = pack_samples(episodes, advantages.advantage, self.policy.tokenizer.pad_token_id,
+                               self.cfg.algorithm.mask_truncated_completions)
+        with phase("update_time"):
+            stats = self.update(samples)
+        return StepRecord(episodes, scores, advantages, samples, stats, seconds)
+
+    def metrics(self, record: StepRecord) -> dict[str, float]:
+        """What metrics.jsonl records for a step."""
+        elapsed = sum(record.seconds.values())
+        batch = record.samples.batch
+        n_tokens = float(batch.completion_mask.sum() + batch.prompt_mask.sum())
+        return {**record.update,
+                **batch_metrics(record.episodes, record.scores.episode, record.advantages,
+                                self.cfg.rollout.num_generations, self.scorer.keys + [r.name for r in self.scorer.learned],
+                                self.task.multi_step),
+                **record.scores.metrics,
+                "sandbox_fallbacks": float(sandbox.fallback_count()),  # runs without bubblewrap isolation
+                "step_time": elapsed, **record.seconds, "tokens_per_second": n_tokens / elapsed,
+                "learning_rate": self.learner.learning_rate}
+
+    # --- the loop -------------------------------------------------------------------------
+    def resume(self, ckpt: str) -> None:
+        state = load_checkpoint(ckpt, self.learner.optimizer, self.learner.scheduler, self.scorer)
+        self.step = state["step"]
+        self.sampler.position = state["data_position"]
+        self.run_state = state.get("extra", {})
+
+    def checkpoint(self) -> Path:
+        return save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer, self.learner.optimizer,
+                               self.learner.scheduler, {"data_position": self.sampler.position, "extra": self.run_state},
+                               self.scorer)
+
+    def train(self, sink: MetricsSink) -> list[dict[str, float]]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        t = self.cfg.train
+        every = self.cfg.logging.save_trajectories_every
+        rollouts = JsonlAppender(self.out / "rollouts" / "rollouts.jsonl") if self.cfg.logging.log_rollouts else None
+        history = []
+        progress = Progress(TextColumn(self.cfg.algorithm.advantage), BarColumn(), MofNCompleteColumn(),
+                            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=sink.console,
+                            transient=False)
+        with progress:
+            bar = progress.add_task("train", total=t.max_steps, completed=self.step, info="")
+            while self.step < t.max_steps:
+                record = self.train_step()
+                self.step += 1
+                metrics = self.metrics(record)
+                sink.log(self.step, metrics)
+                history.append({"step": self.step, **metrics})
+                if rollouts is not None:
+                    rollouts.write_many(rollout_records(self.step, record.episodes, record.advantages))
+                if every and (self.step % every == 0 or self.step == 1):
+                    write_trajectories(self.out / "trajectories" / f"step_{self.step:06d}.jsonl", self.step,
+                                       record.episodes, record.advantages)
+                progress.update(bar, completed=self.step,
+                                info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}")
+                if t.save_steps and self.step % t.save_steps == 0 and self.step < t.max_steps:
+                    self.checkpoint()
+        if rollouts is not None:
+            rollouts.close()
+        self.pool.close()
+        self.checkpoint()
+        return history
+
+
+def _timer(seconds: dict[str, float]):
+    @contextlib.contextmanager
+    def phase(name: str):
+        start = time.perf_counter()
+        yield
+        seconds[name] = time.perf_counter() - start
+
+    return phase

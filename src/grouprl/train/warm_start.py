@@ -1,0 +1,120 @@
+"""The tiny-model warm start: build a tiny Qwen2 model for the task, then a deliberately short SFT.
+
+Single-turn tasks are fine-tuned on their gold solutions until greedy accuracy on held-back
+training rows reaches ``sft_target_accuracy``; environments on played demonstrations (random
+admissible moves, or the environment's expert moves) until sampled episodes act validly.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from grouprl.config import Config
+from grouprl.policy.tiny import init_tiny
+from grouprl.rollout.generation import HFBackend, SamplingParams
+from grouprl.rollout.prompts import build_messages, format_action
+from grouprl.rollout.runner import EpisodeSettings, episode_settings
+from grouprl.train.evaluate import evaluate
+from grouprl.train.sft import sft_warm_start
+
+ENV_CHECK_EPISODES = 32  # sampled training episodes that decide when an environment's SFT stops
+
+
+def demonstrations(task, rows: list[dict[str, Any]], policy: str, settings: EpisodeSettings,
+                   seed: int = 0) -> list[dict[str, Any]]:
+    """(prompt messages, action completion) pairs from playing each row's environment.
+
+    ``policy="expert"`` plays the environment's expert moves; ``"random"`` uniformly random
+    admissible moves (it teaches the action format and a near-uniform policy, leaving the
+    decisions to RL). Prompts come from the runner's own prompt builder, history included.
+    """
+    from grouprl.tasks.env_task import play
+
+    rng = random.Random(seed)
+    out = []
+    for row in rows:
+        history: list[tuple[str, str]] = []
+        for instructions, obs, action, _ in play(task, row, policy, rng, settings.max_steps):
+            completion = format_action(action, settings.action_pattern)
+            messages = build_messages(instructions, history, obs, settings.history_length,
+                                      settings.show_admissible_actions)
+            out.append({"messages": messages, "gold_completion": completion})
+            history.append((obs.text, completion))
+    return out
+
+
+def env_demonstrations(cfg: Config, task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return demonstrations(task, rows, cfg.train.sft_demonstrations, episode_settings(cfg, task), cfg.train.seed)
+
+
+def check_accuracy(task, scorer, rows, params: SamplingParams, settings: EpisodeSettings | None = None):
+    """``evaluate`` on a model mid-SFT (the stop rule's measurement)."""
+    def measure(model, tokenizer) -> dict[str, float]:
+        return evaluate(HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer,
+                        settings=settings)
+
+    return measure
+
+
+def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
+    """Build the tiny model for the task and warm it with a deliberately short SFT."""
+    out = Path(cfg.train.output_dir)
+    m, t = cfg.model, cfg.train
+    tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", m.tiny_hidden_size, m.tiny_num_layers,
+                     m.tiny_num_heads, seed=t.seed)
+    console.log(f"built tiny Qwen2 model at {tiny}")
+    if t.sft_steps == 0:
+        return str(tiny)
+    if task.multi_step:
+        return str(sft_environment(cfg, task, scorer, str(tiny), console))
+    console.log(f"SFT warm start: up to {t.sft_steps} steps on gold solutions (TRL SFTTrainer)"
+                + (f", stopping at {t.sft_target_accuracy:.0%} greedy accuracy" if t.sft_target_accuracy else ""))
+    # Held-back training rows (never trained on) decide the early stop; the eval split stays untouched.
+    n_check = min(200, len(task.train_rows) // 10)
+    sft_rows, check_rows = task.train_rows[:-n_check], task.train_rows[-n_check:]
+    stop_when = None
+    if t.sft_target_accuracy:
+        params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, greedy=True, batch_size=n_check)
+        measure = check_accuracy(task, scorer, check_rows, params)
+
+        def stop_when(model, tokenizer) -> bool:
+            return measure(model, tokenizer)["accuracy"] >= t.sft_target_accuracy
+
+    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", t.sft_steps, t.sft_learning_rate,
+                          t.sft_batch_size, t.seed, stop_when)
+    return str(path)
+
+
+def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> Path:
+    """SFT on played demonstrations until the action format is learned.
+
+    Demonstrations are played on levels no training or evaluation episode uses (seeds from
+    2,000,000; calculator: the training questions). It stops at the first check (every 10
+    steps) where *sampled* episodes (the rollout temperature, as RL will see them) on 32
+    training levels make at most 5 % invalid actions and, with expert demonstrations and
+    ``sft_target_accuracy`` set, succeed at least that often. With random demonstrations RL
+    starts from a policy that acts validly but has not been taught which moves are good; with
+    expert ones, from a deliberately unfinished imitation of the shortest paths.
+    """
+    t = cfg.train
+    check_rows = task.train_rows[:ENV_CHECK_EPISODES]
+    demo_rows = task.demonstration_rows(t.sft_demo_episodes, skip=ENV_CHECK_EPISODES)
+    demos = env_demonstrations(cfg, task, demo_rows)
+    console.log(f"SFT warm start: {len(demos)} {t.sft_demonstrations} demonstration steps from "
+                f"{len(demo_rows)} episodes, up to {t.sft_steps} steps, stopping at <= 5% invalid actions"
+                + (f" and {t.sft_target_accuracy:.0%} success" if t.sft_demonstrations == "expert"
+                   and t.sft_target_accuracy else ""))
+    params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
+    measure = check_accuracy(task, scorer, check_rows, params, episode_settings(cfg, task))
+    target = t.sft_target_accuracy if t.sft_demonstrations == "expert" else None
+
+    def stop_when(model, tokenizer) -> bool:
+        result = measure(model, tokenizer)
+        return result["invalid_action_rate"] <= 0.05 and (target is None or result["success_rate"] >= target)
+
+    return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
+                          t.sft_steps, t.sft_learning_rate, t.sft_batch_size, t.seed, stop_when)
