@@ -26,9 +26,12 @@ from grouprl.config import build_config
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.policy.loading import load_policy
 from grouprl.tasks import load_task
+from grouprl.rewards.scorer import Scorer
+from grouprl.rollout.generation import HFBackend, SamplingParams
+from grouprl.rollout.runner import episode_settings
 from grouprl.train.evaluate import evaluate
-from grouprl.train.grpo import runner_options
-from grouprl.train.run import eval_params, prepare_tiny, run_training, seed_everything
+from grouprl.train.run import run_training, seed_everything
+from grouprl.train.warm_start import prepare_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"
@@ -40,18 +43,15 @@ def train_maps_success(cfg, model_dir: str, samples: int = 0) -> float:
     ``samples`` > 0 sampled at the rollout temperature, ``samples`` episodes per map (seeded)."""
     import torch
 
-    from grouprl.rollout.generation import SamplingParams
-
     task = load_task(cfg)
     policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=False)
-    params, rows = eval_params(cfg), task.train_rows
+    params, rows = SamplingParams.for_eval(cfg), task.train_rows
     if samples:
-        r = cfg.rollout
-        params = SamplingParams(max_new_tokens=r.max_new_tokens, temperature=r.temperature, batch_size=256)
+        params = SamplingParams.for_rollout(cfg, batch_size=256)
         rows = [row for row in task.train_rows for _ in range(samples)]
         torch.manual_seed(1234)
-    result = evaluate(policy.model, policy.tokenizer, task, rows, params, policy.device,
-                      options=runner_options(cfg, task))
+    result = evaluate(HFBackend(policy.model, policy.tokenizer, policy.device), policy.tokenizer, task, rows, params,
+                      Scorer.from_config(cfg, task), settings=episode_settings(cfg, task))
     return result["success_rate"]
 
 
@@ -80,7 +80,8 @@ def run(seeds: list[int], max_steps: int | None, out: Path, console: Console) ->
         sft_model = base_dir / "warmup" / "sft_model"
         if not (sft_model / "config.json").is_file():
             seed_everything(seed)
-            sft_model = Path(prepare_tiny(cfg, load_task(cfg), console))
+            task = load_task(cfg)
+            sft_model = Path(prepare_tiny(cfg, task, Scorer.from_config(cfg, task), console))
         train_before = train_maps_success(cfg, str(sft_model))
         for estimator in ESTIMATORS:
             cli = {"seed": seed, "advantage": estimator, "model_name_or_path": str(sft_model),

@@ -48,10 +48,8 @@ class RewardSpec(Section):
 
 
 class TaskConfig(Section):
-    task: str = Field(
-        "arithmetic", description="where episodes come from: a registered task (grouprl/tasks/registry.py), a "
-                                  "single-turn dataset (arithmetic, gsm8k) or an environment (gridworld, sokoban, "
-                                  "calculator)")
+    task: str = Field("arithmetic", description="where episodes come from: a registered task (tasks/registry.py): "
+                                                "arithmetic, gsm8k, gridworld, sokoban, calculator, ...")
     dataset_name_or_path: str | None = Field(
         None, description="gsm8k: hub id (openai/gsm8k) or a dir with train.jsonl/test.jsonl"
     )
@@ -99,8 +97,7 @@ class RolloutConfig(Section):
     max_new_tokens: int | None = Field(
         None, gt=0, description="completion length cap per step (empty = the task's: arithmetic 6, gsm8k 512, "
                                 "gridworld/sokoban 24, calculator 48)")
-    generation_backend: str = Field("hf", description="generation engine (rollout/generation.py BACKENDS): "
-                                                      "hf = transformers generate on the policy")
+    generation_backend: str = Field("hf", description="generation engine (BACKENDS): hf = transformers generate")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
@@ -225,8 +222,7 @@ class Config(Section):
 
     @model_validator(mode="after")
     def _registered_names(self) -> "Config":
-        """Estimator and backend names against their registries (after the fields: only a valid
-        config pays for importing them)."""
+        """Estimator and backend names against their registries (only a valid config imports them)."""
         from grouprl.algos.advantages import ADVANTAGES
         from grouprl.rollout.generation import BACKENDS
 
