@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 
 from grouprl.cli import main
 
-TIMING = {"step_time", "generation_time", "tokens_per_second", "advantage_time"}  # wall clock
+TIMING = {"step_time", "generation_time", "score_time", "advantage_time", "update_time", "tokens_per_second"}  # clock
 
 
 def _train(model_dir: Path, out: Path, *extra: str) -> int:
