@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 from collections import Counter
 from typing import Any
 
 from grouprl.records import EvaluateResult, Message, MetricResult
 from grouprl.rewards.kit import reward_function
-from grouprl.rewards.sandbox import run_many
+from grouprl.rewards import code_harness
+from grouprl.rewards.sandbox import run_in_sandbox, run_many
 
 __all__ = ["json_schema", "tool_call_match", "code_execution", "BUILTIN_STRUCTURED",
            "extract_json", "extract_python_block"]
@@ -249,6 +251,23 @@ def _last_line(text: str) -> str:
     return _short(lines[-1], 160) if lines else ""
 
 
+def _assert_verdicts(splits: dict, results: list, limits: dict) -> dict:
+    """(passed, reason) per assert case, decided by the judge sandbox (see ``code_harness``);
+    or ``{"judge": result}`` when the judge could not start (an infrastructure error)."""
+    order = sorted(splits)
+    values = [code_harness.probe_values(results[i].stdout) for i in order]
+    secret = secrets.token_hex(16)
+    judge = run_in_sandbox(code_harness.judge_program([splits[i] for i in order]),
+                           stdin=code_harness.judge_stdin(secret, values), **limits)
+    if judge.infra_error:
+        return {"judge": judge}
+    found = code_harness.judge_verdicts(judge.stdout, secret, len(order))
+    if not judge.ok:
+        why = judge.killed_reason or _last_line(judge.stderr) or f"exit code {judge.exit_code}"
+        found = [(ok, reason if ok else f"{reason} (judge: {why})") for ok, reason in found]
+    return dict(zip(order, found))
+
+
 @reward_function
 def code_execution(messages: list[Message], ground_truth: Any = None, test_cases: Any = None,
                    workers: int = 4, timeout: float = 5.0, binary: bool = False, threshold: float = 1.0,
@@ -257,9 +276,13 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
 
     Test cases are the ``test_cases`` keyword, else ``ground_truth`` (a list or a JSON string of
     one): ``{"input": stdin, "output": expected stdout}`` (stdout compared with trailing
-    whitespace ignored) or an assert statement string (appended to the code; passes if it exits 0).
-    Each case runs through ``sandbox.run_many`` (``workers``, ``timeout`` seconds, ``memory_mb``);
-    a timeout or memory kill fails that case and is named in ``reason``.
+    whitespace ignored) or an assert test string. Assert tests go through ``code_harness``: the
+    solution runs with only the calls the asserts make, its values come back as plain data, and a
+    separate judge sandbox (no solution code, a per-run secret) checks them; an early exit
+    (``os._exit``, ``sys.exit``, ``atexit``) or a non-plain value fails the case, and a test the
+    harness cannot split safely is an error. Each case runs through ``sandbox.run_many``
+    (``workers``, ``timeout`` seconds, ``memory_mb``); a timeout or memory kill fails that case
+    and is named in ``reason``. A sandbox that could not start the program is an error, not 0.0.
     ``binary=True``: 1.0 if the fraction >= ``threshold`` else 0.0. No code block scores 0.0.
     """
     raw_cases = test_cases if test_cases is not None else ground_truth
@@ -281,14 +304,19 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
         return EvaluateResult(score=0.0, reason="no ```python code block in the completion",
                               metrics={"pass_fraction": MetricResult(score=0.0, reason="no code block")})
 
-    programs = []
-    for c in cases:
-        if isinstance(c, str):
-            programs.append(_with_stdin(code, "") + "\n\n" + c + "\n")
-        else:
-            programs.append(_with_stdin(code, str(c.get("input", "") or "")))
-    results = run_many(programs, workers=int(workers), timeout_s=float(timeout),
-                       cpu_s=max(1, math.ceil(float(timeout))) + 1, memory_mb=int(memory_mb))
+    try:
+        splits = {i: code_harness.split_test(c) for i, c in enumerate(cases) if isinstance(c, str)}
+    except code_harness.UnsupportedTest as err:
+        return EvaluateResult(score=0.0, is_score_valid=False, reason=f"unsupported test: {err}",
+                              error=f"code_execution: unsupported test: {err}")
+    programs = [_with_stdin(code_harness.child_program(code, splits[i]), "") if i in splits
+                else _with_stdin(code, str(c.get("input", "") or "")) for i, c in enumerate(cases)]
+    limits = dict(timeout_s=float(timeout), cpu_s=max(1, math.ceil(float(timeout))) + 1, memory_mb=int(memory_mb))
+    results = run_many(programs, workers=int(workers), **limits)
+    verdicts = _assert_verdicts(splits, results, limits) if splits else {}
+    infra = next((r.infra_error for r in [*results, *verdicts.values()] if getattr(r, "infra_error", None)), None)
+    if infra:  # the program never ran: no opinion, and the error is counted upstream
+        return EvaluateResult(score=0.0, is_score_valid=False, reason=infra, error=f"code_execution: {infra}")
 
     metrics: dict[str, MetricResult] = {}
     failures: list[str] = []
@@ -296,10 +324,10 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
     for i, (c, res) in enumerate(zip(cases, results)):
         if res.killed_reason is not None or res.timed_out:
             ok, why = False, _kill_text(res, float(timeout))
+        elif i in splits:
+            ok, why = verdicts[i]
         elif res.exit_code != 0:
             ok, why = False, f"exit code {res.exit_code}: {_last_line(res.stderr) or 'no stderr'}"
-        elif isinstance(c, str):
-            ok, why = True, "assert passed"
         elif _norm_out(res.stdout) == _norm_out(c["output"]):
             ok, why = True, "output matches"
         else:

@@ -1,19 +1,42 @@
-"""The bubblewrap command line for the reward sandbox: what is mounted, hidden and dropped.
+"""The bubblewrap command line for the reward sandbox: what the program sees and what it cannot do.
 
-Process control (limits, timeouts, output caps, the fallback) lives in ``sandbox.py``.
+The sandbox is built from an empty root, not from the host's ``/``: it holds only
+
+* the system's programs and libraries, read-only (``/usr`` and the ``/bin``, ``/lib``...
+  links or directories, plus a short list of ``/etc`` files the dynamic loader and libc read);
+* the interpreter's prefixes (the venv and its base Python, wherever they live, even under
+  ``/tmp`` or ``/root``), read-only;
+* a fresh ``/proc`` (of the sandbox's own pid namespace) and a minimal read-only ``/dev``;
+* a size-capped tmpfs on ``/tmp`` that is the working directory and ``HOME``, and a small one on
+  ``/dev/shm``; both vanish with the sandbox's mount namespace, so nothing is left on the host.
+
+So the project, the datasets, caches (``HF_HOME``), other runs' scratch dirs, ``/run`` and the
+host's unix sockets are simply not there. Process control (limits, timeouts, the memory cgroup,
+output caps, the fallback) lives in ``sandbox.py``; the seccomp filter in ``seccomp.py``.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
-# Directories hidden behind empty tmpfs mounts inside the sandbox (if they exist).
-HIDDEN_DIRS = ("/root", "/home", "/tmp", "/var/tmp", "/run")
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
-SCRATCH = "/tmp"  # mount point of the scratch dir inside the sandbox (also the cwd)
+SCRATCH = "/tmp"  # the size-capped tmpfs inside the sandbox: cwd, HOME and TMPDIR
+# Top-level system entries shown read-only (a symlink, as on merged-/usr systems, is re-created).
+SYSTEM_ENTRIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What of /etc the loader, libc and Python read; nothing else of /etc is shown.
+ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd",
+               "group", "alternatives", "mime.types")
+SHM_BYTES = 8 * 1024 * 1024
+# Where the grouprl package is shown inside the sandbox (for sandboxed user rewards).
+GROUPRL_MOUNT = "/opt/grouprl-lib"
+# The environment bwrap itself starts with. bwrap is pid 1 of the sandbox's pid namespace, so its
+# /proc/1/environ is readable from inside when we are not root: it must hold nothing of ours.
+BWRAP_ENV = {"PATH": SANDBOX_PATH, "LANG": "C.UTF-8"}
 # Unprivileged uids used when we are root: one per concurrent run, so runs do not share
 # (and cannot exhaust each other's) RLIMIT_NPROC budget.
 UID_BASE = 2_000_000
@@ -28,62 +51,92 @@ def under(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def python_dirs(python: str) -> list[str]:
-    """Directories the interpreter needs that may sit under a hidden directory."""
-    cands: set[str] = set()
-    for p in {python, os.path.realpath(python)}:
-        cands.add(os.path.dirname(os.path.dirname(os.path.abspath(p))))
+@functools.lru_cache(maxsize=16)
+def interpreter_prefixes(python: str) -> tuple[str, ...]:
+    """The directories ``python`` needs (its venv and base prefixes, the real file's prefix).
+
+    Asked from the interpreter itself (it is the trusted interpreter the config names), so a
+    venv anywhere (``/tmp/venv``) with a base Python anywhere (``~/.pyenv``) works.
+    """
+    cands = {os.path.dirname(os.path.dirname(os.path.abspath(p))) for p in (python, os.path.realpath(python))}
     if os.path.realpath(python) == os.path.realpath(sys.executable):
         cands.update({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
-        # grouprl itself (an editable install points outside site-packages), for sandboxed user rewards
-        cands.add(str(Path(__file__).resolve().parents[2]))
-    out = []
-    for c in sorted(cands):
-        c = os.path.abspath(c)
-        if os.path.isdir(c) and any(under(c, h) and c != h for h in HIDDEN_DIRS):
-            out.append(c)
-    # Drop entries already covered by another bind.
-    return [c for c in out if not any(o != c and under(c, o) for o in out)]
+    else:
+        try:
+            out = subprocess.run([python, "-I", "-c", "import sys;print(sys.prefix, sys.base_prefix, "
+                                  "sys.exec_prefix, sys.base_exec_prefix, sep='\\n')"],
+                                 capture_output=True, text=True, timeout=30, env=BWRAP_ENV).stdout
+            cands.update(line for line in out.splitlines() if line.startswith("/"))
+        except (OSError, subprocess.SubprocessError):
+            pass  # the probe then fails loudly with the interpreter's own error
+    dirs = sorted(os.path.abspath(c) for c in cands if c and os.path.isdir(c))
+    dirs = [d for d in dirs if not any(under(d, s) for s in SYSTEM_ENTRIES if os.path.isdir(s))]
+    dirs = [d for d in dirs if d != "/"]
+    return tuple(d for d in dirs if not any(o != d and under(d, o) for o in dirs))
 
 
-def bwrap_command(scratch: str | None, python: str) -> list[str]:
+def grouprl_package_dir() -> str:
+    return str(Path(__file__).resolve().parents[1])
+
+
+def _system_args() -> list[str]:
+    args: list[str] = []
+    for entry in SYSTEM_ENTRIES:
+        if os.path.islink(entry):
+            args += ["--symlink", os.readlink(entry), entry]
+        elif os.path.isdir(entry):
+            args += ["--ro-bind", entry, entry]
+    args += ["--perms", "0755", "--dir", "/etc"]
+    for name in ETC_ENTRIES:
+        path = os.path.join("/etc", name)
+        if os.path.lexists(path):
+            args += ["--ro-bind-try", path, path]
+    return args
+
+
+def _bind_ro_with_parents(src: str, dest: str, made: set[str]) -> list[str]:
+    """``--ro-bind src dest``, first creating dest's missing parents 0755 (bwrap would make them
+    0700, which the unprivileged uid could not traverse)."""
+    args: list[str] = []
+    parts = Path(dest).parts
+    for i in range(2, len(parts)):
+        parent = os.path.join(*parts[:i])
+        if parent not in made and parent != SCRATCH:
+            made.add(parent)
+            args += ["--perms", "0755", "--dir", parent]
+    return args + ["--ro-bind", src, dest]
+
+
+def bwrap_command(python: str, *, scratch_bytes: int, code_fd: int, code_name: str,
+                  seccomp_fd: int | None = None, expose_grouprl: bool = False) -> list[str]:
+    """The bwrap argv (up to, not including, the command run inside).
+
+    ``code_fd`` is read by bwrap into ``/tmp/<code_name>`` (the program never exists as a host
+    file); ``seccomp_fd`` holds a compiled filter (``seccomp.py``) or None.
+    """
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
-    args = [
-        bwrap,
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup-try",
-        "--die-with-parent",
-        "--new-session",
-        "--ro-bind", "/", "/",
-    ]
-    for d in HIDDEN_DIRS:
-        if os.path.isdir(d) and not os.path.islink(d):
-            args += ["--tmpfs", d]
-    for d in python_dirs(python):
-        # bwrap creates missing parents 0700; make them traversable for the unprivileged uid.
-        hidden = next(h for h in HIDDEN_DIRS if under(d, h))
-        parts = Path(os.path.relpath(d, hidden)).parts
-        for i in range(1, len(parts)):
-            args += ["--perms", "0755", "--dir", os.path.join(hidden, *parts[:i])]
-        args += ["--ro-bind", d, d]
-    args += ["--proc", "/proc", "--dev", "/dev"]
-    if scratch is not None:
-        args += ["--bind", scratch, SCRATCH, "--chdir", SCRATCH]
-    args += [
-        "--clearenv",
-        "--setenv", "PATH", SANDBOX_PATH,
-        "--setenv", "HOME", SCRATCH,
-        "--setenv", "TMPDIR", SCRATCH,
-        "--setenv", "LANG", "C.UTF-8",
-        "--setenv", "PYTHONDONTWRITEBYTECODE", "1",
-        "--setenv", "PYTHONIOENCODING", "utf-8",
-    ]
+    args = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    args += _system_args()
+    args += ["--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
+             "--perms", "1777", "--size", str(int(scratch_bytes)), "--tmpfs", SCRATCH]
+    made: set[str] = set()
+    for prefix in interpreter_prefixes(python):
+        args += _bind_ro_with_parents(prefix, prefix, made)
+    if expose_grouprl:
+        args += _bind_ro_with_parents(grouprl_package_dir(), f"{GROUPRL_MOUNT}/grouprl", made)
+    args += ["--perms", "0644", "--file", str(code_fd), f"{SCRATCH}/{code_name}"]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH]
+    args += ["--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", SCRATCH,
+             "--setenv", "TMPDIR", SCRATCH, "--setenv", "LANG", "C.UTF-8",
+             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONIOENCODING", "utf-8"]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     if is_root():
-        # Privileged bwrap: keep only what is needed to drop to the unprivileged uid.
+        # Privileged bwrap: keep only what is needed to drop to the unprivileged uid. There is no
+        # user namespace to disable here; the seccomp filter refuses CLONE_NEWUSER instead.
         args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
     else:
         args += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]

@@ -18,11 +18,15 @@ def sandboxed_file(name: str, sandbox_user_rewards: bool) -> str | None:
 
 
 def resolve_reward(name: str, sandbox_user_rewards: bool = False):
-    """The reward function for ``name``; a sandboxed file is wrapped, never imported here."""
-    if sandboxed_file(name, sandbox_user_rewards):
-        from grouprl.rewards.sandboxed import sandboxed_reward
+    """The reward function for ``name``; a sandboxed file is wrapped, never imported here, and with
+    ``sandbox_user_rewards`` anything that would be imported instead is refused (``KeyError``)."""
+    if sandbox_user_rewards:
+        from grouprl.rewards.registry import REWARDS
+        from grouprl.rewards.sandboxed import refuse_unsandboxed, sandboxed_reward
 
-        return sandboxed_reward(name)
+        refuse_unsandboxed(name, REWARDS)
+        if sandboxed_file(name, sandbox_user_rewards):
+            return sandboxed_reward(name)
     return get_reward(name)
 
 

@@ -1,90 +1,71 @@
-"""Run untrusted Python code in a sandbox (bubblewrap + rlimits).
+"""Run untrusted Python code in a sandbox (bubblewrap + seccomp + cgroup + rlimits).
 
-Used by code-execution rewards: model-written programs are executed with
+Used by code-execution rewards and sandboxed user reward files. Each run gets
 
-* ``bwrap`` namespaces: no network (``--unshare-net``), private pid/ipc/uts/cgroup
-  namespaces, a read-only view of the system with ``/root``, ``/home``, ``/tmp``,
-  ``/var/tmp`` and ``/run`` hidden behind empty tmpfs mounts, a fresh writable scratch
-  directory mounted as both the working directory and ``/tmp`` (deleted afterwards),
-  a fresh ``/proc`` and ``/dev``, and a cleared environment;
-* rlimits: CPU seconds, address space, number of processes, file size, no core dumps;
-* an unprivileged uid: ``RLIMIT_NPROC`` is ignored for real uid 0, so when we are root
-  the program is started as a per-run unprivileged uid (``setpriv`` inside the sandbox),
-  which makes the process limit bite (fork bombs are contained). When we are not root,
-  ``--unshare-user`` gives the sandbox its own user namespace, and the process limit is
-  counted inside it;
-* a wall-clock timeout that kills the whole process group (and with it the sandbox's
-  pid namespace), and output caps enforced while reading, so a program printing
-  gigabytes costs at most ``max_output_bytes`` of memory per stream.
+* a bubblewrap sandbox built from an empty root (``bwrap.py``): the system's libraries and the
+  interpreter's prefixes read-only, a size-capped tmpfs as ``/tmp`` (the cwd, removed with the
+  sandbox), no network, private pid/ipc/uts namespaces, a cleared environment, and bwrap itself
+  started with a scrubbed environment (it is pid 1 inside: its ``/proc/1/environ`` is readable);
+* a seccomp filter (``seccomp.py``): no ``memfd_create``, no new user namespaces, no io_uring/bpf;
+* a memory cgroup where this machine lets us make one (``cgroup.py``): all memory of all the
+  run's processes, tmpfs and kernel objects included;
+* rlimits: CPU seconds, address space, processes, file size, no core dumps;
+* an unprivileged uid: as root, a per-run uid (``setpriv`` inside the sandbox), so the process
+  limit bites; not root, a user namespace, and the process limit is our uid's current task count
+  plus the budget (the limit counts every task of the real uid, the trainer's threads included);
+* a wall-clock timeout that kills the whole process group, and capped output.
 
-If bubblewrap is missing or cannot start (e.g. user namespaces disabled), the code runs
-with rlimits only. That is much weaker (no network or filesystem isolation), so it is
-never silent: a one-time warning is emitted, every such run increments
-``SANDBOX_FALLBACKS`` and reports ``backend == "rlimits"``.
+A run the sandbox could not start (no launcher byte, see ``sandbox_exec``) is an infrastructure
+error: ``SandboxResult.infra_error`` is set, ``SANDBOX_INFRA_ERRORS`` counts it, it is logged as
+an error, and callers turn it into a reward error (never a score). The start-up probe runs the
+real layout and limits with the interpreter that will be used.
+
+If bubblewrap is missing or the probe fails, ``backend="auto"`` runs with rlimits only. That is
+much weaker (no network or filesystem isolation), so it is never silent: a one-time warning is
+emitted, every such run increments ``SANDBOX_FALLBACKS`` and reports ``backend == "rlimits"``.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import resource
 import shutil
-import signal
-import subprocess
+import stat
 import sys
 import tempfile
 import threading
-import time
 import warnings
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Iterable
 
-from grouprl.rewards.bwrap import (SANDBOX_PATH, UID_BASE, UID_SLOTS, bwrap_command,
+from grouprl.rewards import seccomp
+from grouprl.rewards.bwrap import (BWRAP_ENV, SANDBOX_PATH, SHM_BYTES, UID_BASE, UID_SLOTS, bwrap_command,
                                    drop_privileges_prefix, is_root)
+from grouprl.rewards.cgroup import SandboxCgroup
+from grouprl.rewards.sandbox_exec import Limits, SandboxResult, execute, launcher_argv
 
-__all__ = [
-    "SandboxResult",
-    "SandboxFallbackWarning",
-    "SANDBOX_FALLBACKS",
-    "fallback_count",
-    "run_in_sandbox",
-    "run_many",
-    "bwrap_available",
-]
+__all__ = ["SandboxResult", "SandboxFallbackWarning", "SANDBOX_FALLBACKS", "SANDBOX_INFRA_ERRORS", "fallback_count",
+           "infra_error_count", "run_in_sandbox", "run_many", "bwrap_available", "remove_tree"]
 
 logger = logging.getLogger(__name__)
 
 #: Number of runs that went through the weak rlimits-only fallback (a metric).
 SANDBOX_FALLBACKS = 0
+#: Number of runs the sandbox could not start (infrastructure errors; a metric).
+SANDBOX_INFRA_ERRORS = 0
 
 MAIN_FILE = "main.py"
-_READ_CHUNK = 65536
-_READ_CHUNK = 65536
+CGROUP_OVERHEAD_MB = 32  # bwrap, setpriv and the interpreter's own pages
 
 
 class SandboxFallbackWarning(RuntimeWarning):
     """Untrusted code ran with rlimits only (no bubblewrap isolation)."""
 
 
-@dataclass
-class SandboxResult:
-    ok: bool
-    exit_code: int | None
-    stdout: str
-    stderr: str
-    truncated: bool
-    timed_out: bool
-    killed_reason: str | None
-    backend: str
-    duration_s: float
-
-
-# --------------------------------------------------------------------------- helpers
-
 _lock = threading.Lock()
-_probe_result: tuple[bool, str] | None = None
+_probes: dict[str, tuple[bool, str]] = {}
 _warned = False
+_cgroup_warned = False
 _free_slots = list(range(UID_SLOTS - 1, -1, -1))
 
 
@@ -100,41 +81,44 @@ def _release_uid(uid: int) -> None:
         _free_slots.append(uid - UID_BASE)
 
 
-def _probe() -> tuple[bool, str]:
-    """One-time check that bubblewrap exists and can start a sandbox here."""
-    global _probe_result
+def _probe(python: str) -> tuple[bool, str]:
+    """Once per interpreter: can a real sandbox (same layout, limits and uid) run a program?"""
     with _lock:
-        if _probe_result is not None:
-            return _probe_result
+        if python in _probes:
+            return _probes[python]
     if shutil.which("bwrap") is None:
         res = (False, "bwrap not found on PATH (install bubblewrap: .ci/install-system-deps)")
     else:
-        true = shutil.which("true") or "/bin/true"
-        cmd = bwrap_command(None, sys.executable)
-        if is_root():
-            cmd += drop_privileges_prefix(UID_BASE + UID_SLOTS)
-        cmd += [true]
         try:
-            p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, timeout=30)
-            if p.returncode == 0:
+            r = _run_bwrap("print(6 * 7)", "", python, Limits(cpu_s=10, memory_mb=512, max_procs=64,
+                                                                 max_file_bytes=1 << 20,
+                                                                 max_output_bytes=1 << 16, timeout_s=30),
+                           scratch_mb=8, expose_grouprl=False)
+            if r.ok and r.stdout == "42\n":
                 res = (True, "")
             else:
-                res = (False, f"bwrap probe failed (rc={p.returncode}): {p.stderr.decode(errors='replace').strip()}")
-        except (OSError, subprocess.SubprocessError) as e:
-            res = (False, f"bwrap probe failed: {e!r}")
+                why = r.infra_error or f"exit {r.exit_code}: {(r.stderr.strip().splitlines() or [''])[-1]}"
+                res = (False, f"bwrap probe failed ({why})")
+        except (OSError, RuntimeError) as err:
+            res = (False, f"bwrap probe failed: {err!r}")
     with _lock:
-        _probe_result = res
+        _probes[python] = res
     return res
 
 
-def bwrap_available() -> tuple[bool, str]:
-    """(usable, reason): whether the bubblewrap backend works on this machine."""
-    return _probe()
+def bwrap_available(python: str = sys.executable) -> tuple[bool, str]:
+    """(usable, reason): whether the bubblewrap backend works here with ``python``."""
+    return _probe(python)
 
 
 def fallback_count() -> int:
     """Runs so far (in this process) that had only the rlimits fallback, not bubblewrap isolation."""
     return SANDBOX_FALLBACKS
+
+
+def infra_error_count() -> int:
+    """Runs so far (in this process) that the sandbox could not start (infrastructure errors)."""
+    return SANDBOX_INFRA_ERRORS
 
 
 def _note_fallback(reason: str) -> None:
@@ -152,81 +136,119 @@ def _note_fallback(reason: str) -> None:
         warnings.warn(msg, SandboxFallbackWarning, stacklevel=3)
 
 
-def _make_preexec(cpu_s: int, memory_mb: int, max_procs: int, max_file_bytes: int):
-    def preexec() -> None:  # runs in the child between fork and exec: keep it simple
-        def lim(res: int, v: int, hard: int | None = None) -> None:
-            resource.setrlimit(res, (v, v if hard is None else hard))
-
-        # soft < hard: the soft limit delivers SIGXCPU (reported as "cpu"), the hard one SIGKILL.
-        lim(resource.RLIMIT_CPU, max(1, int(cpu_s)), max(1, int(cpu_s)) + 1)
-        lim(resource.RLIMIT_AS, int(memory_mb) * 1024 * 1024)
-        lim(resource.RLIMIT_NPROC, int(max_procs))
-        lim(resource.RLIMIT_FSIZE, int(max_file_bytes))
-        lim(resource.RLIMIT_CORE, 0)
-
-    return preexec
+def _note_infra_error(result: SandboxResult) -> SandboxResult:
+    global SANDBOX_INFRA_ERRORS
+    if result.infra_error:
+        with _lock:
+            SANDBOX_INFRA_ERRORS += 1
+        logger.error("SANDBOX INFRASTRUCTURE ERROR (not scored): %s", result.infra_error)
+    return result
 
 
-class _Reader(threading.Thread):
-    """Reads one pipe incrementally, keeping at most ``cap`` bytes."""
+def _user_task_count(uid: int) -> int:
+    """Tasks (threads included) of real uid ``uid``: what RLIMIT_NPROC compares against."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                if os.stat(f"/proc/{pid}").st_uid == uid:
+                    n += len(os.listdir(f"/proc/{pid}/task"))
+            except OSError:
+                pass
+    return n
 
-    def __init__(self, stream, cap: int, on_overflow) -> None:
-        super().__init__(daemon=True)
-        self.stream, self.cap, self.on_overflow = stream, cap, on_overflow
-        self.buf = bytearray()
-        self.overflow = False
 
-    def run(self) -> None:
-        fd = self.stream.fileno()
+def _memory_cgroup(limits: Limits, scratch_mb: int, nproc_budget: int) -> SandboxCgroup | None:
+    global _cgroup_warned
+    total = (limits.memory_mb + scratch_mb + CGROUP_OVERHEAD_MB) * 1024 * 1024 + SHM_BYTES
+    cg = SandboxCgroup.create(total, max_pids=nproc_budget + 4)
+    if cg is None and not _cgroup_warned:
+        _cgroup_warned = True
+        logger.info("sandbox: no memory cgroup available here; memory is limited per process "
+                    "(RLIMIT_AS) and memfd_create is refused (see docs/security.md)")
+    return cg
+
+
+def _run_bwrap(code: str, stdin: str, python: str, limits: Limits, scratch_mb: int,
+               expose_grouprl: bool) -> SandboxResult:
+    filt = seccomp.filter_bytes()
+    uid = _acquire_uid() if is_root() else None
+    cg = _memory_cgroup(limits, scratch_mb, limits.max_procs)
+    code_file = tempfile.TemporaryFile()
+    fds: list[int] = [code_file.fileno()]
+    try:
+        code_file.write(code.encode("utf-8"))
+        code_file.flush()
+        code_file.seek(0)
+        seccomp_fd = None
+        if filt is not None:
+            seccomp_fd = _data_fd(filt)
+            fds.append(seccomp_fd)
+        start_pipe = os.pipe()
+        cmd = bwrap_command(python, scratch_bytes=scratch_mb * 1024 * 1024, code_fd=code_file.fileno(),
+                            code_name=MAIN_FILE, seccomp_fd=seccomp_fd, expose_grouprl=expose_grouprl)
+        if uid is not None:
+            cmd += drop_privileges_prefix(uid)
+            nproc = limits.max_procs
+        else:
+            nproc = _user_task_count(os.getuid()) + limits.max_procs
+        cmd += launcher_argv(python, start_pipe[1], MAIN_FILE)
+        if cg is not None:
+            cmd = cg.join_command() + cmd
+        return execute(cmd, env=dict(BWRAP_ENV), cwd="/", stdin=stdin, limits=limits, nproc=nproc,
+                       backend="bwrap", start_pipe=start_pipe, pass_fds=tuple(fds),
+                       oom_killed=cg.oom_killed if cg else None)
+    finally:
+        code_file.close()
+        for fd in fds[1:]:
+            os.close(fd)
+        if cg is not None and not cg.remove():
+            logger.warning("sandbox: could not remove cgroup %s", cg.dirs)
+        if uid is not None:
+            _release_uid(uid)
+
+
+def _data_fd(data: bytes) -> int:
+    """A readable fd holding ``data`` (an unlinked temporary file), positioned at 0."""
+    fd, path = tempfile.mkstemp(prefix="grouprl-sbx-")
+    os.unlink(path)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def remove_tree(path: str) -> None:
+    """Remove ``path`` even when the program made parts of it unreadable (``chmod 000``): as a
+    normal user ``rmtree`` cannot enter such a directory, so first make every directory ours."""
+    def open_up(d: str) -> None:
         try:
-            while True:
-                chunk = os.read(fd, _READ_CHUNK)
-                if not chunk:
-                    break
-                room = self.cap - len(self.buf)
-                if len(chunk) > room:
-                    self.buf += chunk[: max(room, 0)]
-                    if not self.overflow:
-                        self.overflow = True
-                        self.on_overflow()
-                    # keep draining (discarding) so the writer never blocks on a full pipe
-                else:
-                    self.buf += chunk
+            os.chmod(d, stat.S_IRWXU)
+            entries = list(os.scandir(d))
         except OSError:
-            pass
+            return
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                open_up(entry.path)
+
+    if os.path.isdir(path) and not os.path.islink(path):
+        open_up(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _run_rlimits(code: str, stdin: str, python: str, limits: Limits) -> SandboxResult:
+    scratch = tempfile.mkdtemp(prefix="grouprl-sbx-")
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.kill()
-    except ProcessLookupError:
-        pass
-
-
-def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
-    try:
-        if data:
-            proc.stdin.write(data)
-        proc.stdin.close()
-    except (BrokenPipeError, OSError, ValueError):
-        pass
-
-
-def _signal_of(exit_code: int | None, backend: str) -> int | None:
-    if exit_code is None:
-        return None
-    if exit_code < 0:
-        return -exit_code
-    if backend == "bwrap" and exit_code > 128:  # bwrap reports a signalled child as 128+sig
-        return exit_code - 128
-    return None
-
-
-# --------------------------------------------------------------------------- public API
+        with open(os.path.join(scratch, MAIN_FILE), "w", encoding="utf-8") as f:
+            f.write(code)
+        env = {"PATH": SANDBOX_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
+               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+        start_pipe = os.pipe()
+        cmd = launcher_argv(python, start_pipe[1], MAIN_FILE)
+        nproc = limits.max_procs if is_root() else _user_task_count(os.getuid()) + limits.max_procs
+        return execute(cmd, env=env, cwd=scratch, stdin=stdin, limits=limits, nproc=nproc, backend="rlimits",
+                       start_pipe=start_pipe, pass_fds=())
+    finally:
+        remove_tree(scratch)
 
 
 def run_in_sandbox(
@@ -239,151 +261,33 @@ def run_in_sandbox(
     max_procs: int = 64,
     max_output_bytes: int = 1_000_000,
     max_file_mb: int = 64,
+    scratch_mb: int = 64,
     python: str = sys.executable,
     backend: str = "auto",
+    expose_grouprl: bool = False,
 ) -> SandboxResult:
     """Run Python ``code`` in a fresh sandbox and return what happened.
 
     ``backend``: "auto" (bubblewrap if usable, else the loud rlimits fallback),
     "bwrap" (fail if unusable) or "rlimits" (force the fallback, e.g. for tests).
+    ``scratch_mb``: size of the ``/tmp`` tmpfs (cwd). ``expose_grouprl``: show the grouprl
+    package read-only at ``bwrap.GROUPRL_MOUNT`` (sandboxed user rewards import its records).
+    A result with ``infra_error`` set means the program never ran: report it, never score it.
     """
     if backend not in ("auto", "bwrap", "rlimits"):
         raise ValueError(f"unknown sandbox backend {backend!r}")
-    use_bwrap = False
+    limits = Limits(cpu_s=cpu_s, memory_mb=memory_mb, max_procs=max_procs,
+                    max_file_bytes=max_file_mb * 1024 * 1024, max_output_bytes=max_output_bytes,
+                    timeout_s=timeout_s)
+    reason = "backend='rlimits' requested"
     if backend != "rlimits":
-        usable, reason = _probe()
+        usable, reason = _probe(python)
         if usable:
-            use_bwrap = True
-        elif backend == "bwrap":
+            return _note_infra_error(_run_bwrap(code, stdin, python, limits, scratch_mb, expose_grouprl))
+        if backend == "bwrap":
             raise RuntimeError(f"bubblewrap sandbox unavailable: {reason}")
-    else:
-        reason = "backend='rlimits' requested"
-    if not use_bwrap:
-        _note_fallback(reason)
-    be = "bwrap" if use_bwrap else "rlimits"
-
-    scratch = tempfile.mkdtemp(prefix="grouprl-sbx-")
-    uid = _acquire_uid() if is_root() and use_bwrap else None
-    try:
-        main_py = os.path.join(scratch, MAIN_FILE)
-        with open(main_py, "w", encoding="utf-8") as f:
-            f.write(code)
-        if uid is not None:
-            os.chown(scratch, uid, uid)
-            os.chown(main_py, uid, uid)
-            os.chmod(scratch, 0o711)  # bwrap (root, caps dropped) must be able to chdir in
-        if use_bwrap:
-            cmd = bwrap_command(scratch, python)
-            if uid is not None:
-                cmd += drop_privileges_prefix(uid)
-            cmd += [python, "-I", MAIN_FILE]
-            env = None
-            cwd = None
-        else:
-            cmd = [python, "-I", MAIN_FILE]
-            env = {"PATH": SANDBOX_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
-                   "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
-            cwd = scratch
-        return _execute(cmd, env, cwd, stdin, timeout_s, cpu_s, memory_mb, max_procs,
-                        max_output_bytes, max_file_mb * 1024 * 1024, be)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-        if uid is not None:
-            _release_uid(uid)
-
-
-def _execute(cmd, env, cwd, stdin, timeout_s, cpu_s, memory_mb, max_procs, max_output_bytes,
-             max_file_bytes, be) -> SandboxResult:
-    start = time.monotonic()
-    killed: list[str] = []
-    prlimit = shutil.which("prlimit")
-    preexec = None
-    if prlimit:
-        # Set the limits with util-linux prlimit (exec'd before bwrap/python): preexec_fn is
-        # not safe in a multithreaded parent (run_many), so it is only the fallback.
-        cpu = max(1, int(cpu_s))
-        cmd = [
-            prlimit,
-            f"--cpu={cpu}:{cpu + 1}",
-            f"--as={int(memory_mb) * 1024 * 1024}",
-            f"--nproc={int(max_procs)}",
-            f"--fsize={int(max_file_bytes)}",
-            "--core=0",
-            "--",
-            *cmd,
-        ]
-    else:
-        preexec = _make_preexec(cpu_s, memory_mb, max_procs, max_file_bytes)
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        close_fds=True,
-        preexec_fn=preexec,
-    )
-
-    def overflow() -> None:
-        if not killed:
-            killed.append("output")
-        _kill_group(proc)
-
-    out_r = _Reader(proc.stdout, max_output_bytes, overflow)
-    err_r = _Reader(proc.stderr, max_output_bytes, overflow)
-    out_r.start()
-    err_r.start()
-    feeder = threading.Thread(target=_feed_stdin, args=(proc, stdin.encode("utf-8", "replace")), daemon=True)
-    feeder.start()
-
-    timed_out = False
-    try:
-        proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        if not killed:
-            killed.append("timeout")
-        _kill_group(proc)
-        proc.wait()
-    _kill_group(proc)  # reap any stragglers left in the group (rlimits backend)
-    for t in (out_r, err_r):
-        t.join(timeout=2.0)
-    for s in (proc.stdout, proc.stderr):
-        try:
-            s.close()
-        except OSError:
-            pass
-    duration = time.monotonic() - start
-
-    exit_code = proc.returncode
-    stdout = out_r.buf.decode("utf-8", "replace")
-    stderr = err_r.buf.decode("utf-8", "replace")
-    reason = killed[0] if killed else None
-    if reason is None:
-        sig = _signal_of(exit_code, be)
-        if sig == signal.SIGXCPU:
-            reason = "cpu"
-        elif sig == signal.SIGXFSZ:
-            reason = "file_size"
-        elif sig is not None:
-            reason = f"signal:{signal.Signals(sig).name}" if sig in signal.valid_signals() else f"signal:{sig}"
-    if reason is None and exit_code != 0 and "MemoryError" in stderr:
-        reason = "memory"
-    truncated = out_r.overflow or err_r.overflow
-    ok = exit_code == 0 and not killed and not timed_out
-    return SandboxResult(
-        ok=ok,
-        exit_code=exit_code,
-        stdout=stdout,
-        stderr=stderr,
-        truncated=truncated,
-        timed_out=timed_out,
-        killed_reason=reason,
-        backend=be,
-        duration_s=duration,
-    )
+    _note_fallback(reason)
+    return _note_infra_error(_run_rlimits(code, stdin, python, limits))
 
 
 def run_many(codes: Iterable[str], workers: int = 4, **kw) -> list[SandboxResult]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grouprl.records import EvaluateResult
+from grouprl.rewards.bwrap import GROUPRL_MOUNT
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.sandbox import run_in_sandbox
 
@@ -20,6 +21,7 @@ MARK = "__GROUPRL_RESULTS__"
 
 _DRIVER = '''
 import json, sys, types
+sys.path.insert(0, {lib!r})  # the grouprl package, read-only (records, reward kit)
 source, name, payload = {source!r}, {name!r}, json.loads({payload!r})
 module = types.ModuleType("user_reward")
 exec(compile(source, {filename!r}, "exec"), module.__dict__)
@@ -39,6 +41,30 @@ print("\\n" + {mark!r} + json.dumps(out))
 '''
 
 
+def refuse_unsandboxed(name: str, builtin_names) -> None:
+    """With ``sandbox_user_rewards`` on, a reward that would be imported into the trainer is an error.
+
+    Only ``path/to/file.py:function`` runs in the sandbox (its source is read and executed
+    there). A ``.pyc``, ``.so``, any other file, or a ``package.module:function`` outside grouprl
+    would be imported in-process, so it is refused (``KeyError`` naming the reward).
+    """
+    if name in builtin_names:
+        return
+    where = name.rpartition(":")[0]
+    if not where:
+        return  # not a user reward spec; the registry reports unknown names
+    if where.endswith(".py") and Path(where).is_file():
+        return
+    if where.endswith(".py"):
+        raise KeyError(f"reward '{name}': no such reward file '{where}' (found nothing; expected "
+                       "'path/to/file.py:function')")
+    if "/" not in where and not Path(where).exists() and where.split(".")[0] == "grouprl":
+        return  # grouprl's own modules are part of the trainer already
+    raise KeyError(f"reward '{name}': sandbox_user_rewards is on, but '{where}' is not a .py source file "
+                   "and would be imported into the trainer unsandboxed (refused); expected "
+                   "'path/to/file.py:function'")
+
+
 def sandboxed_reward(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) -> Callable:
     """A batch ``@reward_function`` that runs ``path/to/file.py:function`` in the sandbox."""
     where, _, name = spec.rpartition(":")
@@ -54,8 +80,15 @@ def sandboxed_reward(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) 
         payload = [{"messages": [m.model_dump(exclude_none=True) for m in msgs], "ground_truth": truths[i],
                     "kwargs": {k: _plain(v[i]) for k, v in kwargs.items()}}
                    for i, msgs in enumerate(rollouts_messages)]
-        code = _DRIVER.format(source=source, name=name, payload=json.dumps(payload), filename=str(path), mark=MARK)
-        res = run_in_sandbox(code, timeout_s=timeout_s, cpu_s=int(timeout_s) + 1, memory_mb=memory_mb)
+        code = _DRIVER.format(source=source, name=name, payload=json.dumps(payload), filename=str(path), mark=MARK,
+                              lib=GROUPRL_MOUNT)
+        try:  # never the rlimits fallback: a user file is run isolated or not at all
+            res = run_in_sandbox(code, timeout_s=timeout_s, cpu_s=int(timeout_s) + 1, memory_mb=memory_mb,
+                                 backend="bwrap", expose_grouprl=True)
+        except RuntimeError as err:
+            return [EvaluateResult(score=0.0, is_score_valid=False, error=f"sandbox: {err}")] * n
+        if res.infra_error:
+            return [EvaluateResult(score=0.0, is_score_valid=False, error=res.infra_error)] * n
         if MARK not in res.stdout:
             why = res.killed_reason or (res.stderr.strip().splitlines() or ["no output"])[-1]
             return [EvaluateResult(score=0.0, is_score_valid=False, error=f"sandbox ({res.backend}): {why}")] * n
