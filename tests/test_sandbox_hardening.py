@@ -1,12 +1,14 @@
 """Sandbox isolation attacks from the hardening campaign (issue 9), run for real with bwrap.
 
-The non-root cases run the trainer side as user ``nobody`` (``setpriv``, the system Python,
-which only needs the standard library for ``grouprl.rewards.sandbox``); they skip when we are
-not root (then the whole suite already runs as a normal user) or that Python is missing.
+The non-root cases run the trainer side as user ``nobody`` (``setpriv`` and a Python nobody can
+run; ``grouprl.rewards.sandbox`` needs only the standard library); they skip when we are not
+root (then the whole suite already runs as a normal user) or no such Python exists.
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import json
 import os
 import shutil
@@ -40,14 +42,34 @@ def run(code: str, **kw):
     return run_in_sandbox(code, backend="bwrap", **kw)
 
 
+NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+
+
+@functools.lru_cache(maxsize=1)
+def nobody_python() -> str | None:
+    """A Python that user nobody can run (ours may live under root's 0700 home)."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        return None
+    check = ("import os, sys, grouprl.rewards.sandbox\n"
+             "assert os.access(os.path.realpath(sys.executable), os.R_OK) and os.path.isdir(sys.base_prefix)")
+    for cand in (SYSTEM_PYTHON, "/usr/local/bin/python3"):
+        ok = subprocess.run([*NOBODY, cand, "-c", check], cwd="/",
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_SRC)}, capture_output=True)
+        if ok.returncode == 0:
+            return cand
+    return None
+
+
 def as_nobody(script: str, env: dict[str, str] | None = None, timeout: float = 60) -> dict:
-    """Run ``script`` (which prints one JSON line last) as a non-root trainer."""
-    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.access(SYSTEM_PYTHON, os.X_OK):
-        pytest.skip("needs root (to become nobody with setpriv) and /usr/bin/python3")
+    """Run ``script`` (which prints one JSON line last) as a non-root trainer; ``PYTHON`` in it
+    names the interpreter (also used inside the sandbox)."""
+    python = nobody_python()
+    if python is None:
+        pytest.skip("needs root (to become nobody with setpriv) and a Python that nobody can run "
+                    "(.ci/install-system-deps installs python3)")
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_SRC), **(env or {})}
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", SYSTEM_PYTHON, "-c",
-                        textwrap.dedent(script)], env=full_env, cwd="/", capture_output=True, text=True,
-                       timeout=timeout)
+    p = subprocess.run([*NOBODY, python, "-c", f"PYTHON = {python!r}\n" + textwrap.dedent(script)],
+                       env=full_env, cwd="/", capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -69,7 +91,7 @@ def test_trainer_secrets_invisible_when_not_root():
     out = as_nobody(f"""
         import json
         from grouprl.rewards.sandbox import run_in_sandbox
-        r = run_in_sandbox({ENVIRON_DUMP!r}, backend="bwrap", python="/usr/bin/python3")
+        r = run_in_sandbox({ENVIRON_DUMP!r}, backend="bwrap", python=PYTHON)
         print(json.dumps({{"ok": r.ok, "stdout": r.stdout, "err": r.stderr[-500:], "infra": r.infra_error}}))
     """, env={"HF_TOKEN": "hf_nobody_secret_456", "WANDB_API_KEY": "wandb_secret_789"})
     assert out["ok"], out
@@ -86,7 +108,7 @@ def test_many_tasks_of_a_normal_user_do_not_break_the_sandbox():
         stop = threading.Event()
         threads = [threading.Thread(target=stop.wait) for _ in range(150)]
         for t in threads: t.start()
-        r = run_in_sandbox("print(6 * 7)", backend="bwrap", python="/usr/bin/python3", max_procs=16)
+        r = run_in_sandbox("print(6 * 7)", backend="bwrap", python=PYTHON, max_procs=16)
         stop.set()
         print(json.dumps({"ok": r.ok, "stdout": r.stdout, "infra": r.infra_error}))
     """)
@@ -98,7 +120,7 @@ def test_sandbox_that_cannot_start_is_an_infrastructure_error_when_not_root():
     out = as_nobody("""
         import json, resource, threading
         from grouprl.rewards import sandbox
-        assert sandbox.bwrap_available("/usr/bin/python3")[0]
+        assert sandbox.bwrap_available(PYTHON)[0]
         stop = threading.Event()
         threads = [threading.Thread(target=stop.wait) for _ in range(20)]
         for t in threads: t.start()
@@ -106,7 +128,7 @@ def test_sandbox_that_cannot_start_is_an_infrastructure_error_when_not_root():
         # Room for our own reader threads and the fork, not for the sandbox's process budget.
         resource.setrlimit(resource.RLIMIT_NPROC, (n + 8, n + 8))
         try:
-            r = sandbox.run_in_sandbox("print('ran')", backend="bwrap", python="/usr/bin/python3")
+            r = sandbox.run_in_sandbox("print('ran')", backend="bwrap", python=PYTHON)
         finally:
             stop.set()
         print(json.dumps({"ok": r.ok, "stdout": r.stdout, "infra": r.infra_error,
@@ -126,7 +148,7 @@ def test_nested_user_namespaces_blocked():
     out = as_nobody(f"""
         import json
         from grouprl.rewards.sandbox import run_in_sandbox
-        r = run_in_sandbox({code!r}, backend="bwrap", python="/usr/bin/python3")
+        r = run_in_sandbox({code!r}, backend="bwrap", python=PYTHON)
         print(json.dumps({{"ok": r.ok, "stdout": r.stdout}}))
     """)
     assert out["ok"] and out["stdout"].splitlines()[0].startswith("-1 ") and out["stdout"].splitlines()[1] != "0"
@@ -193,9 +215,9 @@ def test_only_system_and_interpreter_are_visible(tmp_path):
     lines = r.stdout.splitlines()
     assert all(line.endswith(" False") for line in lines[:4]), lines
     assert "CONNECTED" not in r.stdout
-    top = set(eval(lines[-1]))
-    interpreter_tops = {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix)}
-    assert top <= {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp"} | interpreter_tops
+    top = set(ast.literal_eval(lines[-1]))
+    system = {"usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "proc", "dev", "tmp"}
+    assert top <= system | {Path(p).parts[1] for p in (sys.prefix, sys.base_prefix)}
 
 
 def test_concurrent_runs_do_not_see_each_other():

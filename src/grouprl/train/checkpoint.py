@@ -6,7 +6,9 @@ Written to a temporary dir and renamed into place, so a crash never leaves a tor
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import random
 import shutil
 from pathlib import Path
@@ -19,25 +21,62 @@ STATE = "trainer_state.json"
 LEARNED = "learned_rewards.pt"  # {"learned_rewards": scorer.state_dict()}
 
 
+class CheckpointError(RuntimeError):
+    """A checkpoint could not be written (full disk, quota...); the message says why for people."""
+
+
 def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
                     state: dict[str, Any], scorer=None) -> Path:
+    """Write ``checkpoint-<step>`` atomically. On failure the partial temp dir is removed, earlier
+    checkpoints are untouched, and ``CheckpointError`` names the cause (e.g. "No space left on
+    device", which torch itself reports as "[enforce fail at inline_container.cc] unexpected pos")."""
     final = Path(out_dir) / f"checkpoint-{step}"
     tmp = Path(out_dir) / f".checkpoint-{step}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, tmp / "rng.pt")
-    (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=2))
-    if scorer is not None and (scorer.learned or scorer.mixer is not None):
-        torch.save({"learned_rewards": scorer.state_dict()}, tmp / LEARNED)
+    try:
+        tmp.mkdir(parents=True)
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+        torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}, tmp / "rng.pt")
+        (tmp / STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+        if scorer is not None and (scorer.learned or scorer.mixer is not None):
+            torch.save({"learned_rewards": scorer.state_dict()}, tmp / LEARNED)
+    except Exception as err:  # noqa: BLE001 - any writer (torch, safetensors, tokenizers) may fail
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise CheckpointError(f"could not write {final.name} in {out_dir}: {_why(err, Path(out_dir))}; the "
+                              "partial checkpoint was removed, earlier checkpoints are kept") from err
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     return final
+
+
+_ERRNO_TEXT = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded",
+               errno.EFBIG: "File too large (RLIMIT_FSIZE or filesystem limit)"}
+
+
+def _why(err: BaseException, out_dir: Path) -> str:
+    """The cause in words: the OS error in the exception chain, else the disk being full."""
+    seen: BaseException | None = err
+    while seen is not None:
+        code = getattr(seen, "errno", None)
+        if code in _ERRNO_TEXT:
+            return _ERRNO_TEXT[code]
+        text = str(seen)
+        for known in _ERRNO_TEXT.values():
+            if known.split(" (")[0] in text:
+                return known
+        seen = seen.__cause__ or seen.__context__
+    try:
+        fs = os.statvfs(out_dir)
+        if fs.f_bavail * fs.f_frsize < 1 << 20 or (fs.f_files and fs.f_favail == 0):
+            return f"No space left on device ({fs.f_bavail * fs.f_frsize} bytes free) [{type(err).__name__}: {err}]"
+    except OSError:
+        pass
+    return f"{type(err).__name__}: {err}"
 
 
 def read_checkpoint_state(ckpt: str | Path) -> dict[str, Any]:
