@@ -76,3 +76,30 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue
     return rows
+
+
+def truncate_to_step(path: str | os.PathLike, step: int, key: str = "step") -> int:
+    """Keep only the records with ``record[key] <= step`` (and whole lines); returns how many
+    were dropped. Used on resume: the steps after the checkpoint are run again and re-logged,
+    so their old records must go. The file is rewritten next to itself and renamed into place,
+    so a crash leaves either the old or the new file, never a mix."""
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    tmp = path.with_name(path.name + ".truncating")
+    dropped = 0
+    with open(path, "rb") as src, open(tmp, "wb") as dst:
+        for line in src:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += bool(line.strip())  # a torn line from a killed writer
+                continue
+            if isinstance(record, dict) and isinstance(record.get(key), int) and record[key] > step:
+                dropped += 1
+                continue
+            dst.write(line if line.endswith(b"\n") else line + b"\n")
+        dst.flush()
+        os.fsync(dst.fileno())
+    os.replace(tmp, path)
+    return dropped

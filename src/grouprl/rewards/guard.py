@@ -1,0 +1,80 @@
+"""Guards around every reward call: a time budget, and finite numbers only.
+
+A reward function is adversarial input: it may block forever (a lock, a network call, an
+endless loop) or return NaN, ±inf or a non-number. Neither may reach the advantages:
+
+* ``call_with_timeout`` runs the call in a worker thread and gives up after ``timeout_s``; the
+  samples of that call become errors. Python cannot kill a thread, so a call that never returns
+  keeps its (daemon) thread; ``ABANDONED`` counts them, and past ``MAX_ABANDONED`` the run stops
+  (each one may hold a CPU or memory).
+* ``finite_score`` turns a value into a float or an error text naming the reward.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable
+
+#: Calls that outlived their budget and still run in a daemon thread (a metric).
+ABANDONED = 0
+MAX_ABANDONED = 32
+_lock = threading.Lock()
+
+
+class RewardTimeout(TimeoutError):
+    """A reward call did not return within ``reward_timeout`` seconds."""
+
+
+class TooManyStuckRewards(RuntimeError):
+    """So many reward calls are stuck that the run cannot go on safely."""
+
+
+def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args, name: str = "reward",
+                      **kwargs) -> Any:
+    """``fn(*args, **kwargs)``, or ``RewardTimeout`` after ``timeout_s`` (None or <= 0: no budget)."""
+    global ABANDONED
+    if not timeout_s or timeout_s <= 0:
+        return fn(*args, **kwargs)
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            box["error"] = err
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"reward:{name}", daemon=True).start()
+    if not done.wait(timeout_s):
+        with _lock:
+            ABANDONED += 1
+            stuck = ABANDONED
+        if stuck > MAX_ABANDONED:
+            raise TooManyStuckRewards(f"{stuck} reward calls never returned (last: {name}); stopping the run")
+        raise RewardTimeout(f"{name}: no result within reward_timeout={timeout_s:g}s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def finite_score(name: str, value: Any) -> tuple[float | None, str | None]:
+    """(score, None) for a finite real number or None (no opinion); else (None, error naming ``name``)."""
+    if value is None:
+        return None, None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+        return None, f"{name}: returned {type(value).__name__} {_short(value)}; expected a float or None"
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError) as err:
+        return None, f"{name}: returned {_short(value)} ({err}); expected a float or None"
+    if not math.isfinite(number):
+        return None, f"{name}: returned a non-finite score ({number}); expected a finite float or None"
+    return number, None
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
