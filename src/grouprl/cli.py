@@ -15,6 +15,9 @@ from grouprl.config import SECTIONS, ConfigError, build_config
 from grouprl.tasks.registry import TASKS
 
 
+log = logging.getLogger("grouprl")
+
+
 def _parse_value(text: str) -> Any:
     # Values are validated by pydantic later; YAML only turns "true"/"1e-4"/"null" into scalars.
     try:
@@ -216,11 +219,18 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    from grouprl.run_errors import RUN_FAILURES
+
     try:
         return args.func(args)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, FileNotFoundError) as err:  # bad input: one line naming it (traceback with DEBUG)
+        log.debug("traceback of the error below", exc_info=True)
         print(f"grouprl: error: {err}", file=sys.stderr)
         return 2
+    except RUN_FAILURES as err:  # the run stopped on purpose (reward budget, full disk, NaN updates)
+        log.debug("traceback of the error below", exc_info=True)
+        print(f"grouprl: run stopped: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

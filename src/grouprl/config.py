@@ -22,18 +22,15 @@ class Section(BaseModel):
 
 class ModelConfig(Section):
     model_name_or_path: str | None = Field(
-        None, description="Hub id or local dir of a causal LM; empty = build the task's tiny model and SFT-warm it"
-    )
-    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto = bfloat16 on CUDA, float32 elsewhere"
-    )
+        None, description="Hub id or local dir of a causal LM; empty = build the task's tiny model and SFT-warm it")
+    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto = bfloat16 on "
+                                                                                           "CUDA, float32 elsewhere")
     use_peft: bool = Field(False, description="train LoRA adapters; the reference is the base with adapters off")
     lora_r: int = Field(16, gt=0, description="LoRA rank")
     lora_alpha: int = Field(32, gt=0, description="LoRA alpha")
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
-    lora_target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="modules to adapt"
-    )
+    lora_target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                           description="modules to adapt")
     tiny_hidden_size: int = Field(128, gt=0, description="tiny model: hidden size")
     tiny_num_layers: int = Field(4, gt=0, description="tiny model: decoder layers")
     tiny_num_heads: int = Field(4, gt=0, description="tiny model: attention heads")
@@ -50,9 +47,8 @@ class RewardSpec(Section):
 class TaskConfig(Section):
     task: str = Field("arithmetic", description="where episodes come from: a registered task (tasks/registry.py): "
                                                 "arithmetic, gsm8k, gridworld, sokoban, calculator, ...")
-    dataset_name_or_path: str | None = Field(
-        None, description="gsm8k: hub id (openai/gsm8k) or a dir with train.jsonl/test.jsonl"
-    )
+    dataset_name_or_path: str | None = Field(None, description="gsm8k: hub id (openai/gsm8k) or a dir with "
+                                                               "train.jsonl/test.jsonl")
     dataset_config: str = Field("main", description="hub dataset config")
     n_train: int | None = Field(
         None, gt=0, description="use the first N training rows; environments: N training seeds (empty = task default)")
@@ -66,10 +62,10 @@ class TaskConfig(Section):
         None, description="reward functions: names, or {name, weight, options} (empty = the task's default)")
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
     normalize_weights: bool = Field(True, description="divide the weights by their sum")
-    sandbox_user_rewards: bool = Field(
-        False, description="run rewards named 'path/to/file.py:function' inside the bubblewrap sandbox")
+    sandbox_user_rewards: bool = Field(False, description="run 'path/to/file.py:function' rewards in the sandbox")
     max_reward_error_fraction: float = Field(
         0.1, ge=0, le=1, description="stop when more than this share of a batch fails in reward functions")
+    reward_timeout: float = Field(60.0, ge=0, description="seconds a reward call may take, then errors (0 = no limit)")
     default_step_reward: float = Field(
         0.0, description="step reward for steps a reward function's step_outputs do not name")
     grid_size: int = Field(4, ge=2, le=12, description="gridworld: the map is N x N")
@@ -155,7 +151,9 @@ class TrainConfig(Section):
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
     seed: int = Field(0, description="seeds data order, sampling and init")
     save_steps: int = Field(0, ge=0, description="checkpoint every N steps (0 = only at the end)")
-    resume_from_checkpoint: str | None = Field(None, description="checkpoint dir to continue from")
+    resume_from_checkpoint: str | None = Field(None, description="checkpoint dir to continue from, or 'last'")
+    overwrite_output_dir: bool = Field(False, description="start afresh in a non-empty output_dir (else refused)")
+    max_nonfinite_updates: int = Field(3, ge=0, description="stop after N updates skipped for a non-finite loss/grad")
     sft_steps: int = Field(1500, ge=0, description="tiny default: most SFT warm-up steps")
     sft_target_accuracy: float | None = Field(
         0.2, gt=0, le=1, description="tiny default: stop SFT early once greedy accuracy on held-back training rows "
@@ -172,7 +170,7 @@ class EvalConfig(Section):
     n_eval: int = Field(200, ge=0, description="held-out examples evaluated before and after training (0 = skip)")
     eval_greedy: bool = Field(True, description="greedy decoding (else sample at the rollout temperature)")
     eval_batch_size: int = Field(200, gt=0, description="sequences per eval generate call")
-    eval_max_new_tokens: int | None = Field(None, description="eval completion cap (empty = max_new_tokens)")
+    eval_max_new_tokens: int | None = Field(None, gt=0, description="eval completion cap (empty = max_new_tokens)")
 
 
 class LoggingConfig(Section):
@@ -256,7 +254,6 @@ for _section, _cls in SECTIONS.items():
         FIELD_SECTION[_name] = _section
 
 
-
 def register_section(name: str, section: type[Section]) -> None:
     """Add a config section (``cfg.<name>``) whose fields work as flags, env vars and recipe keys.
 
@@ -308,7 +305,11 @@ def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--config: no such recipe file '{p}'")
-    data = yaml.safe_load(p.read_text()) or {}
+    try:
+        data = yaml.safe_load(p.read_text()) or {}
+    except yaml.YAMLError as err:
+        where = f" at line {err.problem_mark.line + 1}" if getattr(err, "problem_mark", None) else ""
+        raise ConfigError(f"{p}: YAML syntax error{where}: {getattr(err, 'problem', None) or err}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping of sections or keys, got {type(data).__name__}")
     flat: dict[str, Any] = {}

@@ -22,15 +22,36 @@ def import_callable(spec: str, what: str = "reward") -> Callable[..., Any]:
             raise KeyError(f"{what} '{spec}': no such file {path}")
         module_name = f"grouprl_user_{what.replace(' ', '_')}_{abs(hash(str(path.resolve())))}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None:
+            raise KeyError(f"{what} '{spec}': {path} is not a Python file; expected 'path/to/file.py:function'")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module
-        module_spec.loader.exec_module(module)
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as err:  # noqa: BLE001 - the user's file failed at import: name it, one line
+            sys.modules.pop(module_name, None)
+            raise KeyError(f"{what} '{spec}': importing {path} raised {_where(err, path)}"
+                           f"{type(err).__name__}: {err}") from err
     else:
         try:
             module = importlib.import_module(where)
         except ImportError as err:
             raise KeyError(f"{what} '{spec}': cannot import module '{where}' ({err})") from None
+        except Exception as err:  # noqa: BLE001
+            raise KeyError(f"{what} '{spec}': importing module '{where}' raised {type(err).__name__}: {err}") from err
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise KeyError(f"{what} '{spec}': '{where}' has no function '{attr}'")
     return fn
+
+
+def _where(err: BaseException, path: Path) -> str:
+    """'line N: ' of the user's file in the traceback (or a syntax error), else ''."""
+    if isinstance(err, SyntaxError) and err.lineno:
+        return f"at line {err.lineno}: "
+    tb, line = err.__traceback__, None
+    while tb is not None:
+        if Path(tb.tb_frame.f_code.co_filename).resolve() == path.resolve():
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"at line {line}: " if line else ""

@@ -126,7 +126,8 @@ def _shorten(text: str, n: int = 60) -> str:
 
 def preview(reward_names: list[str], samples_path: str | Path, max_samples: int | None = None,
             out_path: str | Path | None = None, weights: list[float] | None = None,
-            console=None) -> tuple[list[dict[str, Any]], int]:
+            console=None, sandbox_user_rewards: bool = False,
+            reward_timeout: float = 60.0) -> tuple[list[dict[str, Any]], int]:
     """Score every sample with every reward; print a table; write ``out_path`` JSONL if given.
 
     Returns ``(rows, n_errors)``: one row per sample (``index``, ``line``, ``scores``, ``reasons``,
@@ -148,7 +149,8 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
 
     # The training scorer, with the preview's weights as given, never stopping on errors (it shows them).
     scorer = Scorer(list(reward_names), list(weights) if weights is not None else [1.0] * len(reward_names),
-                    normalize_weights=False, max_error_fraction=1.0)
+                    normalize_weights=False, max_error_fraction=1.0, sandbox_user_rewards=sandbox_user_rewards,
+                    reward_timeout=reward_timeout)
     keys, fns = scorer.keys, scorer.fns
     entries = load_samples(samples_path, max_samples)
     good = [e for e in entries if "error" not in e]
@@ -265,7 +267,8 @@ def cmd_rewards_preview(args: argparse.Namespace) -> int:
     console = Console()
     try:
         _, n_errors = preview(args.reward, args.samples, max_samples=args.max_samples, out_path=args.out,
-                              weights=args.weight, console=console)
+                              weights=args.weight, console=console,
+                              sandbox_user_rewards=args.sandbox_user_rewards, reward_timeout=args.reward_timeout)
     except KeyError as err:  # an unknown reward or a bad path/module
         print(f"grouprl: error: {err.args[0] if err.args else err}", file=sys.stderr)
         return 2
@@ -293,6 +296,12 @@ def add_rewards_parser(sub) -> argparse.ArgumentParser:
     pv.add_argument("--reward", action="append", required=True, metavar="NAME_OR_PATH",
                     help="built-in name, path/to/file.py:function or package.module:function (repeatable)")
     pv.add_argument("--samples", required=True, metavar="FILE.jsonl", help="samples JSONL (required)")
+    pv.add_argument("--sandbox_user_rewards", "--sandbox-user-rewards", dest="sandbox_user_rewards",
+                    action="store_true", help="run path/to/file.py:function rewards in the sandbox, as training "
+                                              "does with sandbox_user_rewards: true; refuse anything else that "
+                                              "would be imported (default: off)")
+    pv.add_argument("--reward_timeout", "--reward-timeout", dest="reward_timeout", type=float, default=60.0,
+                    help="seconds one reward call may take; then its samples are errors (default: 60)")
     pv.add_argument("--max-samples", dest="max_samples", type=int, default=None,
                     help="score only the first N lines (default: all)")
     pv.add_argument("--out", default=None, metavar="FILE",

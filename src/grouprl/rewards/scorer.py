@@ -27,8 +27,10 @@ from typing import Any, Iterator
 
 import torch
 
+from grouprl.config import ConfigError
 from grouprl.records import Episode
 from grouprl.rewards import arithmetic, gsm8k
+from grouprl.rewards.guard import RewardTimeout, call_with_timeout, finite_score
 from grouprl.rewards.kit import score_batch
 from grouprl.rewards.learned import LearnedReward, RewardMixer
 from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
@@ -73,8 +75,14 @@ def _error(key: str, err: BaseException) -> str:
     return f"{key}: {type(err).__name__}: {err}"
 
 
+class RewardTypeError(ConfigError):
+    """A reward returned something that is not a number: its author's bug, reported as bad input."""
+
+
 def _typed_part(key: str, episode: Episode, result) -> RewardPart:
     error = result.error and f"{key}: {result.error}"
+    if error is None and result.is_score_valid:
+        error = finite_score(key, result.score)[1]  # NaN / inf: an error of this sample, never a score
     if result.step_outputs and error is None:
         error = check_step_outputs(key, episode, result.step_outputs)
     valid = result.is_score_valid and error is None
@@ -84,17 +92,19 @@ def _typed_part(key: str, episode: Episode, result) -> RewardPart:
                       result.reason, metrics)
 
 
-def _typed_parts(key: str, fn, episodes: list[Episode]) -> list[RewardPart]:
+def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
     def call(batch: list[Episode]):
         rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in batch]
         columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
         columns["group_ids"] = [ep.group_id for ep in batch]  # group-level rewards (length) need the groups
-        return score_batch(fn, [episode_messages(ep) for ep in batch], [ep.row.get("ground_truth") for ep in batch],
-                           **columns)
+        return call_with_timeout(score_batch, timeout, fn, [episode_messages(ep) for ep in batch],
+                                 [ep.row.get("ground_truth") for ep in batch], name=key, **columns)
 
     if len(episodes) > 1:
         try:
             return [_typed_part(key, ep, r) for ep, r in zip(episodes, call(episodes))]
+        except RewardTimeout as err:  # one budget per call: no sample-by-sample retry of a stuck reward
+            return [RewardPart(error=_error(key, err)) for _ in episodes]
         except Exception:  # noqa: BLE001 - find the failing samples one by one below
             pass
     out = []
@@ -106,15 +116,32 @@ def _typed_parts(key: str, fn, episodes: list[Episode]) -> list[RewardPart]:
     return out
 
 
-def _plain_part(key: str, fn, ep: Episode) -> RewardPart:
-    extra = {k: v for k, v in ep.row.items() if k != "ground_truth"}
-    try:
-        value = fn(ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth"), **extra)
+def _plain_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
+    """One call per episode, each with the time budget; after a timeout the rest of the batch is
+    not tried (a stuck reward costs one budget per batch, not one per sample)."""
+    out: list[RewardPart] = []
+    stuck: str | None = None
+    for ep in episodes:
+        if stuck:
+            out.append(RewardPart(error=stuck))
+            continue
+        extra = {k: v for k, v in ep.row.items() if k != "ground_truth"}
+        try:
+            value = call_with_timeout(fn, timeout, ep.steps[-1].action_text if ep.steps else "",
+                                      ep.row.get("ground_truth"), name=key, **extra)
+        except RewardTimeout as err:
+            stuck = _error(key, err)
+            out.append(RewardPart(error=stuck))
+            continue
+        except Exception as err:  # noqa: BLE001
+            out.append(RewardPart(error=_error(key, err)))
+            continue
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise TypeError(f"returned {type(value).__name__}; expected a float or None")
-        return RewardPart(None if value is None else float(value))
-    except Exception as err:  # noqa: BLE001
-        return RewardPart(error=_error(key, err))
+            raise RewardTypeError(f"reward '{key}' returned {type(value).__name__} {value!r:.60} for a sample "
+                                  f"(group {ep.group_id}); expected a float or None")
+        score, error = finite_score(key, value)
+        out.append(RewardPart(score, error))
+    return out
 
 
 class Scorer:
@@ -124,7 +151,8 @@ class Scorer:
                  normalize_weights: bool = True, max_error_fraction: float = 1.0,
                  reward_kwargs: dict[str, dict] | None = None, sandbox_user_rewards: bool = False,
                  default_step_reward: float = 0.0, learned: list[LearnedReward] | None = None,
-                 learned_weights: list[float] | None = None, mixer: RewardMixer | None = None):
+                 learned_weights: list[float] | None = None, mixer: RewardMixer | None = None,
+                 reward_timeout: float = 0.0):
         if len(weights) != len(reward_names):
             raise ValueError(f"{len(weights)} weight(s) for {len(reward_names)} reward(s)")
         self.keys = unique_keys(list(reward_names))
@@ -137,6 +165,7 @@ class Scorer:
         self.learned = list(learned or [])
         self.learned_weights = list(learned_weights or [1.0] * len(self.learned))
         self.mixer = mixer
+        self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
 
     @classmethod
     def from_config(cls, cfg, task, learned: list[LearnedReward] | None = None,
@@ -145,11 +174,12 @@ class Scorer:
         t = cfg.task
         return cls(task.reward_names, task.reward_weights, task.correct_reward, t.normalize_weights,
                    t.max_reward_error_fraction, task.reward_kwargs, t.sandbox_user_rewards, t.default_step_reward,
-                   learned, learned_weights, mixer)
+                   learned, learned_weights, mixer, t.reward_timeout)
 
     # --- scoring ---------------------------------------------------------------------------
     def reward_parts(self, episodes: list[Episode]) -> dict[str, list[RewardPart]]:
-        return {key: _typed_parts(key, fn, episodes) if is_typed(fn) else [_plain_part(key, fn, ep) for ep in episodes]
+        t = self.reward_timeout
+        return {key: _typed_parts(key, fn, episodes, t) if is_typed(fn) else _plain_parts(key, fn, episodes, t)
                 for key, fn in self.fns.items()}
 
     def score(self, episodes: list[Episode]) -> Scores:
@@ -188,7 +218,8 @@ class Scorer:
         metrics = {"reward_errors": float(failed), "reward_error_fraction": fraction}
         if self.learned:
             metrics.update(self._add_learned(episodes))
-        return Scores(torch.tensor([ep.score for ep in episodes], dtype=torch.float32), parts, metrics)
+        # float64: a huge but finite score (1e30) must survive the group statistics (its square)
+        return Scores(torch.tensor([ep.score for ep in episodes], dtype=torch.float64), parts, metrics)
 
     def _add_learned(self, episodes: list[Episode]) -> dict[str, float]:
         """Score with every learned reward, mix into the episode scores, then update each once."""

@@ -53,10 +53,12 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
     anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
                                algorithm.anchor_mode, algorithm.similarity_threshold, state_key)
     tensors = StepTensors(episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
-                          rewards=torch.tensor([s.reward for _, s in steps], dtype=torch.float32),
+                          rewards=torch.tensor([s.reward for _, s in steps], dtype=torch.float64),
                           anchor=torch.tensor(anchors, dtype=torch.long))
-    out = run_estimator(estimator, scores, groups, tensors, **options)
-    zeros = torch.zeros(len(steps), dtype=torch.float32)
+    # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
+    # advantage becomes 0 -- nothing is learned, silently.
+    out = run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options)
+    zeros = torch.zeros(len(steps), dtype=torch.float64)
     if not estimator.step_level:  # one value per episode, broadcast to its steps
         advantage = out[tensors.episode]
         record = AdvantageRecord(tensors.episode, discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma),

@@ -9,6 +9,7 @@ micro-batches.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -20,7 +21,13 @@ from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
 
+log = logging.getLogger(__name__)
+
 UpdateStats = dict[str, float]  # loss, grad_norm, entropy, clip ratios, kl: means over the update
+
+
+class NonFiniteUpdates(RuntimeError):
+    """Too many updates had a non-finite loss or gradient; the run stops before the weights do."""
 
 
 @dataclass
@@ -50,6 +57,8 @@ class Learner:
                                            betas=(0.9, train.adam_beta2))
         self.scheduler = get_scheduler(train.lr_scheduler_type, self.optimizer, num_warmup_steps=train.warmup_steps,
                                        num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
+        self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient (a metric)
+        self.nonfinite: str | None = None  # why the current optimizer step must be skipped
 
     @property
     def learning_rate(self) -> float:
@@ -78,6 +87,7 @@ class Learner:
         stats: dict[str, list[float]] = {}
         model.train()
         for _ in range(algorithm.num_iterations):
+            self.nonfinite = None
             for m in micro:
                 part = batch.slice(m)
                 logps, entropy = completion_logps(model, part, temperature, with_entropy=True)
@@ -88,6 +98,9 @@ class Learner:
                     max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
                 )
                 loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n)
+                if not torch.isfinite(loss):  # NaN/inf never reaches the weights; optimizer_step skips
+                    self.nonfinite = f"loss {float(loss)}"
+                    continue
                 loss.backward()
                 mask = part.completion_mask.float()
                 s["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
@@ -95,11 +108,25 @@ class Learner:
                 for k, v in s.items():
                     stats.setdefault(k, []).append(float(v))
             stats.setdefault("grad_norm", []).append(self.optimizer_step())
-        return {k: sum(v) / len(v) for k, v in stats.items()}
+        return {**{k: sum(v) / len(v) for k, v in stats.items()}, "skipped_updates": float(self.skipped_updates)}
 
     def optimizer_step(self) -> float:
-        """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm."""
+        """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm.
+
+        A non-finite loss (seen in ``update``) or gradient norm skips the step: the weights and the
+        optimizer state stay as they were, it is logged and counted, and past
+        ``max_nonfinite_updates`` skips the run stops (``NonFiniteUpdates``)."""
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.train.max_grad_norm)
+        why = self.nonfinite or (None if torch.isfinite(grad_norm) else f"gradient norm {float(grad_norm)}")
+        if why:
+            self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_updates += 1
+            log.warning("skipped an update: non-finite %s (%d skipped so far)", why, self.skipped_updates)
+            if self.skipped_updates > self.cfg.train.max_nonfinite_updates:
+                raise NonFiniteUpdates(f"{self.skipped_updates} updates had a non-finite loss or gradient (last: "
+                                       f"{why}; > max_nonfinite_updates={self.cfg.train.max_nonfinite_updates}); "
+                                       "stopping before the weights are damaged")
+            return 0.0  # no step was taken (skipped_updates says so); NaN would not be valid JSON
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)

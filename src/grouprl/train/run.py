@@ -24,6 +24,7 @@ from grouprl.tasks import load_task
 from grouprl.train.advantages import estimator_options
 from grouprl.train.checkpoint import read_checkpoint_state
 from grouprl.train.evaluate import evaluate
+from grouprl.train.run_dir import prepare_run_dir
 from grouprl.train.trainer import Trainer
 from grouprl.train.warm_start import prepare_tiny
 
@@ -41,6 +42,27 @@ def run_name(cfg: Config) -> str:
     return cfg.logging.run_name or f"grpo_{model}_K{cfg.rollout.num_generations}_steps{cfg.train.max_steps}"
 
 
+def checked_task(cfg: Config):
+    """The task, or a ``ConfigError`` naming the data problem (a bad row, an empty dataset)."""
+    try:
+        task = load_task(cfg)
+    except ConfigError:
+        raise
+    except (ValueError, KeyError) as err:  # loaders name the file, row and field
+        raise ConfigError(f"task '{cfg.task.task}': {err.args[0] if err.args else err}") from None
+    if not task.train_rows:
+        where = cfg.task.dataset_name_or_path or "the task's default data"
+        raise ConfigError(f"task '{cfg.task.task}': no training rows in {where}; expected at least one")
+    return task
+
+
+def check_model_path(name: str | None) -> None:
+    """A path-like model that does not exist is named as such (not as a malformed hub id)."""
+    if name and (name.startswith((".", "/", "~")) or name.count("/") > 1) and not Path(name).expanduser().exists():
+        raise ConfigError(f"config key 'model_name_or_path': {name} does not exist; expected a local model dir "
+                          "or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'")
+
+
 def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     console = console or Console()
     start = time.perf_counter()
@@ -48,10 +70,11 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
-    task = load_task(cfg)  # data and reward names are checked before any model loads
+    resume = prepare_run_dir(cfg)  # refuse to mix two runs; a resumed run's logs are cut back to its step
+    task = checked_task(cfg)  # data and reward names are checked before any model loads
     try:  # every reward resolved once, before any model loads (a sandboxed file is read, never imported)
         scorer = Scorer.from_config(cfg, task)
-    except KeyError as err:
+    except (KeyError, ValueError) as err:
         raise ConfigError(f"config key 'rewards': {err.args[0]}") from None
     try:  # the estimator and its options, likewise
         estimator_options(cfg.algorithm, get_estimator(cfg.algorithm.advantage))
@@ -60,11 +83,11 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
 
-    resume = cfg.train.resume_from_checkpoint
     if resume:
         model_path = resume
         base_model = read_checkpoint_state(resume).get("extra", {}).get("base_model", resume)
     else:
+        check_model_path(cfg.model.model_name_or_path)
         base_model = model_path = cfg.model.model_name_or_path or prepare_tiny(cfg, task, scorer, console)
     device = pick_device(cfg.runtime.device)
     policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,

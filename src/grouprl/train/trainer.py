@@ -136,6 +136,7 @@ class Trainer:
                                 self.task.multi_step),
                 **record.scores.metrics,
                 "sandbox_fallbacks": float(sandbox.fallback_count()),  # runs without bubblewrap isolation
+                "sandbox_infra_errors": float(sandbox.infra_error_count()),  # runs the sandbox could not start
                 "step_time": elapsed, **record.seconds, "tokens_per_second": n_tokens / elapsed,
                 "learning_rate": self.learner.learning_rate}
 

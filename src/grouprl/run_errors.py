@@ -1,0 +1,14 @@
+"""Errors that stop a run on purpose, with a message for people (the CLI prints it, exit code 1).
+
+Bad input (``ConfigError`` and its kin) exits with code 2 before any model loads where it can;
+anything else is an internal error and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from grouprl.rewards.guard import TooManyStuckRewards
+from grouprl.rewards.pipeline import RewardFailure
+from grouprl.train.checkpoint import CheckpointError
+from grouprl.train.learner import NonFiniteUpdates
+
+RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards)

@@ -1,0 +1,25 @@
+"""Small helpers shared by the run-hardening tests: a tiny arithmetic training run via the real CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from grouprl.cli import main
+
+
+def train(model_dir: Path, out: Path, *extra: str) -> int:
+    """One tiny run through ``grouprl train`` (2 prompts x 4 samples a step)."""
+    return main(["train", "--task", "arithmetic", "--model_name_or_path", str(model_dir), "--output_dir", str(out),
+                 "--max_steps", "1", "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "4",
+                 "--n_eval", "0", "--n_train", "20", "--device", "cpu", "--seed", "3", *extra])
+
+
+def rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def user_file(tmp_path: Path, name: str, body: str) -> str:
+    path = tmp_path / name
+    path.write_text(body)
+    return str(path)

@@ -1,0 +1,39 @@
+"""A reward that blocks must not hang the run: every reward call has ``reward_timeout`` seconds.
+
+Real runs with a real blocking reward (it sleeps for an hour), in-process and typed.
+"""
+
+from __future__ import annotations
+
+import time
+
+from run_helpers import rows, train, user_file
+
+BLOCKING_PLAIN = "import time\ndef fn(completion, ground_truth, **kw):\n    time.sleep(3600)\n"
+BLOCKING_TYPED = ("import threading\nfrom grouprl.rewards.kit import reward_function\n"
+                  "@reward_function(mode='batch')\ndef fn(rollouts_messages, ground_truths=None, **kw):\n"
+                  "    threading.Event().wait()\n")
+
+
+def test_blocking_in_process_reward_times_out_and_the_run_finishes(tiny_arithmetic_dir, tmp_path):
+    for name, body in (("plain.py", BLOCKING_PLAIN), ("typed.py", BLOCKING_TYPED)):
+        reward = user_file(tmp_path, name, body)
+        out = tmp_path / name.removesuffix(".py")
+        start = time.monotonic()
+        rc = train(tiny_arithmetic_dir, out, "--rewards", f"{reward}:fn", "arithmetic_digits", "--reward_timeout", "1",
+                   "--max_reward_error_fraction", "1.0")
+        elapsed = time.monotonic() - start
+        assert rc == 0 and elapsed < 60, (name, elapsed)
+        metrics = rows(out / "metrics.jsonl")[0]
+        records = rows(out / "rollouts" / "rollouts.jsonl")
+        assert metrics["reward_errors"] == len(records) == 8
+        assert all(any("reward_timeout=1" in e for e in r["reward_errors"]) for r in records)
+        assert all(r["rewards"]["arithmetic_digits"] is not None for r in records)  # the other reward still scores
+
+
+def test_blocking_reward_past_the_budget_stops_the_run(tiny_arithmetic_dir, tmp_path, capsys):
+    reward = user_file(tmp_path, "plain.py", BLOCKING_PLAIN)
+    rc = train(tiny_arithmetic_dir, tmp_path / "run", "--rewards", f"{reward}:fn", "--reward_timeout", "0.5")
+    assert rc == 1
+    err = capsys.readouterr().err
+    assert "run stopped" in err and "plain.py:fn" in err and "reward_timeout=0.5" in err
