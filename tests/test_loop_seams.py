@@ -19,8 +19,8 @@ ESTIMATOR = textwrap.dedent('''
 
     def sign_advantage(scores, group_ids, margin: float = 0.0):
         """+1 above the group mean (by more than margin), -1 below it, 0 otherwise."""
-        mean = torch.zeros(int(group_ids.max()) + 1).index_add_(0, group_ids, scores)
-        mean = mean / torch.bincount(group_ids).float()
+        mean = torch.zeros(int(group_ids.max()) + 1, dtype=scores.dtype).index_add_(0, group_ids, scores)
+        mean = mean / torch.bincount(group_ids)
         centred = scores - mean[group_ids]
         return torch.where(centred > margin, 1.0, torch.where(centred < -margin, -1.0, 0.0))
 ''')

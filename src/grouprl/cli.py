@@ -219,17 +219,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper(),
                         format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    from grouprl.run_errors import RUN_FAILURES
-
     try:
         return args.func(args)
     except (ConfigError, FileNotFoundError) as err:  # bad input: one line naming it (traceback with DEBUG)
         log.debug("traceback of the error below", exc_info=True)
         print(f"grouprl: error: {err}", file=sys.stderr)
         return 2
-    except RUN_FAILURES as err:  # the run stopped on purpose (reward budget, full disk, NaN updates)
+    except Exception as err:
+        from grouprl.run_errors import RUN_FAILURES  # imported here: torch is slow to import
+
+        if not isinstance(err, RUN_FAILURES):
+            raise  # an internal error: its traceback is the report
         log.debug("traceback of the error below", exc_info=True)
-        print(f"grouprl: run stopped: {err}", file=sys.stderr)
+        print(f"grouprl: run stopped: {err}", file=sys.stderr)  # stopped on purpose: budget, disk, NaN
         return 1
 
 
