@@ -76,8 +76,8 @@ def test_each_recipe_runs_two_steps(recipe, data_dir, tiny_models, tmp_path):
     if grail:
         for key in ("grail/beta", "disc/loss", "disc/accuracy", "disc/p_expert_pos"):
             assert key in metrics[0]
-        # the mixer moved, and alpha + beta stays 1
-        assert metrics[-1]["grail/alpha"] != pytest.approx(2 / 3, abs=1e-6)
+        # (an untrained policy answers nothing valid: B = D = 0, so the mixer has no gradient here;
+        # its direction is tested in test_grail_discriminator.py)
         assert metrics[-1]["grail/alpha"] + metrics[-1]["grail/beta"] == pytest.approx(1.0)
         rollout = json.loads((tmp_path / "rollouts" / "rollouts.jsonl").read_text().splitlines()[0])
         assert "gail" in rollout["rewards"]
@@ -107,4 +107,20 @@ def test_tiny_recipe_resumes_discriminator_and_mixer(data_dir, tiny_models, tmp_
     for k, v in disc_s["model"].items():
         assert torch.allclose(v, disc_r["model"][k], atol=1e-6), k
     assert torch.allclose(straight["mixer"]["logits"], resumed["mixer"]["logits"], atol=1e-6)
-    assert not torch.allclose(one["mixer"]["logits"], straight["mixer"]["logits"])
+    assert not all(torch.equal(v, disc_s["model"][k]) for k, v in one["learned"]["gail"]["model"].items())
+
+
+def test_tiny_recipe_builds_its_own_models(tmp_path):
+    """No model given: the word-tokenizer tiny policy and the tiny discriminator are built from the task."""
+    cli = {"output_dir": str(tmp_path), "max_steps": 2, "batch_size": 2, "num_generations": 2, "max_new_tokens": 8,
+           "n_train": 40, "n_eval": 4, "slate_synthetic_validation": 4, "sft_steps": 2, "sft_batch_size": 4,
+           "sft_target_accuracy": None, "tiny_hidden_size": 32, "tiny_num_layers": 1, "num_threads": 1}
+    summary = run_training(build_config(TINY_RECIPE, cli, environ={}))
+    assert summary["steps"] == 2
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tmp_path / "sft_model")
+    prompt = load_task(build_config(TINY_RECIPE, cli, environ={})).eval_rows[0]["question"]
+    assert len(tok(prompt)["input_ids"]) < len(prompt) / 3  # word tokens
+    assert (tmp_path / "tiny_discriminator" / "config.json").is_file()
+    assert "disc/accuracy" in read_jsonl(tmp_path / "metrics.jsonl")[-1]
