@@ -1,9 +1,10 @@
 """GRAIL against GRPO on the synthetic slate data: the same tiny model, warm start and budget, 3 seeds.
 
-For every seed: build the tiny model (word tokenizer) and warm it with a short SFT on the
-logged clicks, then train it twice from that same checkpoint with ``recipes/tiny/slates_grail.yaml``,
-once with the discriminator and mixer (``gail_use: true``) and once without (plain GRPO),
-everything else equal. Measured greedy on the validation rows before and after: next-click and
+Build the tiny model (word tokenizer) once and warm it with a short SFT on the logged clicks
+(seed 0); then, for every seed, train it twice from that same checkpoint with
+``recipes/tiny/slates_grail.yaml``, once with the discriminator and mixer (``gail_use: true``) and
+once without (plain GRPO), everything else equal (the seed sets sampling, data order and the
+discriminator's head). Measured greedy on the validation rows before and after: next-click and
 opinion accuracy, parsed and formatted rates; logged every step: alpha (the mixer's base-reward
 weight) and the discriminator's accuracy. Writes ``experiments/results/grail_vs_grpo/``
 ``{results.json, table.md, grail.png}``.
@@ -36,14 +37,16 @@ MEASURES = ["next_click_accuracy", "opinion_accuracy", "parsed_rate", "formatted
 
 def run(seeds: list[int], overrides: dict, out: Path, console: Console) -> dict:
     results: dict = {"recipe": str(RECIPE.relative_to(ROOT)), "overrides": overrides, "runs": []}
+    cfg = build_config(RECIPE, {**overrides, "seed": 0, "output_dir": str(out / "warmup")}, environ={})
+    warm = out / "warmup" / "sft_model"
+    if not (warm / "config.json").is_file():
+        seed_everything(0)
+        task = load_task(cfg)
+        start = time.perf_counter()
+        warm = Path(prepare_tiny(cfg, task, Scorer.from_config(cfg, task, learned=[]), console))
+        results["warm_start_seconds"] = round(time.perf_counter() - start, 1)
     for seed in seeds:
         base = out / f"seed{seed}"
-        cfg = build_config(RECIPE, {**overrides, "seed": seed, "output_dir": str(base / "warmup")}, environ={})
-        warm = base / "warmup" / "sft_model"
-        if not (warm / "config.json").is_file():
-            seed_everything(seed)
-            task = load_task(cfg)
-            warm = Path(prepare_tiny(cfg, task, Scorer.from_config(cfg, task), console))
         for arm, gail in ARMS.items():
             console.rule(f"seed {seed}: {arm}")
             start = time.perf_counter()
@@ -94,8 +97,9 @@ def plot(runs: list[dict], path: Path) -> None:
     colors = {"grail": "tab:blue", "grpo": "tab:orange"}
     for r in runs:
         if r["arm"] == "grail":
-            ax1.plot(range(1, len(r["alpha"]) + 1), r["alpha"], color="tab:blue", alpha=0.7, label=f"seed {r['seed']}")
-            ax2.plot(range(1, len(r["disc_accuracy"]) + 1), r["disc_accuracy"], color="tab:green", alpha=0.7,
+            color = f"C{r['seed'] % 10}"
+            ax1.plot(range(1, len(r["alpha"]) + 1), r["alpha"], color=color, label=f"seed {r['seed']}")
+            ax2.plot(range(1, len(r["disc_accuracy"]) + 1), r["disc_accuracy"], color=color, marker="o",
                      label=f"seed {r['seed']}")
     ax1.set(xlabel="training step", ylabel="alpha (weight of slate_accuracy)", title="mixer: alpha over steps")
     ax2.set(xlabel="training step", ylabel="accuracy on the batch, before its update",
@@ -125,6 +129,9 @@ def main() -> None:
     parser.add_argument("--sft_steps", type=int, default=None, help="override the recipe's SFT steps")
     parser.add_argument("--n_train", type=int, default=None, help="override the recipe's training rows")
     parser.add_argument("--n_eval", type=int, default=None, help="override the recipe's validation rows")
+    parser.add_argument("--batch_size", type=int, default=None, help="override the recipe's prompts per step")
+    parser.add_argument("--sft_batch_size", type=int, default=None, help="override the recipe's SFT batch")
+    parser.add_argument("--sft_learning_rate", type=float, default=None, help="override the recipe's SFT lr")
     parser.add_argument("--num_threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "grail_vs_grpo"))
     parser.add_argument("--report_only", action="store_true", help="redraw table and plot from results.json")
@@ -132,7 +139,9 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     overrides = {k: v for k, v in {"max_steps": args.max_steps, "sft_steps": args.sft_steps, "n_train": args.n_train,
-                                   "n_eval": args.n_eval, "num_threads": args.num_threads}.items() if v is not None}
+                                   "n_eval": args.n_eval, "num_threads": args.num_threads, "batch_size": args.batch_size,
+                                   "sft_batch_size": args.sft_batch_size,
+                                   "sft_learning_rate": args.sft_learning_rate}.items() if v is not None}
     console = Console()
     if args.report_only:
         results = json.loads((out / "results.json").read_text())
