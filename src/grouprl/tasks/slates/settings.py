@@ -23,8 +23,7 @@ class GrailSettings:
     gail_alpha: float = _switch(1.0, "GRAIL: discriminator reward = alpha * P(expert)")
     gail_lr: float = _switch(2e-5, "GRAIL: discriminator AdamW learning rate")
     gail_disc_model: str = _switch("distilbert-base-uncased",
-                                   "GRAIL: discriminator, a hub id or local dir of a sequence classifier "
-                                   "('tiny' = build a tiny one from the task's words)")
+                                   "GRAIL: the discriminator: hub id or local dir ('tiny' = build one)")
     gail_device: str = _switch("auto", "GRAIL: discriminator device (auto = this process's CUDA device, else cpu)")
     gail_eval_mode: bool = _switch(False, "GRAIL: discriminator and mixer frozen for the whole run "
                                           "(evaluation freezes them anyway)")
