@@ -11,7 +11,7 @@ from typing import Any, get_args, get_origin
 
 import yaml
 
-from grouprl.config import SECTIONS, ConfigError, build_config
+from grouprl.config import ENV_VARS, SECTIONS, ConfigError, build_config
 from grouprl.tasks.registry import TASKS
 
 
@@ -159,8 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     train = sub.add_parser("train", help="train with RL (defaults < --config < env vars < flags)",
                            formatter_class=fmt,
                            description="Train with the configured estimator (default GRPO). Precedence: defaults < --config YAML < environment "
-                                       "(MODEL_NAME, OUTPUT_DIR, MAX_STEPS, NUM_GENERATIONS, MAX_NEW_TOKENS, "
-                                       "BATCH_SIZE, GRAD_ACCUM, LR, N_TRAIN, N_EVAL, SEED, GROUPRL_<FIELD>) < flags.")
+                                       f"({', '.join(ENV_VARS)}, GROUPRL_<FIELD>) < flags.")
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
 

@@ -62,10 +62,16 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, laye
 
 
 def init_tiny(corpus: str, out_dir: str | Path, hidden: int = 128, layers: int = 4, heads: int = 4,
-              seed: int = 0) -> Path:
+              seed: int = 0, tokenizer: str = "char") -> Path:
+    """``tokenizer``: ``char`` (one token per character) or ``word`` (see tiny_words: ~4x shorter prompts)."""
     out = Path(out_dir)
-    tokenizer = build_tokenizer(corpus)
-    model = build_tiny_model(tokenizer, hidden, layers, heads, seed)
+    if tokenizer == "word":
+        from grouprl.policy.tiny_words import build_word_tokenizer
+
+        tok, max_positions = build_word_tokenizer(corpus), 4096
+    else:
+        tok, max_positions = build_tokenizer(corpus), 512
+    model = build_tiny_model(tok, hidden, layers, heads, seed, max_positions)
     model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    tok.save_pretrained(out)
     return out

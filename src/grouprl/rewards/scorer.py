@@ -170,8 +170,12 @@ class Scorer:
     @classmethod
     def from_config(cls, cfg, task, learned: list[LearnedReward] | None = None,
                     learned_weights: list[float] | None = None, mixer: RewardMixer | None = None) -> "Scorer":
-        """The run's scorer: the task's rewards with the config's weights, budget and sandbox rule."""
+        """The run's scorer: the task's rewards with the config's weights, budget and sandbox rule, and the
+        learned rewards / mixer the task offers (``task.scorer_extras(cfg)``, e.g. GRAIL's) unless given."""
         t = cfg.task
+        if learned is None and mixer is None and hasattr(task, "scorer_extras"):
+            extras = task.scorer_extras(cfg)
+            learned, learned_weights, mixer = extras.get("learned"), extras.get("learned_weights"), extras.get("mixer")
         return cls(task.reward_names, task.reward_weights, task.correct_reward, t.normalize_weights,
                    t.max_reward_error_fraction, task.reward_kwargs, t.sandbox_user_rewards, t.default_step_reward,
                    learned, learned_weights, mixer, t.reward_timeout)

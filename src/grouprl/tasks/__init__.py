@@ -6,6 +6,7 @@ from grouprl.tasks import arithmetic, env_task, gsm8k  # noqa: F401 - each regis
 from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
 from grouprl.tasks.env_task import EnvTask
 from grouprl.tasks.registry import TASKS, load_task, register_task
+from grouprl.tasks.slates import task as _slates  # noqa: F401, E402 - registers the slates task (GRAIL)
 
 __all__ = ["TASKS", "EnvTask", "SingleTurnEnv", "SingleTurnTask", "Task", "load_task", "register_task"]
 

@@ -32,6 +32,8 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
         "mean_new_tokens": sum(new_tokens) / n,
         "n": len(episodes),
     }
+    if hasattr(task, "eval_metrics"):  # the task's own measures (slates: next click, opinion, parsed, formatted)
+        result.update(task.eval_metrics(episodes))
     if task.multi_step:
         steps = [s for ep in episodes for s in ep.steps]
         result.update({"success_rate": result["accuracy"],

@@ -65,7 +65,7 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     out = Path(cfg.train.output_dir)
     m, t = cfg.model, cfg.train
     tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", m.tiny_hidden_size, m.tiny_num_layers,
-                     m.tiny_num_heads, seed=t.seed)
+                     m.tiny_num_heads, seed=t.seed, tokenizer=getattr(task, "tiny_tokenizer", "char"))
     console.log(f"built tiny Qwen2 model at {tiny}")
     if t.sft_steps == 0:
         return str(tiny)

@@ -7,28 +7,38 @@ a set environment variable wins over the recipe (env over YAML), as in the origi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+
+
+def _switch(default: Any, help: str) -> Any:
+    return field(default=default, metadata={"help": help})
 
 
 @dataclass
 class GrailSettings:
-    gail_use: bool = True  # 0 = plain GRPO from the same recipe
-    gail_train: bool = True  # 0 = the discriminator scores but never learns
-    gail_weight: float = 0.5  # the discriminator's initial share against the base rewards (1.0)
-    gail_alpha: float = 1.0  # reward = alpha * P(expert)
-    gail_lr: float = 2e-5
-    gail_disc_model: str = "distilbert-base-uncased"
-    gail_device: str = "auto"  # auto: this process's CUDA device, else CPU
-    gail_eval_mode: bool = False  # 1 = scored but not trained (set automatically during evaluation)
-    grail_weight_lr: float = 0.05  # the mixer's Adam learning rate
-    grail_disc_show_ids: bool = False
-    grail_max_history: int = 12  # watched videos in the prompt (0 or less = all)
-    grail_show_ids: bool = False
-    gail_replay: int = 0  # replay buffer size (0 = off)
-    gail_minibatch: int = 0  # replay minibatch (0 = the batch's size)
-    gail_updates: int = 1  # discriminator steps per batch
-    pureacc_allow_bare_number: bool = False
+    gail_use: bool = _switch(True, "GRAIL: add the GAIL discriminator reward and the mixer (0 = plain GRPO)")
+    gail_train: bool = _switch(True, "GRAIL: train the discriminator online (0 = score only)")
+    gail_weight: float = _switch(0.5, "GRAIL: the discriminator's initial weight against the base rewards' 1")
+    gail_alpha: float = _switch(1.0, "GRAIL: discriminator reward = alpha * P(expert)")
+    gail_lr: float = _switch(2e-5, "GRAIL: discriminator AdamW learning rate")
+    gail_disc_model: str = _switch("distilbert-base-uncased",
+                                   "GRAIL: the discriminator: hub id or local dir ('tiny' = build one)")
+    gail_device: str = _switch("auto", "GRAIL: discriminator device (auto = this process's CUDA device, else cpu)")
+    gail_eval_mode: bool = _switch(False, "GRAIL: discriminator and mixer frozen for the whole run "
+                                          "(evaluation freezes them anyway)")
+    grail_weight_lr: float = _switch(0.05, "GRAIL: the mixer's Adam learning rate")
+    grail_disc_show_ids: bool = _switch(False, "GRAIL: video ids in the discriminator's text")
+    grail_max_history: int = _switch(12, "slates: watched videos shown in the prompt (0 or less = all)")
+    grail_show_ids: bool = _switch(False, "slates: video ids in the prompt")
+    gail_replay: int = _switch(0, "GRAIL: discriminator replay buffer size (0 = off)")
+    gail_minibatch: int = _switch(0, "GRAIL: replay minibatch size (0 = the batch's size)")
+    gail_updates: int = _switch(1, "GRAIL: discriminator steps per batch")
+    pureacc_allow_bare_number: bool = _switch(False, "slates: a completion without <answer> tags may be a bare "
+                                                     "option number")
+
+
+ENV_NAMES = {f.name.upper(): f.name for f in fields(GrailSettings)}  # the original's variable names
 
 
 def _cast(kind: Any, name: str, value: Any) -> Any:

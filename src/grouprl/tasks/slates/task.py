@@ -1,0 +1,124 @@
+"""The ``slates`` task (GRAIL): predict the next click on a recommendation slate and the opinion shift.
+
+Data: ``dataset_name_or_path`` = a hub id (default: ``od2961/grail-gun`` or ``od2961/grail-wage``
+by ``slate_issue``), a local dir/file in the same schema, or ``synthetic`` (generated in memory,
+see ``synthetic.py``). With ``gail_use`` the task also hands the scorer its learned reward (the
+GAIL discriminator) and the mixer (``scorer_extras``).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, create_model
+
+from grouprl.config import ENV_VARS, Config, Section
+from grouprl.records import Episode
+from grouprl.rewards.slate_accuracy import parse_slate_answer
+from grouprl.tasks.base import SingleTurnTask
+from grouprl.tasks.registry import register_task
+from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
+from grouprl.tasks.slates.rows import HUB_IDS, load_raw_split, prepare_rows
+from grouprl.tasks.slates.settings import ENV_NAMES, GrailSettings, build_discriminator, build_mixer, grail_settings
+from grouprl.tasks.slates.synthetic import generate_issue
+
+log = logging.getLogger(__name__)
+_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
+
+# The task's own fields plus every GRAIL switch (named like its environment variable, lower case).
+SlatesConfig = create_model(
+    "SlatesConfig", __base__=Section,
+    slate_issue=(Literal["gun_control", "minimum_wage"],
+                 Field("gun_control", description="slates: which issue (picks the default hub dataset)")),
+    slate_train_split=(str, Field("train", description="slates: training split")),
+    slate_eval_split=(str, Field("validation", description="slates: evaluation split")),
+    slate_solution_column=(str, Field("next_video_id", description="slates: the gold next-video id column")),
+    slate_synthetic_validation=(int, Field(300, gt=0, description="slates, synthetic data: validation rows")),
+    slate_synthetic_max_prior=(int, Field(4, ge=0, description="slates, synthetic data: most earlier videos")),
+    slate_synthetic_seed=(int, Field(0, description="slates, synthetic data: data seed")),
+    slate_tiny_tokenizer=(Literal["word", "char"],
+                          Field("word", description="slates: the tiny model's tokenizer (word: ~4x shorter prompts)")),
+    **{f.name: (_TYPES[f.type], Field(f.default, description=f.metadata["help"])) for f in fields(GrailSettings)},
+)
+ENV_VARS.update(ENV_NAMES)  # GAIL_USE=0 etc. override the recipe, as in the original launchers
+
+
+@dataclass
+class SlateTask(SingleTurnTask):
+    settings: GrailSettings = field(default_factory=GrailSettings)
+    seed: int = 0
+    output_dir: str = "."
+    tiny_tokenizer: str = "word"
+
+    def tokenizer_corpus(self) -> str:
+        """The whole text (a word tokenizer needs words, not only characters)."""
+        rows = self.train_rows + self.eval_rows
+        return "\n".join([self.system_prompt or "", *(r["question"] + r["gold_completion"] for r in rows)])
+
+    def scorer_extras(self, cfg: Config | None = None) -> dict[str, Any]:
+        """The GAIL discriminator and the mixer for the scorer (nothing with ``gail_use`` off)."""
+        s = self.settings
+        if not s.gail_use:
+            return {}
+        model = s.gail_disc_model
+        if model == "tiny":
+            model = str(self.tiny_discriminator())
+        disc, mixer = build_discriminator(s, self.seed, model), build_mixer(s, base_weight=1.0)
+        disc.frozen = mixer.frozen = s.gail_eval_mode
+        return {"learned": [disc], "learned_weights": [1.0], "mixer": mixer}
+
+    def tiny_discriminator(self) -> Path:
+        from grouprl.policy.tiny_words import build_tiny_classifier
+
+        out = Path(self.output_dir) / "tiny_discriminator"
+        if (out / "config.json").is_file():
+            return out
+        corpus = self.tokenizer_corpus() + " CHOSEN VIEWER: SLATE: STATE: (none) (untitled) [id ]"
+        return build_tiny_classifier(corpus, out, seed=self.seed)
+
+    def eval_metrics(self, episodes: list[Episode]) -> dict[str, float]:
+        """Next-click and opinion accuracy, parsed rate (a number in <answer>) and formatted rate (<answer>)."""
+        answers = [parse_slate_answer(ep.steps[-1].action_text if ep.steps else "",
+                                      self.settings.pureacc_allow_bare_number) for ep in episodes]
+        n = max(len(episodes), 1)
+        labelled = [(a, ep.row["opinion_label"]) for a, ep in zip(answers, episodes) if ep.row["opinion_label"]]
+        return {
+            "next_click_accuracy": sum(a.in_range(ep.row["n_options"]) and a.choice == ep.row["gold_index"]
+                                       for a, ep in zip(answers, episodes)) / n,
+            "opinion_accuracy": sum(a.opinion == label for a, label in labelled) / max(len(labelled), 1),
+            "parsed_rate": sum(a.choice is not None for a in answers) / n,
+            "formatted_rate": sum(a.formatted for a in answers) / n,
+        }
+
+
+def _rows(cfg: Config, s, settings: GrailSettings) -> tuple[list, list]:
+    source = cfg.task.dataset_name_or_path or HUB_IDS[s.slate_issue]
+    options = dict(solution_key=s.slate_solution_column, max_history=settings.grail_max_history,
+                   show_ids=settings.grail_show_ids)
+    if source == "synthetic":
+        n_train = cfg.task.n_train or 2000
+        splits = generate_issue(s.slate_issue, n_train, s.slate_synthetic_validation, s.slate_synthetic_seed,
+                                max_prior=s.slate_synthetic_max_prior)
+        return (prepare_rows(splits["train"], "synthetic:train", **options)[0],
+                prepare_rows(splits["validation"], "synthetic:validation", **options)[0])
+    train = prepare_rows(load_raw_split(source, s.slate_train_split), f"{source}:{s.slate_train_split}", **options)[0]
+    held_out = prepare_rows(load_raw_split(source, s.slate_eval_split), f"{source}:{s.slate_eval_split}",
+                            **options)[0]
+    return train, held_out
+
+
+@register_task("slates", max_new_tokens=48, section=("slates", SlatesConfig))
+def build_slates(cfg: Config) -> SlateTask:
+    s = cfg.slates
+    settings = grail_settings(s.model_dump(), environ={})  # the environment is already in cfg (ENV_VARS)
+    train, held_out = _rows(cfg, s, settings)
+    if cfg.task.n_train:
+        train = train[: cfg.task.n_train]
+    system = SYSTEM_PROMPT if cfg.task.system_prompt is None else cfg.task.system_prompt
+    bare = {"allow_bare_number": settings.pureacc_allow_bare_number}
+    return SlateTask("slates", train, held_out, system, ["slate_accuracy"], "slate_click",
+                     reward_kwargs={"slate_accuracy": bare}, settings=settings, seed=cfg.train.seed,
+                     output_dir=cfg.train.output_dir, tiny_tokenizer=s.slate_tiny_tokenizer)
