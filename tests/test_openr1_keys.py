@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import REPO_ROOT
+from grouprl.config import ConfigError, build_config
 from grouprl.config_openr1 import RecipeKeyError, translate_recipe
 
 # grouprl's keys the translation targets (the config's fields; checked against the real config in
@@ -97,3 +99,42 @@ def test_reward_options_go_to_their_reward_and_dangling_ones_fail():
     with pytest.raises(RecipeKeyError, match="open-r1's reward 'code' has no grouprl equivalent"):
         translate_recipe({"reward_funcs": ["code"]}, KNOWN)
     assert translate_recipe({"reward_funcs": ["my_rewards.py:score"]}, KNOWN)["rewards"] == ["my_rewards.py:score"]
+
+
+# --- through the real config loader ---------------------------------------------------------------
+
+MATH_RECIPE = REPO_ROOT / "recipes" / "Qwen2.5-1.5B-Instruct" / "grpo" / "config_math.yaml"
+
+
+def test_shipped_math_recipe_loads_onto_grouprl_sections():
+    cfg = build_config(MATH_RECIPE, environ={})
+    assert cfg.task.task == "prompt_dataset" and cfg.data.dataset_prompt_column == "problem"
+    assert cfg.task.dataset_name_or_path == "DigitalLearningGmbH/MATH-lighteval"
+    assert cfg.task.rewards == ["math_accuracy", "format", "tag_count"]
+    assert "<think>" in cfg.task.system_prompt and "<answer>" in cfg.task.system_prompt
+    assert cfg.rollout.batch_size == 16 * 4 // 8 and cfg.rollout.max_new_tokens == 1024
+    assert cfg.prompts.max_prompt_length == 512 and cfg.model.torch_dtype == "bfloat16"
+    assert cfg.algorithm.epsilon_low == 0.2 and cfg.algorithm.epsilon_high == 0.28
+    assert cfg.schedule.num_train_epochs == 1 and cfg.schedule.warmup_ratio == 0.1
+    assert cfg.evaluation.eval_strategy == "steps" and cfg.schedule.save_total_limit == 2
+    assert cfg.hub.hub_model_revision == "v00.00" and cfg.loading.attn_implementation == "sdpa"
+    assert "max_steps" not in cfg.train.model_fields_set  # -1: the epochs decide
+
+
+def test_unknown_key_in_a_recipe_file_fails_naming_it(tmp_path):
+    recipe = tmp_path / "config_x.yaml"
+    recipe.write_text(MATH_RECIPE.read_text() + "use_liger_kernel: true\n")
+    with pytest.raises(ConfigError, match="config_x.yaml: key 'use_liger_kernel' \\(value True\\): not a grouprl key"):
+        build_config(recipe, environ={})
+    recipe.write_text(MATH_RECIPE.read_text().replace("gradient_checkpointing: false", "gradient_checkpointing: true"))
+    with pytest.raises(ConfigError, match="key 'gradient_checkpointing' .* which this grouprl does not have"):
+        build_config(recipe, environ={})
+
+
+def test_epochs_and_ratios_become_steps(tmp_path):
+    from grouprl.config_extra import resolve_schedule
+
+    cfg = build_config(MATH_RECIPE, {"save_strategy": "epoch"}, environ={})
+    assert resolve_schedule(cfg, n_train_rows=1000) == {"max_steps": 125, "warmup_steps": 13, "save_steps": 125}
+    fixed = build_config(MATH_RECIPE, {"max_steps": 10, "save_strategy": "no"}, environ={})
+    assert resolve_schedule(fixed, n_train_rows=1000) == {"max_steps": 10, "warmup_steps": 1, "save_steps": 0}

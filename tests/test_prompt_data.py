@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.data.chat_format import PromptRenderer, apply_chat_template, resolve_chat_template
+from grouprl.data import chat_format
+from grouprl.data.chat_format import apply_chat_template, render_prompt_ids, resolve_chat_template
 from grouprl.data.mixture import MixtureError, load_mixture
 from grouprl.data.prompt_rows import BadRowsError, PromptSpec, prompt_messages, to_prompt_rows
 from grouprl.data.sources import DatasetSourceError, load_split
@@ -188,17 +189,34 @@ def test_chat_template_from_a_file_and_kwargs_reach_it(tokenizer, tmp_path):
     with pytest.raises(FileNotFoundError, match="neither a Jinja template nor an existing file"):
         resolve_chat_template("no/such/template.jinja")
     apply_chat_template(tokenizer, str(tmp_path / "t.jinja"))
-    text, _ = PromptRenderer(tokenizer, {"enable_thinking": False}).render([{"role": "user", "content": "hi"}])
-    assert text == "[user] hi\n[assistant] no think\n"
-    assert PromptRenderer(tokenizer).render([{"role": "user", "content": "hi"}])[0].endswith("[assistant]\n")
+    text, _, cut = render_prompt_ids(tokenizer, [{"role": "user", "content": "hi"}], {"enable_thinking": False})
+    assert text == "[user] hi\n[assistant] no think\n" and not cut
+    assert render_prompt_ids(tokenizer, [{"role": "user", "content": "hi"}])[0].endswith("[assistant]\n")
 
 
-def test_max_prompt_length_keeps_the_end_and_counts(tokenizer, caplog):
-    renderer = PromptRenderer(tokenizer, max_prompt_length=24)
+def test_max_prompt_length_keeps_the_end_and_warns_once(tokenizer, caplog, monkeypatch):
+    monkeypatch.setattr(chat_format, "_warned", False)
     with caplog.at_level(logging.WARNING):
-        text, ids = renderer.render([{"role": "user", "content": "abcdefghijklmnopqrstuvwxyz"}])
-        renderer.render([{"role": "user", "content": "zyxwvutsrqponmlkjihgfedcba"}])
-        renderer.render([{"role": "user", "content": "ab"}])
-    assert len(ids) == 24 and text.endswith("assistant\n")  # the end (the generation prompt) survives
-    assert renderer.counts() == {"prompts_rendered": 3.0, "prompts_truncated": 2.0}
-    assert caplog.text.count("left truncation") == 1  # warned once, then counted
+        text, ids, cut = render_prompt_ids(tokenizer, [{"role": "user", "content": "abcdefghijklmnopqrstuvwxyz"}],
+                                           max_prompt_length=24)
+        again = render_prompt_ids(tokenizer, [{"role": "user", "content": "zyxwvutsrqponmlkjihgfedcba"}],
+                                  max_prompt_length=24)
+        short = render_prompt_ids(tokenizer, [{"role": "user", "content": "ab"}], max_prompt_length=24)
+    assert len(ids) == 24 and cut and text.endswith("assistant\n")  # the end (the generation prompt) survives
+    assert again[2] and not short[2] and len(short[1]) < 24
+    assert caplog.text.count("left truncation") == 1  # warned once; the runner marks each cut step
+
+
+def test_a_math_solution_math_verify_cannot_parse_is_a_bad_row(tmp_path):
+    from grouprl.config import ConfigError, build_config
+    from grouprl.tasks import load_task
+
+    rows = [{"problem": f"What is {i}+{i}?", "solution": f"The answer is $\\\\boxed{{{2 * i}}}$."} for i in range(19)]
+    rows.append({"problem": "Name a fruit.", "solution": "banana"})
+    data = write_jsonl(tmp_path / "math.jsonl", rows)
+    cli = {"task": "prompt_dataset", "dataset_name_or_path": str(data), "dataset_prompt_column": "problem",
+           "rewards": ["math_accuracy"]}
+    task = load_task(build_config(None, cli, environ={}))
+    assert len(task.train_rows) == 19 and task.train_rows[0]["ground_truth"].startswith("The answer")
+    with pytest.raises(ConfigError, match=r"row 19: column 'solution': math-verify finds no answer in it"):
+        load_task(build_config(None, {**cli, "max_bad_row_fraction": 0.01}, environ={}))

@@ -8,14 +8,7 @@ import textwrap
 import pytest
 
 from grouprl.records import Episode, Step
-try:  # the scorer of the loop refactor; before it, the pipeline's function
-    from grouprl.rewards.scorer import Scorer
-
-    def score_episodes(episodes, names, weights, correct_reward=None, normalize_weights=True,
-                       max_error_fraction=1.0):
-        Scorer(names, weights, correct_reward, normalize_weights, max_error_fraction).score(episodes)
-except ImportError:
-    from grouprl.rewards.pipeline import score_episodes
+from grouprl.rewards.scorer import Scorer
 from grouprl.rewards.trl_signature import takes_trl_signature
 
 REWARD_FILE = textwrap.dedent('''
@@ -70,7 +63,7 @@ def test_signature_detection():
 def test_trl_rewards_read_columns_by_name(reward_file):
     eps = [episode(0, rows()[0], "It is Paris"), episode(1, rows()[1], "5")]
     names = [f"{reward_file}:keyword_hit", f"{reward_file}:accuracy_reward"]
-    score_episodes(eps, names, [1.0, 1.0], None, normalize_weights=False)
+    Scorer(names, [1.0, 1.0], normalize_weights=False).score(eps)
     assert eps[0].reward_parts == {names[0]: 1.0, names[1]: 0.0}  # "It is Paris" != "Paris" exactly
     assert eps[1].reward_parts == {names[0]: 0.0, names[1]: None}  # None: no opinion, left out of the sum
     assert eps[0].score == 1.0 and eps[1].score == 0.0 and not eps[0].reward_errors
@@ -81,7 +74,7 @@ def test_prompts_and_columns_reach_the_function(reward_file):
 
     eps = [episode(0, rows()[0], "x")]
     name = f"{reward_file}:sees"
-    score_episodes(eps, [name], [1.0], None)
+    Scorer([name], [1.0]).score(eps)
     module = next(m for k, m in sys.modules.items() if k.startswith("grouprl_user_reward_")
                   and getattr(m, "__file__", None) == str(reward_file))
     call = module.seen[-1]
@@ -92,8 +85,33 @@ def test_prompts_and_columns_reach_the_function(reward_file):
 def test_non_finite_and_wrong_length_are_errors_not_scores(reward_file):
     eps = [episode(0, rows()[0], "x"), episode(1, rows()[1], "y")]
     names = [f"{reward_file}:broken", f"{reward_file}:short"]
-    score_episodes(eps, names, [1.0, 1.0], None, max_error_fraction=1.0)
+    Scorer(names, [1.0, 1.0], max_error_fraction=1.0).score(eps)
     assert eps[0].reward_parts == {names[0]: None, names[1]: None}
     assert any("non-finite nan" in e for e in eps[0].reward_errors)
-    assert any("expected a list of" in e for e in eps[0].reward_errors)
+    assert any("expected a list of 1 numbers" in e for e in eps[0].reward_errors)  # per sample after the batch
     assert not math.isnan(eps[0].score)
+
+
+def test_a_trl_reward_can_be_the_judge_of_correctness(reward_file):
+    eps = [episode(0, rows()[0], "Paris"), episode(1, rows()[0], "Lyon"), episode(2, rows()[1], "4")]
+    names = [f"{reward_file}:keyword_hit", f"{reward_file}:accuracy_reward"]
+    Scorer(names, [1.0, 1.0], correct_reward=names[1]).score(eps)
+    assert [ep.correct for ep in eps] == [True, False, False]  # the last: None (no opinion) is not correct
+
+
+def test_typed_rewards_get_the_columns_too():
+    from grouprl.records import EvaluateResult
+    from grouprl.rewards import registry
+    from grouprl.rewards.kit import reward_function
+
+    @reward_function(id="keyword_typed")
+    def keyword_typed(messages, ground_truth=None, keyword=None, **kwargs):
+        return EvaluateResult(score=float(keyword in messages[-1].content))
+
+    registry.REWARDS["keyword_typed"] = keyword_typed
+    try:
+        eps = [episode(0, rows()[0], "Paris!"), episode(1, rows()[1], "five")]
+        Scorer(["keyword_typed"], [1.0]).score(eps)
+    finally:
+        registry.REWARDS.pop("keyword_typed")
+    assert [ep.reward_parts["keyword_typed"] for ep in eps] == [1.0, 0.0]

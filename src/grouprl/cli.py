@@ -123,10 +123,10 @@ def cmd_init_model(args: argparse.Namespace) -> int:
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
 
-    cli = {"task": args.task}
+    cli = {"task": args.task or ("arithmetic" if args.config is None else None)}
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
-    cfg = build_config(None, cli)
+    cfg = build_config(args.config, {k: v for k, v in cli.items() if v is not None})
     task = load_task(cfg)
     out = init_tiny(task.tokenizer_corpus(), args.out, args.hidden_size, args.num_layers, args.num_heads, args.seed)
     print(out)
@@ -192,10 +192,12 @@ def build_parser() -> argparse.ArgumentParser:
     vw.set_defaults(func=cmd_view)
 
     im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
-    im.add_argument("--task", default="arithmetic",
-                    choices=sorted(TASKS),
-                    help="task whose corpus defines the vocabulary (default: arithmetic)")
-    im.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
+    im.add_argument("--task", default=None, choices=sorted(TASKS),
+                    help="task whose corpus defines the vocabulary (default: the recipe's, else arithmetic)")
+    im.add_argument("--config", default=None,
+                    help="recipe whose task and dataset define the vocabulary, e.g. a prompt_dataset recipe "
+                         "(default: None)")
+    im.add_argument("--dataset_name_or_path", default=None, help="dataset dir, file or hub id (default: the task's)")
     im.add_argument("--out", default="tiny_model", help="output dir (default: tiny_model)")
     im.add_argument("--hidden_size", type=int, default=128, help="hidden size (default: 128)")
     im.add_argument("--num_layers", type=int, default=4, help="decoder layers (default: 4)")

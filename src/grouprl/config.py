@@ -326,7 +326,8 @@ def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
                 flat[sub] = subvalue
         else:
             flat[key] = value
-    return _nest(flat, str(p))
+    from grouprl.config_openr1 import translate_recipe  # open-r1's flat keys -> grouprl's (errors name the key)
+    return _nest(translate_recipe(flat, FIELD_SECTION, str(p)), str(p))
 
 
 def env_overrides(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from grouprl.config import ConfigError
+
 # open-r1 key -> grouprl key, same value.
 RENAMED = {
     "dataset_name": "dataset_name_or_path",
@@ -65,7 +67,7 @@ SAME_BEHAVIOUR = {
 }
 
 
-class RecipeKeyError(ValueError):
+class RecipeKeyError(ConfigError):
     """A recipe key grouprl does not support, or a value it cannot translate."""
 
 
@@ -133,7 +135,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "reward_funcs": lambda v: put("reward_funcs", "rewards", _rewards(v, options, origin), True),
         "report_to": lambda v: put("report_to", "report_to", _report_to(v, origin), True),
         "scale_rewards": lambda v: put("scale_rewards", "scale_rewards", _scale_rewards(v), True),
-        "max_steps": lambda v: None if v in (-1, None) else put("max_steps", "max_steps", v, True),
+        # TRL's max_steps: -1 means "num_train_epochs decides" (kept, and rejected, without epochs)
+        "max_steps": lambda v: None if v == -1 and "num_train_epochs" in flat else put("max_steps", "max_steps", v,
+                                                                                        True),
         "epsilon": lambda v: (put("epsilon", "epsilon_low", v, True), put("epsilon", "epsilon_high", v)),
         "bf16": lambda v: put("bf16", "torch_dtype", "bfloat16") if v else None,
         "fp16": lambda v: put("fp16", "torch_dtype", "float16") if v else None,
@@ -142,6 +146,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "hub_strategy": lambda v: _hub_strategy(v, origin, put),
         "per_device_train_batch_size": lambda v: None,  # resolved below: it needs num_generations
         "dataset_configs": lambda v: put("dataset_configs", "dataset_config", _single(v, origin), True),
+        "gradient_checkpointing": lambda v: _optional_feature("gradient_checkpointing", v, known, put),
+        "gradient_checkpointing_kwargs": lambda v: _optional_feature("gradient_checkpointing_kwargs", v, known, put,
+                                                                     off=flat.get("gradient_checkpointing")),
     }
     for key, value in flat.items():
         if key in REWARD_OPTIONS:
@@ -168,7 +175,19 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         _batch_size(flat, out, origin, put)
     for key, (_, value) in derived.items():
         out.setdefault(key, value)
+    named_data = {"dataset_name", "dataset_name_or_path", "dataset_mixture"} & set(flat)
+    if named_data and "task" not in flat and "task" in known:
+        out["task"] = "prompt_dataset"  # open-r1 recipes name a dataset, never a task
     return out
+
+
+def _optional_feature(key: str, value: Any, known: set[str], put, off: Any = None) -> None:
+    """A feature grouprl may not have: passed on when it has the key; accepted when it is off
+    (false, or kwargs of a switched-off feature); else an error naming it."""
+    if key in known:
+        put(key, key, value, True)
+    elif value and (off is None or off):
+        put(key, key, value, True)  # raises: this grouprl does not have it
 
 
 def _single(value: Any, origin: str) -> Any:

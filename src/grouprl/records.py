@@ -60,6 +60,7 @@ class Step:
     env_info: dict[str, Any] = field(default_factory=dict)  # the environment's StepResult.info
     reward: float = 0.0  # step reward r_t: env reward - penalty + step-level reward-function rewards
     logprobs: list[float] | None = None  # the generation engine's per-token log-probs, when it gives them
+    prompt_truncated: bool = False  # the prompt was cut to max_prompt_length (its last tokens kept)
 
 
 @dataclass

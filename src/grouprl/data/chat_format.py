@@ -4,7 +4,7 @@
 one); ``chat_template_kwargs`` reach ``apply_chat_template`` (e.g. ``enable_thinking: false``);
 ``max_prompt_length`` keeps the *last* N prompt tokens (left truncation, as TRL does: the end of
 the prompt, where the question and the generation prompt sit, matters most). Every truncated
-prompt is counted, and the first one is warned about.
+prompt is counted (the metric ``prompts/truncated``), and the first one is warned about.
 """
 
 from __future__ import annotations
@@ -35,29 +35,23 @@ def apply_chat_template(tokenizer, chat_template: str | None) -> None:
         tokenizer.chat_template = template
 
 
-class PromptRenderer:
-    """``render(messages) -> (text, ids)`` with the template kwargs and the length cap applied."""
+_warned = False
 
-    def __init__(self, tokenizer, chat_template_kwargs: dict[str, Any] | None = None,
-                 max_prompt_length: int | None = None):
-        self.tokenizer = tokenizer
-        self.kwargs = dict(chat_template_kwargs or {})
-        self.max_prompt_length = max_prompt_length
-        self.rendered = 0
-        self.truncated = 0
 
-    def render(self, messages: list[dict[str, str]]) -> tuple[str, list[int]]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **self.kwargs)
-        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        self.rendered += 1
-        if self.max_prompt_length and len(ids) > self.max_prompt_length:
-            if not self.truncated:
-                log.warning("prompt of %d tokens cut to its last max_prompt_length=%d tokens (left truncation); "
-                            "further cuts are counted in prompts_truncated", len(ids), self.max_prompt_length)
-            self.truncated += 1
-            ids = ids[-self.max_prompt_length:]
-            text = self.tokenizer.decode(ids)
-        return text, ids
-
-    def counts(self) -> dict[str, float]:
-        return {"prompts_rendered": float(self.rendered), "prompts_truncated": float(self.truncated)}
+def render_prompt_ids(tokenizer, messages: list[dict[str, str]], chat_template_kwargs: dict[str, Any] | None = None,
+                      max_prompt_length: int | None = None) -> tuple[str, list[int], bool]:
+    """(prompt text, prompt token ids, truncated): the chat template with its kwargs, then the
+    last ``max_prompt_length`` tokens. The first cut of a process is warned about; the runner
+    marks every cut step (``Step.prompt_truncated``), so the metrics count them."""
+    global _warned
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                         **(chat_template_kwargs or {}))
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if not max_prompt_length or len(ids) <= max_prompt_length:
+        return text, ids, False
+    if not _warned:
+        log.warning("prompt of %d tokens cut to its last max_prompt_length=%d tokens (left truncation); further "
+                    "cuts are counted in the metric prompts/truncated", len(ids), max_prompt_length)
+        _warned = True
+    ids = ids[-max_prompt_length:]
+    return tokenizer.decode(ids), ids, True

@@ -13,7 +13,7 @@ from grouprl.observe.jsonl import JsonlAppender
 class MetricsSink:
     def __init__(self, output_dir: str, report_to: str = "none", project: str = "grouprl",
                  run_name: str | None = None, config: dict[str, Any] | None = None, logging_steps: int = 1,
-                 console: Console | None = None):
+                 console: Console | None = None, entity: str | None = None, group: str | None = None):
         self.jsonl = JsonlAppender(os.path.join(output_dir, "metrics.jsonl"))
         self.logging_steps = logging_steps
         self.console = console or Console()
@@ -23,7 +23,8 @@ class MetricsSink:
 
             self.wandb_run = wandb.init(
                 project=os.environ.get("WANDB_PROJECT") or project,
-                group=os.environ.get("WANDB_RUN_GROUP") or None,
+                entity=os.environ.get("WANDB_ENTITY") or entity,
+                group=os.environ.get("WANDB_RUN_GROUP") or group,
                 name=os.environ.get("WANDB_NAME") or run_name,
                 config=config,
                 dir=output_dir,

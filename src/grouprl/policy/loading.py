@@ -76,17 +76,20 @@ def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
 
 
 def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_reference: bool,
-                reference_path: str | None = None) -> Policy:
+                reference_path: str | None = None, revision: str | None = None,
+                attn_implementation: str | None = None) -> Policy:
     """The trainable model at ``path`` (a LoRA checkpoint dir resumes its adapters), and, when a KL
-    term needs one, the frozen reference from ``reference_path`` (default ``path``)."""
+    term needs one, the frozen reference from ``reference_path`` (default ``path``). ``revision``
+    (a hub branch, tag or commit) and ``attn_implementation`` go to ``from_pretrained``."""
     dtype = pick_dtype(cfg.torch_dtype, device)
     tokenizer = load_tokenizer(path)
+    extra = {k: v for k, v in (("revision", revision), ("attn_implementation", attn_implementation)) if v}
     if (Path(path) / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
         model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True, dtype=dtype).to(device)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).to(device)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **extra).to(device)
         if cfg.use_peft:
             from peft import LoraConfig, get_peft_model
 
@@ -97,7 +100,8 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     reference = None
     if need_reference and not hasattr(model, "disable_adapter"):  # with LoRA: the base, adapters off
-        reference = AutoModelForCausalLM.from_pretrained(reference_path or path, dtype=dtype).to(device).eval()
+        reference = AutoModelForCausalLM.from_pretrained(reference_path or path, dtype=dtype, **extra)
+        reference = reference.to(device).eval()
         reference.requires_grad_(False)
     log.info("loaded %s on %s (%s)", path, device, dtype)
     return Policy(model=model, tokenizer=tokenizer, device=device, reference=reference)

@@ -160,6 +160,7 @@ class Scorer:
                     for key, name in zip(self.keys, reward_names)}
         self.weights = dict(zip(self.keys, normalized_weights(weights, normalize_weights)))
         self.judge = get_reward(correct_reward) if correct_reward else None
+        self.judge_key = correct_reward if correct_reward in self.keys else None
         self.predictor = PREDICTORS.get(correct_reward or "")
         self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
         self.learned = list(learned or [])
@@ -208,6 +209,8 @@ class Scorer:
             answer = ep.steps[-1].action_text if ep.steps else ""
             if self.judge is None:
                 ep.correct = ep.success
+            elif self.judge_key is not None:  # the judge is one of the rewards (typed or TRL too): its 1.0
+                ep.correct = ep.reward_parts[self.judge_key] == 1.0
             else:
                 ep.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
             ep.prediction = self.predictor(answer) if self.predictor else None

@@ -11,10 +11,12 @@ takes this same path.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
 
+from grouprl.data.chat_format import render_prompt_ids
 from grouprl.records import Episode, Observation, Step
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
@@ -32,6 +34,8 @@ class EpisodeSettings:
     action_pattern: str | None = DEFAULT_ACTION_PATTERN  # regex whose first group is the action; None = whole text
     invalid_action_penalty: float = 0.1  # charged to a step whose action does not parse or is inadmissible
     show_admissible_actions: bool = True
+    chat_template_kwargs: dict[str, Any] | None = None  # passed to apply_chat_template (e.g. enable_thinking)
+    max_prompt_length: int | None = None  # keep the last N prompt tokens (left truncation)
 
 
 SINGLE_TURN = EpisodeSettings(max_steps=1, history_length=0, action_pattern=None, invalid_action_penalty=0.0)
@@ -39,12 +43,14 @@ SINGLE_TURN = EpisodeSettings(max_steps=1, history_length=0, action_pattern=None
 
 def episode_settings(cfg, task) -> EpisodeSettings:
     """The config's settings for an environment task; one plain step for single-turn rows."""
+    prompts = {"chat_template_kwargs": cfg.prompts.chat_template_kwargs or None,
+               "max_prompt_length": cfg.prompts.max_prompt_length}
     if not task.multi_step:
-        return SINGLE_TURN
+        return dataclasses.replace(SINGLE_TURN, **prompts)
     r = cfg.rollout
     return EpisodeSettings(max_steps=r.max_episode_steps, history_length=r.history_length,
                            action_pattern=r.action_pattern or None, invalid_action_penalty=r.invalid_action_penalty,
-                           show_admissible_actions=r.show_admissible_actions)
+                           show_admissible_actions=r.show_admissible_actions, **prompts)
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]]) -> str:
@@ -84,15 +90,15 @@ def run_episodes(
             break
         # Episodes of a group often see the same prompt (always at the first step):
         # render and tokenize each distinct one once.
-        cache: dict[tuple, tuple[str, list[int]]] = {}
+        cache: dict[tuple, tuple[str, list[int], bool]] = {}
         prompts = []
         for i in live:
             messages = build_messages(instructions[i], history[i], observations[i], settings.history_length,
                                       settings.show_admissible_actions)
             key = tuple((m["role"], m["content"]) for m in messages)
             if key not in cache:
-                text = render_prompt(tokenizer, messages)
-                cache[key] = (text, tokenizer(text, add_special_tokens=False)["input_ids"])
+                cache[key] = render_prompt_ids(tokenizer, messages, settings.chat_template_kwargs,
+                                               settings.max_prompt_length)
             prompts.append((messages, *cache[key]))
         completions = backend.generate([p[2] for p in prompts], params)
 
@@ -100,11 +106,11 @@ def run_episodes(
                   for i, c in zip(live, completions)]
         to_step = [(i, p.action) for i, p in zip(live, parsed) if p.action is not None]
         results = dict(zip([i for i, _ in to_step], pool.step([i for i, _ in to_step], [a for _, a in to_step])))
-        for i, (messages, text, ids), comp, p in zip(live, prompts, completions, parsed):
+        for i, (messages, text, ids, cut), comp, p in zip(live, prompts, completions, parsed):
             obs = observations[i]
             step = Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
                         truncated=comp.truncated, anchor_state=obs.anchor_state, messages=messages,
-                        observation=obs.text, logprobs=comp.logprobs)
+                        observation=obs.text, logprobs=comp.logprobs, prompt_truncated=cut)
             result = results.get(i)
             if result is not None and result.info.get("invalid"):  # the env refused it (and did not advance)
                 p.reason, result = result.info.get("reason", "rejected by the environment"), None

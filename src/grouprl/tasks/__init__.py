@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from grouprl.tasks import arithmetic, env_task, gsm8k  # noqa: F401 - each registers its tasks
+from grouprl.tasks import arithmetic, env_task, gsm8k, prompt_dataset  # noqa: F401 - each registers its tasks
 from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
 from grouprl.tasks.env_task import EnvTask
 from grouprl.tasks.registry import TASKS, load_task, register_task

@@ -25,6 +25,7 @@ from grouprl.train.advantages import estimator_options
 from grouprl.train.checkpoint import read_checkpoint_state
 from grouprl.train.evaluate import evaluate
 from grouprl.train.run_dir import prepare_run_dir
+from grouprl.train.run_setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.train.trainer import Trainer
 from grouprl.train.warm_start import prepare_tiny
 
@@ -80,6 +81,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         estimator_options(cfg.algorithm, get_estimator(cfg.algorithm.advantage))
     except (KeyError, ValueError, TypeError) as err:
         raise ConfigError(f"config keys 'advantage'/'advantage_options': {err.args[0]}") from None
+    prepare_schedule(cfg, task)  # epochs, warmup ratio, save strategy -> steps
     (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
 
@@ -91,7 +93,9 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         base_model = model_path = cfg.model.model_name_or_path or prepare_tiny(cfg, task, scorer, console)
     device = pick_device(cfg.runtime.device)
     policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
-                         reference_path=base_model)
+                         reference_path=base_model, revision=None if resume else cfg.loading.model_revision,
+                         attn_implementation=cfg.loading.attn_implementation)
+    prepare_tokenizer(cfg, policy.tokenizer)
     eval_rows = task.eval_rows[: cfg.eval.n_eval]
     params = SamplingParams.for_eval(cfg)
     settings = episode_settings(cfg, task)
@@ -109,8 +113,10 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
-                       flat_dict(cfg), cfg.logging.logging_steps, console)
+                       flat_dict(cfg), cfg.logging.logging_steps, console, cfg.tracking.wandb_entity,
+                       cfg.tracking.wandb_run_group)
     try:
+        trainer.observers += observers(cfg, sink)
         trainer.train(sink)
         after = None
         if eval_rows:
@@ -139,6 +145,8 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
             "rollouts": str(rollouts) if rollouts.is_file() else None,
             "metrics": str(out / "metrics.jsonl"),
             "final_checkpoint": str(out / f"checkpoint-{trainer.step}"),
+            "best_checkpoint": trainer.run_state.get("best"),
+            "hub_revisions": trainer.run_state.get("hub_revisions"),
         }
         sink.summary(summary)
     finally:

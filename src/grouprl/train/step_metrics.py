@@ -21,6 +21,7 @@ def batch_metrics(episodes: list[Episode], scores: torch.Tensor, advantages, gro
         "completions/max_length": float(lengths.max()),
         "completions/clipped_ratio": sum(s.truncated for s in steps) / lengths.numel(),
         "samples": float(lengths.numel()),  # one per step: an episode of n steps is n samples
+        "prompts/truncated": sum(s.prompt_truncated for s in steps) / lengths.numel(),  # cut to max_prompt_length
     }
     if multi_step:
         n_steps = max(len(steps), 1)

@@ -74,8 +74,10 @@ class StepRecord:
 
 class Trainer:
     def __init__(self, cfg: Config, policy: Policy, task, scorer: Scorer | None = None,
-                 backend: GenerationBackend | None = None, console=None):
+                 backend: GenerationBackend | None = None, console=None, observers: list | None = None):
         self.cfg, self.policy, self.task, self.console = cfg, policy, task, console
+        self.observers = list(observers or [])  # train/observer.py: after_step, after_checkpoint, after_train
+        self._saved_step = -1
         self.out = Path(cfg.train.output_dir)
         self.scorer = scorer or Scorer.from_config(cfg, task)
         self.backend = backend or make_backend(policy, cfg)
@@ -148,9 +150,16 @@ class Trainer:
         self.run_state = state.get("extra", {})
 
     def checkpoint(self) -> Path:
-        return save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer, self.learner.optimizer,
+        """Save this step's checkpoint (once: an observer may have saved it already) and announce it."""
+        if self._saved_step == self.step:
+            return self.out / f"checkpoint-{self.step}"
+        path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer, self.learner.optimizer,
                                self.learner.scheduler, {"data_position": self.sampler.position, "extra": self.run_state},
                                self.scorer)
+        self._saved_step = self.step
+        for observer in self.observers:
+            observer.after_checkpoint(self, path)
+        return path
 
     def train(self, sink: MetricsSink) -> list[dict[str, float]]:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -179,10 +188,14 @@ class Trainer:
                                 info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}")
                 if t.save_steps and self.step % t.save_steps == 0 and self.step < t.max_steps:
                     self.checkpoint()
+                for observer in self.observers:  # evaluation every eval_steps, ...
+                    observer.after_step(self, self.step, metrics)
         if rollouts is not None:
             rollouts.close()
         self.pool.close()
         self.checkpoint()
+        for observer in self.observers:  # hub uploads finish, ...
+            observer.after_train(self)
         return history
 
 

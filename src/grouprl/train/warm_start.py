@@ -67,7 +67,9 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", m.tiny_hidden_size, m.tiny_num_layers,
                      m.tiny_num_heads, seed=t.seed, tokenizer=getattr(task, "tiny_tokenizer", "char"))
     console.log(f"built tiny Qwen2 model at {tiny}")
-    if t.sft_steps == 0:
+    if t.sft_steps == 0 or not getattr(task, "has_gold_completions", True):
+        if t.sft_steps:
+            console.log("no SFT warm start: the task's rows have no gold completions (RL starts from the tiny init)")
         return str(tiny)
     if task.multi_step:
         return str(sft_environment(cfg, task, scorer, str(tiny), console))

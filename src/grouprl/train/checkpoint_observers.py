@@ -1,0 +1,83 @@
+"""What happens after a checkpoint is saved: rotation (``save_total_limit``) and hub pushes.
+
+Both are trainer observers (``after_checkpoint(trainer, path)``, ``after_train(trainer)``);
+the trainer only announces the saves.
+
+Rotation keeps the newest ``save_total_limit`` checkpoints, never deletes the best one
+(``best_checkpoint.json``, see ``periodic_eval.py``) nor the last, and never one whose hub
+upload is still running.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from pathlib import Path
+
+from grouprl.train.observer import TrainObserver
+from grouprl.train.periodic_eval import best_step
+
+log = logging.getLogger(__name__)
+_CKPT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def checkpoints(out_dir: str | Path) -> list[tuple[int, Path]]:
+    """(step, path) of every finished checkpoint, oldest first."""
+    found = []
+    for path in Path(out_dir).iterdir():
+        m = _CKPT.match(path.name)
+        if m and path.is_dir():
+            found.append((int(m[1]), path))
+    return sorted(found)
+
+
+def rotate(out_dir: str | Path, limit: int, keep: set[int] = frozenset()) -> list[Path]:
+    """Delete all but the newest ``limit`` checkpoints, sparing the steps in ``keep`` and the best."""
+    found = checkpoints(out_dir)
+    spared = {step for step, _ in found[-limit:]} | set(keep)
+    best = best_step(out_dir)
+    if best is not None:
+        spared.add(best)
+    deleted = []
+    for step, path in found:
+        if step not in spared:
+            shutil.rmtree(path)
+            deleted.append(path)
+    if deleted:
+        log.info("save_total_limit=%d: deleted %s", limit, ", ".join(p.name for p in deleted))
+    return deleted
+
+
+class CheckpointRotation(TrainObserver):
+    def __init__(self, limit: int, busy=None):
+        self.limit = limit
+        self.busy = busy or (lambda: set())  # steps whose upload is running
+
+    def after_checkpoint(self, trainer, path: Path) -> None:
+        rotate(trainer.out, self.limit, set(self.busy()))
+
+
+class HubPushObserver(TrainObserver):
+    """Each checkpoint to its step branch (``push_to_hub_revision``), the final model to main
+    (``push_to_hub``), in the background; the run waits for the uploads at its end."""
+
+    def __init__(self, pusher, checkpoints_to_branches: bool, final_to_main: bool):
+        self.pusher, self.to_branches, self.to_main = pusher, checkpoints_to_branches, final_to_main
+        self._pending: dict[int, object] = {}
+
+    def busy(self) -> set[int]:
+        return {step for step, future in self._pending.items() if not future.done()}
+
+    def after_checkpoint(self, trainer, path: Path) -> None:
+        if self.to_branches:
+            self._pending[trainer.step] = self.pusher.push_checkpoint(path, trainer.step)
+
+    def after_train(self, trainer) -> None:
+        if self.to_main:
+            self.pusher.push_final(trainer.out / f"checkpoint-{trainer.step}")
+        try:
+            pushed = self.pusher.wait()
+        finally:
+            self.pusher.close()
+        trainer.run_state["hub_revisions"] = pushed

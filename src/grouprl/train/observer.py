@@ -1,0 +1,21 @@
+"""What the trainer announces to observers: a finished step, a saved checkpoint, the end of training.
+
+Capabilities that act between steps (evaluation every ``eval_steps``, checkpoint rotation, hub
+uploads) subclass :class:`TrainObserver` and are handed to ``Trainer(observers=[...])``; the
+loop itself never learns about them. Every hook is a no-op unless overridden.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TrainObserver:
+    def after_step(self, trainer, step: int, metrics: dict[str, float]) -> None:
+        """After step ``step`` is logged (and checkpointed, when it is a save step)."""
+
+    def after_checkpoint(self, trainer, path: Path) -> None:
+        """After ``path`` (``checkpoint-<trainer.step>``) is written whole."""
+
+    def after_train(self, trainer) -> None:
+        """After the final checkpoint."""

@@ -1,0 +1,55 @@
+"""The run's setup around the loop: schedule from epochs/ratios, output-dir guard, chat template,
+and the observers (evaluation every eval_steps, checkpoint rotation, hub pushes)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from grouprl.config import Config, ConfigError
+from grouprl.config_extra import resolve_schedule
+from grouprl.data.chat_format import apply_chat_template
+from grouprl.train.observer import TrainObserver
+
+log = logging.getLogger(__name__)
+
+
+def prepare_schedule(cfg: Config, task) -> None:
+    """Steps from epochs, warmup from its ratio, saves from the strategy; refuse a used output dir
+    when ``overwrite_output_dir`` is false."""
+    schedule = resolve_schedule(cfg, len(task.train_rows))
+    log.debug("schedule: %s (from %d training rows)", schedule, len(task.train_rows))
+    out = Path(cfg.train.output_dir)
+    if not cfg.schedule.overwrite_output_dir and not cfg.train.resume_from_checkpoint \
+            and any(out.glob("checkpoint-*")):
+        raise ConfigError(f"config key 'overwrite_output_dir' is false and {out} already holds checkpoints; set it "
+                          "true, choose another output_dir, or resume_from_checkpoint")
+
+
+def prepare_tokenizer(cfg: Config, tokenizer) -> None:
+    apply_chat_template(tokenizer, cfg.prompts.chat_template)
+
+
+def observers(cfg: Config, sink) -> list[TrainObserver]:
+    """Evaluation first (it may save the best step), then hub pushes, then rotation (which spares
+    checkpoints still uploading)."""
+    from grouprl.train.checkpoint_observers import CheckpointRotation, HubPushObserver
+    from grouprl.train.periodic_eval import PeriodicEval
+
+    found: list[TrainObserver] = []
+    if cfg.evaluation.eval_strategy == "steps":
+        found.append(PeriodicEval(cfg, sink))
+    hub = cfg.hub
+    pusher = None
+    if hub.push_to_hub or hub.push_to_hub_revision:
+        if not hub.hub_model_id:
+            raise ConfigError("config keys 'push_to_hub'/'push_to_hub_revision' need 'hub_model_id' (org/name)")
+        from grouprl.hub.revisions import HubPusher, HubTarget
+
+        pusher = HubPushObserver(HubPusher(HubTarget(hub.hub_model_id, hub.hub_model_revision, hub.hub_private_repo,
+                                                     hub.overwrite_hub_revision)),
+                                 hub.push_to_hub_revision, hub.push_to_hub)
+        found.append(pusher)
+    if cfg.schedule.save_total_limit:
+        found.append(CheckpointRotation(cfg.schedule.save_total_limit, pusher.busy if pusher else None))
+    return found
