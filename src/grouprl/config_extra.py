@@ -35,8 +35,6 @@ class ScheduleConfig(Section):
         "steps", description="checkpoint every save_steps, once per epoch, or only at the end")
     save_total_limit: int | None = Field(
         None, gt=0, description="keep the newest N checkpoints (never deleting the best or the last; empty = all)")
-    overwrite_output_dir: bool = Field(
-        True, description="false: refuse to start when output_dir already holds checkpoints (and no resume)")
 
 
 class EvaluationConfig(Section):

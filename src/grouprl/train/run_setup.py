@@ -4,7 +4,6 @@ and the observers (evaluation every eval_steps, checkpoint rotation, hub pushes)
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 
 from grouprl.config import Config, ConfigError
 from grouprl.config_extra import resolve_schedule
@@ -15,15 +14,10 @@ log = logging.getLogger(__name__)
 
 
 def prepare_schedule(cfg: Config, task) -> None:
-    """Steps from epochs, warmup from its ratio, saves from the strategy; refuse a used output dir
-    when ``overwrite_output_dir`` is false."""
+    """Steps from epochs, warmup from its ratio, saves from the strategy (a used output dir is
+    refused or prepared by ``train/run_dir.py``)."""
     schedule = resolve_schedule(cfg, len(task.train_rows))
     log.debug("schedule: %s (from %d training rows)", schedule, len(task.train_rows))
-    out = Path(cfg.train.output_dir)
-    if not cfg.schedule.overwrite_output_dir and not cfg.train.resume_from_checkpoint \
-            and any(out.glob("checkpoint-*")):
-        raise ConfigError(f"config key 'overwrite_output_dir' is false and {out} already holds checkpoints; set it "
-                          "true, choose another output_dir, or resume_from_checkpoint")
 
 
 def prepare_tokenizer(cfg: Config, tokenizer) -> None:
