@@ -113,22 +113,24 @@ def worker(args) -> dict:
     model.train()
     adv = torch.linspace(-1, 1, len(batch))
     mask = batch.completion_mask.bool()
-    times, fwd_times, err = [], [], None
+    times, fwd_times, cpu_times, err = [], [], [], None
     for rep in range(args.warmup + args.reps):
         model.zero_grad(set_to_none=True)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         logps, entropy = scorer(model, batch, 1.0, with_entropy=True)
         t1 = time.perf_counter()
         loss, _ = policy_loss(logps, logps.detach(), adv, batch.completion_mask, loss_type="dapo")
         loss.backward()
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         if rep >= args.warmup:
             times.append(t2 - t0)
+            cpu_times.append(c2 - c0)
             fwd_times.append(t1 - t0)
         if ref is not None and err is None:
             err = float((logps.detach().float() - ref)[mask].abs().max())
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"variant": v, "step_s": times, "forward_s": fwd_times, "peak_rss_mb": ru, "max_abs_logp_err": err,
+    return {"variant": v, "step_s": times, "forward_s": fwd_times, "cpu_s": cpu_times, "peak_rss_mb": ru,
+            "max_abs_logp_err": err,
             "completion_tokens": int(batch.completion_mask.sum()),
             "padded_tokens": int(batch.prompt_ids.numel() + batch.completion_ids.numel()),
             "real_tokens": int(batch.prompt_mask.sum() + batch.completion_mask.sum())}
@@ -165,17 +167,22 @@ def main(argv=None) -> None:
             res = json.loads(proc.stdout.strip().splitlines()[-1])
             runs[v].append(res)
             print(f"round {r} {v:15s} fwd+bwd median {statistics.median(res['step_s']):.3f}s "
+                  f"cpu {statistics.median(res['cpu_s']):.3f}s "
                   f"(fwd {statistics.median(res['forward_s']):.3f}s) peak RSS {res['peak_rss_mb']:.0f} MiB "
                   f"err {res['max_abs_logp_err']}", flush=True)
     base = statistics.median([t for r in runs[args.variants[0]] for t in r["step_s"]])
+    base_cpu = statistics.median([t for r in runs[args.variants[0]] for t in r["cpu_s"]])
     summary = {}
     for v, rs in runs.items():
         med = statistics.median([t for r in rs for t in r["step_s"]])
-        summary[v] = {"median_fwd_bwd_s": med, "speedup_vs_first": base / med,
+        cpu = statistics.median([t for r in rs for t in r["cpu_s"]])
+        summary[v] = {"median_fwd_bwd_s": med, "speedup_vs_first": base / med, "median_cpu_s": cpu,
+                      "cpu_speedup_vs_first": base_cpu / cpu,
                       "median_forward_s": statistics.median([t for r in rs for t in r["forward_s"]]),
                       "peak_rss_mb": max(r["peak_rss_mb"] for r in rs), "max_abs_logp_err": rs[0]["max_abs_logp_err"],
                       "real_tokens": rs[0]["real_tokens"], "padded_tokens": rs[0]["padded_tokens"]}
-        print(f"{v:15s} {med:.3f}s  x{base / med:.2f} vs {args.variants[0]}  peak {summary[v]['peak_rss_mb']:.0f} MiB")
+        print(f"{v:15s} wall {med:.3f}s x{base / med:.2f}  cpu {cpu:.3f}s x{base_cpu / cpu:.2f} vs {args.variants[0]}  "
+              f"peak {summary[v]['peak_rss_mb']:.0f} MiB  logp err {summary[v]['max_abs_logp_err']}")
     out = Path(args.out or HERE / "results" / f"scoring_levers_{args.config}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"settings": vars(args), "loadavg": os.getloadavg(), "summary": summary,

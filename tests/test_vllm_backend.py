@@ -31,7 +31,7 @@ def setup(tmp_path_factory):
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     engine = VLLMBackend(str(path), tok, VLLMOptions(dtype="float32", max_model_len=128))
     texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-             for q in ("What is 2+3?", "What is 12*4?", "What is 7-9?")]
+             for q in ("What is 2+3?", "What is 12*4?", "What is 7-9?") for _ in range(2)]
     prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     return model, tok, engine, prompts
 

@@ -74,10 +74,10 @@ class VLLMBackend:
         self.sleeps = on_gpu and self.options.sleep_during_update
         self.asleep = False
 
-    def _sampling(self, params: SamplingParams):
+    def _sampling(self, params: SamplingParams, n: int = 1):
         from vllm import SamplingParams as VSamplingParams
 
-        common = dict(max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.tokenizer.eos_token_id],
+        common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.tokenizer.eos_token_id],
                       skip_special_tokens=True)
         if params.greedy:
             return VSamplingParams(temperature=0.0, **common)
@@ -85,20 +85,29 @@ class VLLMBackend:
                                **common)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Identical prompts (a group's K copies) become one request with ``n`` samples: vLLM prefills the
+        prompt once and forks its KV cache, instead of K prefills."""
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], self._sampling(params),
-                                    use_tqdm=False)
+        runs: list[tuple[list[int], int]] = []  # consecutive identical prompts -> (prompt, count)
+        for p in prompt_ids:
+            if runs and runs[-1][0] == p:
+                runs[-1] = (p, runs[-1][1] + 1)
+            else:
+                runs.append((p, 1))
+        requests = [{"prompt_token_ids": list(p)} for p, _ in runs]
+        sampling = [self._sampling(params, n) for _, n in runs]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         eos = self.tokenizer.eos_token_id
         completions = []
         for out in outputs:
-            sample = out.outputs[0]
-            ids = list(sample.token_ids)
-            logprobs = [lp[t].logprob for lp, t in zip(sample.logprobs, ids)] if sample.logprobs else None
-            truncated = eos not in ids  # stopped by the length cap, not by eos
-            completions.append(Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), truncated,
-                                          logprobs))
+            for sample in out.outputs:
+                ids = list(sample.token_ids)
+                logprobs = [lp[t].logprob for lp, t in zip(sample.logprobs, ids)] if sample.logprobs else None
+                truncated = eos not in ids  # stopped by the length cap, not by eos
+                completions.append(Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), truncated,
+                                              logprobs))
         if self.sleeps:
             self.llm.sleep(level=2)  # weights and KV cache freed: the update gets the memory
             self.asleep = True
