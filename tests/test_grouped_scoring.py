@@ -51,7 +51,7 @@ def grads_of(model, scorer, batch, advantages) -> tuple[torch.Tensor, dict[str, 
     logps, _ = scorer(model, batch, 0.7)
     loss, _ = policy_loss(logps, logps.detach() + 0.05, advantages, batch.completion_mask, loss_type="grpo")
     loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
@@ -118,3 +118,19 @@ def test_non_contiguous_mask_is_a_clear_error():
     batch.completion_mask[0, 1] = 0
     with pytest.raises(ValueError, match="sample 0's completion mask"):
         build_layout(batch)
+
+
+def test_lora_policy_scores_the_same_through_the_adapters():
+    from peft import LoraConfig, get_peft_model
+
+    model = get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
+                                                    init_lora_weights=False))  # non-zero adapters
+    assert supports_grouped_scoring(model)
+    batch = batch_of_groups(seed=3, groups=2, k=3)
+    adv = torch.linspace(-1, 1, len(batch))
+    _, g_ref = grads_of(model, completion_logps, batch, adv)
+    _, g_got = grads_of(model, grouped_completion_logps, batch, adv)
+    lora = [n for n in g_ref if "lora_" in n]
+    assert lora and all(n in g_got for n in lora)
+    scale = max(float(g_ref[n].abs().max()) for n in lora)
+    assert max(float((g_ref[n] - g_got[n]).abs().max()) for n in lora) < 1e-5 * max(1.0, scale)
