@@ -127,7 +127,7 @@ def build_vllm_backend(policy, cfg) -> VLLMBackend:
     """The ``vllm`` entry of the backend registry: an engine on the policy's checkpoint, in the trainer's
     dtype unless ``vllm_dtype`` says otherwise, then synced with the in-memory weights (a warm start or a
     resumed run may differ from the files)."""
-    r = cfg.rollout
+    r = cfg.speed
     path = policy.model.config._name_or_path
     dtype = r.vllm_dtype if r.vllm_dtype != "auto" else str(policy.model.dtype).removeprefix("torch.")
     backend = VLLMBackend(path, policy.tokenizer, VLLMOptions(
