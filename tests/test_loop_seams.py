@@ -152,8 +152,8 @@ def test_trainer_hands_new_weights_to_the_backend_after_each_update(warm_arithme
         assert len(Recording.loads) == 2
     finally:
         del BACKENDS["recording"]
-    with pytest.raises(ConfigError, match="generation_backend.*'vllm'.*'hf'"):
-        build_config(None, {"generation_backend": "vllm"}, environ={})
+    with pytest.raises(ConfigError, match="generation_backend.*'sglang'.*'hf'"):
+        build_config(None, {"generation_backend": "sglang"}, environ={})
 
 
 def test_a_task_declares_its_own_config_section(tmp_path):

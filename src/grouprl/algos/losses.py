@@ -41,6 +41,7 @@ def policy_loss(
     ref_logps: torch.Tensor | None = None,
     max_completion_length: int | None = None,
     num_items_in_batch: float | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """PPO clipped surrogate (Schulman et al., 2017) per token, as in GRPO (Shao et al., 2024):
 
@@ -51,6 +52,10 @@ def policy_loss(
     with eps_high > eps_low the DAPO "clip-higher" (Yu et al., 2025). The per-token terms are
     aggregated by :func:`aggregate_loss` (``loss_type``).
 
+    ``token_weights`` (detached, (B, T)) multiply the clipped term (not the KL) before aggregation:
+    the truncated importance weights of ``algos.importance`` when the sampler is not the trainer
+    (as TRL does).
+
     Shapes: logps/old_logps/ref_logps/mask (B, T); advantages (B,). Returns the loss for
     this micro-batch and detached statistics.
     """
@@ -60,6 +65,8 @@ def policy_loss(
     clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
     adv = advantages.unsqueeze(-1)
     per_token = -torch.min(ratio * adv, clipped * adv)
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach()
     kl = None
     if beta != 0.0:
         if ref_logps is None:

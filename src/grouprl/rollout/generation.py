@@ -111,8 +111,15 @@ class HFBackend:
 
 
 BackendFactory = Callable[[Any, "Config"], GenerationBackend]  # (policy, cfg) -> backend
+def _vllm_backend(policy, cfg: "Config") -> GenerationBackend:
+    from grouprl.rollout.backends.vllm import build_vllm_backend  # vLLM imported only when chosen
+
+    return build_vllm_backend(policy, cfg)
+
+
 BACKENDS: dict[str, BackendFactory] = {
     "hf": lambda policy, cfg: HFBackend(policy.model, policy.tokenizer, policy.device),
+    "vllm": _vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py
 }
 
 

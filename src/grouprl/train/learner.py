@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import torch
 from transformers import get_scheduler
 
+from grouprl.algos.importance import sampling_correction
 from grouprl.algos.losses import micro_batch_weight, policy_loss
 from grouprl.config import Config
+from grouprl.policy.grouped_scoring import grouped_completion_logps, supports_grouped_scoring
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
@@ -36,6 +38,7 @@ class StepSamples:
 
     batch: TokenBatch
     advantages: torch.Tensor  # (N,)
+    sampler_logps: torch.Tensor | None = None  # (N, T) the generation engine's log-probs, when it reports them
 
 
 def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int, mask_truncated: bool) -> StepSamples:
@@ -45,7 +48,12 @@ def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int,
     if mask_truncated:
         keep = torch.tensor([not s.truncated for s in steps], dtype=batch.completion_mask.dtype)
         batch.completion_mask = batch.completion_mask * keep.unsqueeze(-1)
-    return StepSamples(batch, advantages.to(torch.float32))
+    sampler = None
+    if steps and all(s.logprobs is not None for s in steps):
+        sampler = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
+        for i, s in enumerate(steps):
+            sampler[i, : len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
+    return StepSamples(batch, advantages.to(torch.float32), sampler)
 
 
 class Learner:
@@ -59,6 +67,9 @@ class Learner:
                                        num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient (a metric)
         self.nonfinite: str | None = None  # why the current optimizer step must be skipped
+        # One prompt pass per group where the model's attention takes a 4-D mask (same log-probs and gradients)
+        grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model)
+        self.score_completions = grouped_completion_logps if grouped else completion_logps
 
     @property
     def learning_rate(self) -> float:
@@ -68,6 +79,11 @@ class Learner:
         algorithm, train = self.cfg.algorithm, self.cfg.train
         model, device = self.policy.model, self.policy.device
         batch, adv = samples.batch.to(device), samples.advantages.to(device)
+        score, speed = self.score_completions, self.cfg.speed
+        sampler = samples.sampler_logps
+        if sampler is not None and speed.sampling_correction == "none":
+            sampler = None
+        correct = None if sampler is None else sampling_correction(speed.sampling_correction)
         n = len(batch)
         accum = min(train.gradient_accumulation_steps, n)
         bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
@@ -78,11 +94,11 @@ class Learner:
         old = ref = None
         with torch.no_grad():
             if algorithm.num_iterations > 1:
-                old = torch.cat([completion_logps(model, batch.slice(m), temperature)[0] for m in micro])
+                old = torch.cat([score(model, batch.slice(m), temperature)[0] for m in micro])
             if algorithm.beta > 0:
                 with self.policy.reference_context():
                     reference = self.policy.reference_model()
-                    ref = torch.cat([completion_logps(reference, batch.slice(m), temperature)[0] for m in micro])
+                    ref = torch.cat([score(reference, batch.slice(m), temperature)[0] for m in micro])
         total_tokens = float(batch.completion_mask.sum())
         stats: dict[str, list[float]] = {}
         model.train()
@@ -90,13 +106,18 @@ class Learner:
             self.nonfinite = None
             for m in micro:
                 part = batch.slice(m)
-                logps, entropy = completion_logps(model, part, temperature, with_entropy=True)
+                logps, entropy = score(model, part, temperature, with_entropy=True)
+                pi_old = logps.detach() if old is None else old[m]
+                weights, is_stats = (None, {}) if correct is None else correct(
+                    pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)
                 loss, s = policy_loss(
-                    logps, logps.detach() if old is None else old[m], adv[m], part.completion_mask,
+                    logps, pi_old, adv[m], part.completion_mask,
                     loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
                     epsilon_high=algorithm.epsilon_high, beta=algorithm.beta, ref_logps=None if ref is None else ref[m],
                     max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
+                    token_weights=weights,
                 )
+                s.update(is_stats)
                 loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n)
                 if not torch.isfinite(loss):  # NaN/inf never reaches the weights; optimizer_step skips
                     self.nonfinite = f"loss {float(loss)}"
@@ -108,7 +129,8 @@ class Learner:
                 for k, v in s.items():
                     stats.setdefault(k, []).append(float(v))
             stats.setdefault("grad_norm", []).append(self.optimizer_step())
-        return {**{k: sum(v) / len(v) for k, v in stats.items()}, "skipped_updates": float(self.skipped_updates)}
+        return {**{k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
+                   for k, v in stats.items()}, "skipped_updates": float(self.skipped_updates)}
 
     def optimizer_step(self) -> float:
         """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm.

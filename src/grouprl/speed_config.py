@@ -1,0 +1,32 @@
+"""The ``speed`` config section: how a step is computed, not what it computes.
+
+Registered (``register_section``) like a task's own section and imported by ``grouprl/__init__``,
+so its fields are flags, environment variables and recipe keys (``--grouped_scoring false``,
+``speed: {vllm_max_model_len: 1024}``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from grouprl.config import Section, register_section
+
+
+class SpeedConfig(Section):
+    grouped_scoring: bool = Field(
+        True, description="score each group's prompt once with its K completions (block mask; same gradients); "
+                          "off, or a model whose attention cannot take a 4-D mask: one padded row per completion")
+    sampling_correction: Literal["token_truncate", "none"] = Field(
+        "token_truncate", description="when the backend reports sampling log-probs (vllm): weight each token's "
+                                      "loss by min(pi_old / pi_sampler, cap) (truncated importance sampling)")
+    sampling_correction_cap: float = Field(2.0, gt=0, description="the cap C of the importance weights")
+    vllm_dtype: str = Field("auto", description="vllm: engine dtype (auto = the policy's)")
+    vllm_max_model_len: int = Field(2048, gt=0, description="vllm: longest prompt + completion the engine serves")
+    vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm on GPU: the engine's memory share")
+    vllm_sleep_during_update: bool = Field(True, description="vllm on GPU: free the engine's memory during the update")
+    vllm_cpu_kv_cache_gb: int = Field(1, gt=0, description="vllm on CPU: KV-cache size in GiB")
+
+
+register_section("speed", SpeedConfig)
