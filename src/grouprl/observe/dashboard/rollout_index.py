@@ -125,15 +125,7 @@ class RolloutIndex:
         with open(self.path, "rb") as fh:
             fh.seek(span.start)
             data = fh.read(span.end - span.start)
-        rows = []
-        for line in data.splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(row, dict) and row.get("step") == step:
-                rows.append(row)
-        return rows
+        return [row for row in parse_lines(data) if row.get("step") == step]
 
     def search(self, query: str, limit: int = 50, from_step: int | None = None) -> dict[str, Any]:
         """Groups (step, group) whose prompt, completion, prediction, ground truth, reasons or
@@ -164,6 +156,19 @@ class RolloutIndex:
                     hits.append({"step": span.step, "group": row.get("group"), "prompt_id": row.get("prompt_id"),
                                  "snippet": _snippet(row, needle)})
         return {"hits": hits, "next_step": None}
+
+
+def parse_lines(data: bytes) -> list[dict[str, Any]]:
+    """The JSON objects of some JSONL bytes; a line that is not one is skipped."""
+    rows = []
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
 
 
 def _step_and_group(line: bytes) -> tuple[int | None, int | None]:

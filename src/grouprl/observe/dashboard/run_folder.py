@@ -15,7 +15,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from grouprl.observe.dashboard.rollout_index import RolloutIndex
+import yaml
+
+from grouprl.observe.dashboard.rollout_index import RolloutIndex, parse_lines
 
 _TRAJECTORY_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "rollouts/rollouts.jsonl", "eval/before.jsonl",
@@ -77,7 +79,7 @@ class RunFolder:
                     fh.seek(self._metrics_offset)
                     data = fh.read()
                 cut = data.rfind(b"\n") + 1
-                self._metric_rows.extend(_parse_lines(data[:cut]))
+                self._metric_rows.extend(parse_lines(data[:cut]))
                 self._metrics_offset += cut
             rows = self._metric_rows
             reset = since > len(rows)  # the poller saw a longer file than this one: it starts over
@@ -131,31 +133,26 @@ class RunFolder:
         }
 
 
-def _parse_lines(data: bytes) -> list[dict[str, Any]]:
-    rows = []
-    for line in data.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def _read_jsonl_lenient(path: Path) -> list[dict[str, Any]]:
     data = path.read_bytes()
-    return _parse_lines(data[: data.rfind(b"\n") + 1])
+    return parse_lines(data[: data.rfind(b"\n") + 1])
 
 
-def _flag_value(value: Any) -> list[str]:
+def flag_words(value: Any) -> list[str]:
+    """A value as the words of a flag that ``grouprl train`` reads back (it parses each as YAML)."""
     if isinstance(value, list):
-        return [_flag_value(v)[0] for v in value]
-    if isinstance(value, dict):
+        return [flag_words(v)[0] for v in value]
+    if isinstance(value, dict) or value is None:
         return [json.dumps(value)]
-    if value is None:
-        return ["null"]
-    return [str(value).lower() if isinstance(value, bool) else str(value)]
+    if isinstance(value, bool):
+        return [str(value).lower()]
+    if isinstance(value, str):
+        try:
+            same = yaml.safe_load(value) == value
+        except yaml.YAMLError:
+            same = False
+        return [value if same else json.dumps(value, ensure_ascii=False)]  # e.g. "a: b" would be a mapping
+    return [str(value)]
 
 
 def changed_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -167,7 +164,8 @@ def changed_fields(config: dict[str, Any]) -> dict[str, Any]:
         defaults = build_config(None, {"task": task} if task else {}, environ={}).model_dump()
     except (ConfigError, ValueError):  # a task this grouprl does not know: compare with the plain defaults
         defaults = Config().model_dump()
-    changed = {}
+    # the task is what the defaults above were taken for: it always goes first
+    changed = {"task": task} if task and task != Config().task.task else {}
     for section, fields in config.items():
         if not isinstance(fields, dict):
             continue
@@ -185,7 +183,7 @@ def reproduce_commands(config: dict[str, Any] | None, folder: Path, last_checkpo
         return commands
     flags = []
     for name, value in changed_fields(config).items():
-        flags.append(f"--{name} " + " ".join(shlex.quote(v) for v in _flag_value(value)))
+        flags.append(f"--{name} " + " ".join(shlex.quote(v) for v in flag_words(value)))
     commands.insert(0, "grouprl train " + " ".join(flags) if flags else "grouprl train")
     commands.insert(1, f"grouprl train --config {shlex.quote(str(folder / 'config.json'))}")
     if last_checkpoint is not None:

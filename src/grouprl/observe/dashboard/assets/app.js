@@ -11,6 +11,7 @@ const app = (GRL.app = {
   queue: Promise.resolve(),
   stepsCache: new Map(),
   evalCache: new Map(),
+  configOpen: new Set(["task", "algorithm"]),
 
   run() { return this.runs[this.state.run] || this.runs[0]; },
   setState(partial) {

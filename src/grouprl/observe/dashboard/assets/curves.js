@@ -33,6 +33,13 @@ function prefixOf(name) {
   return at < 0 ? "train" : name.slice(0, at);
 }
 
+// TensorBoard's 0.6 for long runs; a run of a few steps is shown as it is.
+function smoothingOf(app) {
+  if (app.state.smooth !== undefined && app.state.smooth !== "") return Number(app.state.smooth);
+  const longest = Math.max(0, ...app.runs.map((r) => app.store.rows(r.index).length));
+  return longest >= 50 ? 0.6 : 0;
+}
+
 function runsShown(app) {
   const hidden = new Set((app.state.hide || "").split(",").filter(Boolean).map(Number));
   return { hidden, runs: app.runs.filter((r) => !hidden.has(r.index)) };
@@ -41,7 +48,7 @@ function runsShown(app) {
 function controls(app, redraw, withFilter) {
   const st = app.state;
   const { hidden } = runsShown(app);
-  const smoothing = Number(st.smooth ?? 0.6);
+  const smoothing = smoothingOf(app);
   const shown = h("span", { class: "mono" }, " " + smoothing.toFixed(2));
   return h("div", { class: "controls" },
     h("label", {}, "smoothing ",
@@ -71,7 +78,7 @@ GRL.views.curves = {
   },
   async draw(app) {
     const { runs } = runsShown(app);
-    const smoothing = Number(app.state.smooth ?? 0.6);
+    const smoothing = smoothingOf(app);
     const filter = (app.state.filter || "").toLowerCase();
     const all = app.store.names();
     const names = all.filter((n) => !filter || n.toLowerCase().includes(filter)).sort();
@@ -121,7 +128,7 @@ GRL.views.grail = {
   },
   draw(app) {
     const { runs } = runsShown(app);
-    const smoothing = Number(app.state.smooth ?? 0.6);
+    const smoothing = smoothingOf(app);
     const grid = h("div", { class: "chart-grid" });
     const body = GRL.clear(this.body);
     const present = new Set(app.store.names());

@@ -49,20 +49,26 @@ function stepPicker(app, steps, current, embedded, onPick) {
     h("button", { onclick: () => move(1), disabled: i < 0 || i >= values.length - 1 }, "›"));
 }
 
-function completionCard(e, k) {
+function completionCard(app, g, e, k, step) {
   const parts = Object.entries(e.rewards || {});
   const reasons = Object.entries(e.reward_reasons || {}).filter(([, v]) => v);
   const errors = e.reward_errors || [];
+  // an environment episode: the completion is its first action, the whole episode is a trajectory
+  const env = e.episode_length > 1 || g.ground_truth === null || g.ground_truth === undefined;
+  const toTrajectory = () => app.render({ view: "trajectories", tstep: step, episode: `g${g.group}-e${k}`, t: "" });
   return h("div", { class: "completion " + (e.correct ? "is-correct" : "is-wrong"), data: { k } },
     h("div", { class: "completion-head" },
       h("span", { class: "mono" }, `#${k}`),
-      e.correct ? GRL.badge("correct", "ok") : GRL.badge("wrong", "bad"),
+      e.correct ? GRL.badge(env ? "succeeded" : "correct", "ok") : GRL.badge(env ? "failed" : "wrong", "bad"),
       e.truncated ? GRL.badge("truncated", "warn") : null,
       errors.length ? GRL.badge(`${errors.length} reward error${errors.length > 1 ? "s" : ""}`, "bad") : null,
       e.episode_length > 1 ? GRL.badge(`${e.episode_length} steps`, "") : null),
     h("div", { class: "numbers" },
       h("span", {}, "reward ", h("b", { class: "reward" }, GRL.fmt(e.reward))),
       h("span", {}, "advantage ", h("b", { class: "advantage " + GRL.signClass(e.advantage) }, GRL.signed(e.advantage)))),
+    env ? h("div", { class: "muted" }, "first action ",
+      h("a", { href: "#", class: "to-trajectory", onclick: (ev) => { ev.preventDefault(); toTrajectory(); } },
+        "whole trajectory →")) : null,
     h("pre", { class: "text" }, e.completion ?? ""),
     e.prediction !== null && e.prediction !== undefined ? h("div", { class: "muted" }, "parsed answer: ", h("code", {}, String(e.prediction))) : null,
     parts.length ? h("table", { class: "kv parts" }, parts.map(([name, v]) => h("tr", {}, h("th", {}, name), h("td", {}, GRL.fmt(v))))) : null,
@@ -79,7 +85,7 @@ function groupDetail(app, g, step) {
       g.zeroVar ? GRL.badge("zero variance: every advantage is 0", "warn") : null),
     h("details", { open: true }, h("summary", {}, "prompt"), h("pre", { class: "text prompt" }, g.prompt ?? "")),
     g.ground_truth !== null && g.ground_truth !== undefined ? h("p", {}, "ground truth: ", h("code", {}, String(g.ground_truth))) : null,
-    h("div", { class: "completions" }, g.episodes.map((e, k) => completionCard(e, k))));
+    h("div", { class: "completions" }, g.episodes.map((e, k) => completionCard(app, g, e, k, step))));
 }
 
 GRL.views.groups = {

@@ -91,8 +91,10 @@ GRL.views.overview = {
       h("section", { class: "card" }, h("h2", {}, "Eval before / after RL (held-out, per example)"),
         evalTable(app, evalRows, app.state.evalPage || 0)),
       h("section", { class: "card" }, h("h2", {}, "Config"),
-        sections.length ? sections.map(([name, fields]) => h("details", { open: name === "task" || name === "algorithm" },
-          h("summary", {}, name), GRL.kvTable(fields))) : h("p", { class: "muted" }, "config.json not written yet")),
+        sections.length ? sections.map(([name, fields]) => h("details", {
+          open: app.configOpen.has(name),  // kept across the live page's redraws
+          ontoggle: (e) => (e.target.open ? app.configOpen.add(name) : app.configOpen.delete(name)),
+        }, h("summary", {}, name), GRL.kvTable(fields))) : h("p", { class: "muted" }, "config.json not written yet")),
       h("section", { class: "card" }, h("h2", {}, "summary.json"),
         run.summary ? GRL.kvTable(summary) : h("p", { class: "muted" }, "written when the run finishes")),
       h("section", { class: "card" }, h("h2", {}, "Files read"), h("ul", { class: "files" }, files))
