@@ -144,3 +144,19 @@ def test_step_written_twice_in_a_row_keeps_the_later_one(tmp_path):
     index = RolloutIndex(path)
     assert index.steps() == [(1, GROUPS * K), (2, GROUPS * K)]
     assert all(r["completion"].startswith("again") for r in index.records(2))
+
+
+def test_report_of_a_large_run_embeds_a_spread_of_steps_within_budget(big_log, tmp_path):
+    from grouprl.observe.dashboard.page import write_report
+
+    out = write_report([str(big_log.parent.parent)], tmp_path / "report.html", budget_mb=8)
+    html = out.read_text()
+    data = json.loads(html.split('id="grouprl-data">', 1)[1].split("</script>", 1)[0])
+    run = data["runs"][0]
+    embedded = sorted(map(int, run["rollouts"]))
+    assert len(run["steps"]["rollout_steps"]) == 240  # every step is listed, ...
+    assert embedded[0] == 1 and embedded[-1] == 240 and 4 <= len(embedded) <= 9  # ... whole steps of 4 MiB are in
+    gaps = [b - a for a, b in zip(embedded, embedded[1:])]
+    assert max(gaps) <= 2 * min(gaps) + 1  # spread over the run, not bunched at the start
+    assert all(len(run["rollouts"][str(s)]) == GROUPS * K for s in embedded)
+    assert out.stat().st_size < 8 << 20

@@ -64,22 +64,19 @@ def finite_json(value: Any) -> Any:
 
 
 def pick_steps(steps: list[int], sizes: dict[int, int], budget_bytes: int) -> list[int]:
-    """Steps to embed: the first and the last, then evenly spaced ones, while they fit the budget."""
+    """As many steps as fit the budget, evenly spaced from the first to the last (one: the last)."""
+    def spread(n: int) -> list[int]:
+        if n == 1:
+            return [steps[-1]]
+        return sorted({steps[round(i * (len(steps) - 1) / (n - 1))] for i in range(n)})
+
     if not steps:
         return []
-    order: list[int] = []
-    for count in (2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025, len(steps)):
-        for i in range(count):
-            step = steps[round(i * (len(steps) - 1) / max(count - 1, 1))]
-            if step not in order:
-                order.append(step)
-    chosen, used = [], 0
-    for step in order:
-        if used + sizes.get(step, 0) > budget_bytes and chosen:
-            continue
-        chosen.append(step)
-        used += sizes.get(step, 0)
-    return sorted(chosen)
+    mean = max(1, sum(sizes.get(s, 0) for s in steps) // len(steps))
+    n = max(1, min(len(steps), budget_bytes // mean))
+    while n > 1 and sum(sizes.get(s, 0) for s in spread(n)) > budget_bytes:
+        n -= 1
+    return spread(n)
 
 
 def report_data(folders: Iterable[RunFolder], budget_bytes: int = 24 << 20) -> dict[str, Any]:

@@ -117,6 +117,7 @@ const GRAIL_CHARTS = [
   ["discriminator accuracy", ["disc/accuracy"]],
   ["P(expert): on expert (pos) and policy (neg) samples", ["disc/p_expert_pos", "disc/p_expert_neg"]],
   ["discriminator loss", ["disc/loss"]],
+  ["discriminator batch: expert (pos) and policy (neg) samples", ["disc/positives", "disc/negatives"]],
 ];
 
 GRL.views.grail = {

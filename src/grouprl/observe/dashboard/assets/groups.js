@@ -49,7 +49,7 @@ function stepPicker(app, steps, current, embedded, onPick) {
     h("button", { onclick: () => move(1), disabled: i < 0 || i >= values.length - 1 }, "›"));
 }
 
-function completionCard(app, g, e, k, step) {
+function completionCard(app, g, e, k, step, hasTrajectories) {
   const parts = Object.entries(e.rewards || {});
   const reasons = Object.entries(e.reward_reasons || {}).filter(([, v]) => v);
   const errors = e.reward_errors || [];
@@ -66,9 +66,9 @@ function completionCard(app, g, e, k, step) {
     h("div", { class: "numbers" },
       h("span", {}, "reward ", h("b", { class: "reward" }, GRL.fmt(e.reward))),
       h("span", {}, "advantage ", h("b", { class: "advantage " + GRL.signClass(e.advantage) }, GRL.signed(e.advantage)))),
-    env ? h("div", { class: "muted" }, "first action ",
+    env ? h("div", { class: "muted" }, "first action ", hasTrajectories ?
       h("a", { href: "#", class: "to-trajectory", onclick: (ev) => { ev.preventDefault(); toTrajectory(); } },
-        "whole trajectory →")) : null,
+        "whole trajectory →") : "(no trajectory file for this step)") : null,
     h("pre", { class: "text" }, e.completion ?? ""),
     e.prediction !== null && e.prediction !== undefined ? h("div", { class: "muted" }, "parsed answer: ", h("code", {}, String(e.prediction))) : null,
     parts.length ? h("table", { class: "kv parts" }, parts.map(([name, v]) => h("tr", {}, h("th", {}, name), h("td", {}, GRL.fmt(v))))) : null,
@@ -76,7 +76,7 @@ function completionCard(app, g, e, k, step) {
     errors.length ? h("div", { class: "errors" }, errors.map((x) => h("div", {}, typeof x === "string" ? x : JSON.stringify(x)))) : null);
 }
 
-function groupDetail(app, g, step) {
+function groupDetail(app, g, step, hasTrajectories) {
   return h("section", { class: "card", id: "group-detail" },
     h("h2", {}, `step ${step} · group ${g.group} · prompt ${g.prompt_id ?? ""}`),
     h("div", { class: "group-facts" },
@@ -85,7 +85,7 @@ function groupDetail(app, g, step) {
       g.zeroVar ? GRL.badge("zero variance: every advantage is 0", "warn") : null),
     h("details", { open: true }, h("summary", {}, "prompt"), h("pre", { class: "text prompt" }, g.prompt ?? "")),
     g.ground_truth !== null && g.ground_truth !== undefined ? h("p", {}, "ground truth: ", h("code", {}, String(g.ground_truth))) : null,
-    h("div", { class: "completions" }, g.episodes.map((e, k) => completionCard(app, g, e, k, step))));
+    h("div", { class: "completions" }, g.episodes.map((e, k) => completionCard(app, g, e, k, step, hasTrajectories))));
 }
 
 GRL.views.groups = {
@@ -93,7 +93,8 @@ GRL.views.groups = {
   async render(app, el) {
     const st = app.state;
     const run = st.run;
-    const steps = (await app.steps(run)).rollout_steps || [];
+    const known = await app.steps(run);
+    const steps = known.rollout_steps || [];
     const embedded = app.source.embedded(run);
     const allowed = steps.filter(([s]) => !embedded || embedded.rollouts.has(s));
     if (!allowed.length) {
@@ -153,7 +154,8 @@ GRL.views.groups = {
       h("section", { class: "card" }, controls, hits,
         h("p", { class: "muted" }, `step ${step}: ${records.length} episodes in ${groups.length} groups; ${shown.length} shown` +
           (q ? ` (containing “${st.q}”)` : "")), list, pg.el),
-      open ? groupDetail(app, open, step) : h("p", { class: "muted" }, "click a group to see its completions side by side"));
+      open ? groupDetail(app, open, step, (known.trajectory_steps || []).includes(step) &&
+        (!embedded || embedded.trajectories.has(step))) : h("p", { class: "muted" }, "click a group to see its completions side by side"));
     if (open && app.scrollToDetail) document.getElementById("group-detail").scrollIntoView({ block: "start" });
   },
   onData(app, el, what) {
