@@ -69,7 +69,7 @@ GRL.lineChart = function lineChart(el, { title, series, smoothing = 0, height = 
   const opts = {
     title, width, height, series: specs,
     scales: { x: { time: false }, y: { range: yRange } },
-    axes: [{ size: 30, incrs: STEP_INCRS }, { size: 52, values: (u, vals) => vals.map((v) => GRL.fmt(v, 3)) }],
+    axes: [{ size: 30, incrs: STEP_INCRS }, { size: 66, values: (u, vals) => vals.map((v) => GRL.fmt(v, 3)) }],
     legend: { live: true },
     cursor: { drag: { x: true, y: false } },
   };
