@@ -176,10 +176,8 @@ class EvalConfig(Section):
 
 
 class LoggingConfig(Section):
-    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = Field(
-        "none", description="metrics tracker besides stdout and metrics.jsonl (tensorboard: OUTPUT_DIR/tensorboard)")
-    wandb_project: str = Field(
-        "grouprl", description="W&B or trackio project (WANDB_PROJECT / TRACKIO_PROJECT wins)")
+    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = Field("none", description="tracker besides metrics.jsonl")
+    wandb_project: str = Field("grouprl", description="W&B / trackio project (WANDB_PROJECT, TRACKIO_PROJECT win)")
     run_name: str | None = Field(None, description="default grpo_{model}_K{K}_steps{N} (WANDB_NAME wins)")
     logging_steps: int = Field(10, gt=0, description="print metrics every N steps (all go to metrics.jsonl)")
     log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")
