@@ -176,7 +176,7 @@ class EvalConfig(Section):
 
 
 class LoggingConfig(Section):
-    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = Field("none", description="also log to this tracker")
+    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = Field("none", description="also log to a tracker")
     wandb_project: str = Field("grouprl", description="W&B / trackio project (WANDB_PROJECT, TRACKIO_PROJECT win)")
     run_name: str | None = Field(None, description="default grpo_{model}_K{K}_steps{N} (WANDB_NAME wins)")
     logging_steps: int = Field(10, gt=0, description="print metrics every N steps (all go to metrics.jsonl)")
