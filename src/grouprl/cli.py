@@ -1,4 +1,4 @@
-"""``grouprl`` command line: train, eval, plot, view, init-model, rewards."""
+"""``grouprl`` command line: train, eval, plot, view, dashboard, report, init-model, rewards."""
 
 from __future__ import annotations
 
@@ -119,6 +119,35 @@ def cmd_view(args: argparse.Namespace) -> int:
         return 2
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from grouprl.observe.dashboard.server import DashboardServer
+
+    try:
+        server = DashboardServer(args.output_dirs, args.host, args.port)
+    except OSError as err:
+        print(f"grouprl dashboard: error: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
+        return 2
+    missing = [r.name for r in server.runs if not r.path.is_dir()]
+    print(f"grouprl dashboard: {server.url}  ({len(server.runs)} run(s); Ctrl-C stops)", flush=True)
+    if missing:
+        print(f"waiting for {', '.join(missing)} to be created (the page fills in as the run writes)", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from grouprl.observe.dashboard.page import write_report
+
+    out = write_report(args.output_dirs, args.out, args.max_mb)
+    print(f"{out} ({out.stat().st_size / 2**20:.1f} MiB; opens offline in any browser)")
+    return 0
+
+
 def cmd_init_model(args: argparse.Namespace) -> int:
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
@@ -190,6 +219,20 @@ def build_parser() -> argparse.ArgumentParser:
     vw.add_argument("file", help="a trajectories/step_N.jsonl file of a run")
     vw.add_argument("--episode", default=None, help="episode id (e.g. g0-e3) to show step by step (default: list)")
     vw.set_defaults(func=cmd_view)
+
+    db = sub.add_parser("dashboard", help="a live web app over run folders (curves, groups, trajectories, GRAIL)")
+    db.add_argument("output_dirs", nargs="+", metavar="OUTPUT_DIR", help="run folders (output_dir of grouprl train)")
+    db.add_argument("--port", type=int, default=8765, help="port (default: 8765; 0 = any free port)")
+    db.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    db.set_defaults(func=cmd_dashboard)
+
+    rp = sub.add_parser("report", help="one self-contained HTML file of run folders (works offline)")
+    rp.add_argument("output_dirs", nargs="+", metavar="OUTPUT_DIR", help="run folders (output_dir of grouprl train)")
+    rp.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
+    rp.add_argument("--max_mb", type=float, default=24.0,
+                    help="rollout + trajectory records embedded per run, in MiB; whole steps spread over the run "
+                         "(default: 24)")
+    rp.set_defaults(func=cmd_report)
 
     im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
     im.add_argument("--task", default=None, choices=sorted(TASKS),

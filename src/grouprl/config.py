@@ -174,8 +174,8 @@ class EvalConfig(Section):
 
 
 class LoggingConfig(Section):
-    report_to: Literal["none", "wandb"] = Field("none", description="metrics sink besides stdout and metrics.jsonl")
-    wandb_project: str = Field("grouprl", description="W&B project (WANDB_PROJECT wins)")
+    report_to: Literal["none", "wandb", "trackio", "tensorboard"] = Field("none", description="also log to a tracker")
+    wandb_project: str = Field("grouprl", description="W&B / trackio project (WANDB_PROJECT, TRACKIO_PROJECT win)")
     run_name: str | None = Field(None, description="default grpo_{model}_K{K}_steps{N} (WANDB_NAME wins)")
     logging_steps: int = Field(10, gt=0, description="print metrics every N steps (all go to metrics.jsonl)")
     log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")

@@ -1,7 +1,10 @@
-"""Where per-step metrics go: metrics.jsonl always, stdout every ``logging_steps``, W&B on request."""
+"""Where per-step metrics go: metrics.jsonl always, stdout every ``logging_steps``, and one tracker
+on request (``report_to``): W&B, trackio (Hugging Face's local-first tracker) or TensorBoard."""
 
 from __future__ import annotations
 
+import json
+import numbers
 import os
 from typing import Any
 
@@ -10,42 +13,125 @@ from rich.console import Console
 from grouprl.observe.jsonl import JsonlAppender
 
 
+def _scalars(values: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in values.items() if isinstance(v, numbers.Real) and not isinstance(v, bool)}
+
+
+class WandbTracker:
+    def __init__(self, output_dir: str, project: str, run_name: str | None, config: dict[str, Any] | None,
+                 entity: str | None = None, group: str | None = None):
+        import wandb
+
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or project,
+            entity=os.environ.get("WANDB_ENTITY") or entity,
+            group=os.environ.get("WANDB_RUN_GROUP") or group,
+            name=os.environ.get("WANDB_NAME") or run_name,
+            config=config,
+            dir=output_dir,
+        )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(metrics, step=step)
+
+    def summary(self, values: dict[str, Any]) -> None:
+        for k, v in values.items():
+            self.run.summary[k] = v
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class TrackioTracker:
+    """trackio keeps every project in one SQLite file under ``TRACKIO_DIR`` (default
+    ``$HF_HOME/trackio``), so ``trackio show`` lists this run beside earlier ones. Nothing is
+    sent anywhere unless trackio is told to (a Space or dataset id), which grouprl never does."""
+
+    def __init__(self, project: str, run_name: str | None, config: dict[str, Any] | None):
+        import trackio
+
+        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT") or project, name=run_name, config=config,
+                                embed=False, auto_log_gpu=False, auto_log_cpu=False)
+        self.last_step = 0
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        self.run.log(_scalars(metrics), step=step)
+        self.last_step = step
+
+    def summary(self, values: dict[str, Any]) -> None:
+        # trackio has no run summary: the final numbers go in as metrics at the last step
+        final = {f"summary/{k}": v for k, v in _scalars(values).items()}
+        if final:
+            self.run.log(final, step=self.last_step)
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class TensorBoardTracker:
+    """Event files under ``output_dir/tensorboard`` (``tensorboard --logdir OUTPUT_DIR/tensorboard``)."""
+
+    def __init__(self, output_dir: str, config: dict[str, Any] | None):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=os.path.join(output_dir, "tensorboard"))
+        if config:
+            self.writer.add_text("config", "```\n" + json.dumps(config, indent=2, default=str) + "\n```", 0)
+        self.last_step = 0
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        for name, value in _scalars(metrics).items():
+            self.writer.add_scalar(name, value, step)
+        self.last_step = step
+
+    def summary(self, values: dict[str, Any]) -> None:
+        for name, value in _scalars(values).items():
+            self.writer.add_scalar(f"summary/{name}", value, self.last_step)
+        self.writer.add_text("summary", "```\n" + json.dumps(values, indent=2, default=str) + "\n```", self.last_step)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+REPORT_TO = ("none", "wandb", "trackio", "tensorboard")
+
+
 class MetricsSink:
     def __init__(self, output_dir: str, report_to: str = "none", project: str = "grouprl",
                  run_name: str | None = None, config: dict[str, Any] | None = None, logging_steps: int = 1,
                  console: Console | None = None, entity: str | None = None, group: str | None = None):
+        if report_to not in REPORT_TO:
+            raise ValueError(f"report_to: '{report_to}' is not a metrics sink; expected one of {', '.join(REPORT_TO)}")
         self.jsonl = JsonlAppender(os.path.join(output_dir, "metrics.jsonl"))
         self.logging_steps = logging_steps
         self.console = console or Console()
-        self.wandb_run = None
+        self.tracker: WandbTracker | TrackioTracker | TensorBoardTracker | None = None
         if report_to == "wandb":
-            import wandb
+            self.tracker = WandbTracker(output_dir, project, run_name, config, entity, group)
+        elif report_to == "trackio":
+            self.tracker = TrackioTracker(project, run_name, config)
+        elif report_to == "tensorboard":
+            self.tracker = TensorBoardTracker(output_dir, config)
 
-            self.wandb_run = wandb.init(
-                project=os.environ.get("WANDB_PROJECT") or project,
-                entity=os.environ.get("WANDB_ENTITY") or entity,
-                group=os.environ.get("WANDB_RUN_GROUP") or group,
-                name=os.environ.get("WANDB_NAME") or run_name,
-                config=config,
-                dir=output_dir,
-            )
+    @property
+    def wandb_run(self):  # kept for callers that reach for the W&B run
+        return self.tracker.run if isinstance(self.tracker, WandbTracker) else None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         record = {"step": step, **metrics}
         self.jsonl.write(record)
-        if self.wandb_run is not None:
-            self.wandb_run.log(metrics, step=step)
+        if self.tracker is not None:
+            self.tracker.log(step, metrics)
         if step % self.logging_steps == 0:
             keys = ("reward", "accuracy", "frac_reward_zero_std", "completions/mean_length", "entropy", "step_time")
             shown = "  ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in keys if k in metrics)
             self.console.log(f"step {step}: {shown}")
 
     def summary(self, values: dict[str, Any]) -> None:
-        if self.wandb_run is not None:
-            for k, v in values.items():
-                self.wandb_run.summary[k] = v
+        if self.tracker is not None:
+            self.tracker.summary(values)
 
     def close(self) -> None:
         self.jsonl.close()
-        if self.wandb_run is not None:
-            self.wandb_run.finish()
+        if self.tracker is not None:
+            self.tracker.close()
