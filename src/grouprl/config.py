@@ -188,6 +188,8 @@ class LoggingConfig(Section):
 class RuntimeConfig(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field("auto", description="auto = cuda, else mps, else cpu")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (empty = torch default)")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward: less memory")
+    reshard_on_resume: bool = Field(False, description="allow resuming with another process count (new RNG streams)")
 
 
 # Sections that tasks (or other capabilities) add: name -> class (see register_section).
@@ -254,7 +256,6 @@ for _section, _cls in SECTIONS.items():
     for _name in _cls.model_fields:
         assert _name not in FIELD_SECTION, f"duplicate config field {_name}"
         FIELD_SECTION[_name] = _section
-
 
 
 def register_section(name: str, section: type[Section]) -> None:

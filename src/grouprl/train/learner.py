@@ -2,7 +2,10 @@
 
 The learner owns everything a distributed wrapper (accelerate: DDP, FSDP) needs to own: the
 optimizer and scheduler, the micro-batch split, the loss aggregation across micro-batches,
-gradient clipping and the optimizer step. One step's rollout batch is reused for
+gradient clipping and the optimizer step. With several processes (``train/data_parallel.py``)
+the sample and token counts a loss averages over are the whole batch's, each loss is weighted
+so that DDP's gradient average equals the single-process gradient, and gradients are
+all-reduced once per optimizer step. One step's rollout batch is reused for
 ``num_iterations`` optimizer steps, each accumulated over ``gradient_accumulation_steps``
 micro-batches.
 """
@@ -19,6 +22,7 @@ from grouprl.config import Config
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
+from grouprl.train.data_parallel import SINGLE, DataParallel
 
 UpdateStats = dict[str, float]  # loss, grad_norm, entropy, clip ratios, kl: means over the update
 
@@ -41,11 +45,26 @@ def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int,
     return StepSamples(batch, advantages.to(torch.float32))
 
 
+def enable_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward (non-reentrant: works under DDP/FSDP)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x names it so
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "enable_input_require_grads"):  # LoRA: frozen embeddings, yet the recompute needs grads
+        model.enable_input_require_grads()
+
+
 class Learner:
-    def __init__(self, cfg: Config, policy: Policy):
-        self.cfg, self.policy = cfg, policy
+    def __init__(self, cfg: Config, policy: Policy, parallel: DataParallel = SINGLE):
+        self.cfg, self.policy, self.parallel = cfg, policy, parallel
         train = cfg.train
-        params = [p for p in policy.model.parameters() if p.requires_grad]
+        if cfg.runtime.gradient_checkpointing:
+            enable_checkpointing(policy.model)
+        # The training forward runs through the wrapper (DDP/FSDP); FSDP replaces the parameters,
+        # so the optimizer is built on the wrapped module's.
+        self.model = parallel.wrap(policy.model)
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay,
                                            betas=(0.9, train.adam_beta2))
         self.scheduler = get_scheduler(train.lr_scheduler_type, self.optimizer, num_warmup_steps=train.warmup_steps,
@@ -56,11 +75,15 @@ class Learner:
         return self.scheduler.get_last_lr()[0]
 
     def update(self, samples: StepSamples) -> UpdateStats:
-        algorithm, train = self.cfg.algorithm, self.cfg.train
+        """Statistics are means over the processes (grad_norm is the same everywhere)."""
+        algorithm, train, parallel = self.cfg.algorithm, self.cfg.train, self.parallel
         model, device = self.policy.model, self.policy.device
         batch, adv = samples.batch.to(device), samples.advantages.to(device)
         n = len(batch)
-        accum = min(train.gradient_accumulation_steps, n)
+        n_all = parallel.total(n)  # the whole batch's samples and tokens (one process: n and its tokens)
+        total_tokens = parallel.total(float(batch.completion_mask.sum()))
+        world = parallel.info.world_size
+        accum = parallel.micro_batches(n, train.gradient_accumulation_steps)
         bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
         micro = [slice(bounds[i], bounds[i + 1]) for i in range(accum)]
         temperature = self.cfg.rollout.temperature
@@ -74,33 +97,37 @@ class Learner:
                 with self.policy.reference_context():
                     reference = self.policy.reference_model()
                     ref = torch.cat([completion_logps(reference, batch.slice(m), temperature)[0] for m in micro])
-        total_tokens = float(batch.completion_mask.sum())
         stats: dict[str, list[float]] = {}
-        model.train()
+        self.model.train()
         for _ in range(algorithm.num_iterations):
-            for m in micro:
+            for i, m in enumerate(micro):
                 part = batch.slice(m)
-                logps, entropy = completion_logps(model, part, temperature, with_entropy=True)
-                loss, s = policy_loss(
-                    logps, logps.detach() if old is None else old[m], adv[m], part.completion_mask,
-                    loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
-                    epsilon_high=algorithm.epsilon_high, beta=algorithm.beta, ref_logps=None if ref is None else ref[m],
-                    max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
-                )
-                loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n)
-                loss.backward()
+                with parallel.accumulate(self.model, sync=i == len(micro) - 1):
+                    logps, entropy = completion_logps(self.model, part, temperature, with_entropy=True)
+                    loss, s = policy_loss(
+                        logps, logps.detach() if old is None else old[m], adv[m], part.completion_mask,
+                        loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
+                        epsilon_high=algorithm.epsilon_high, beta=algorithm.beta,
+                        ref_logps=None if ref is None else ref[m],
+                        max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
+                    )
+                    # x world: DDP averages the processes' gradients, the batch loss is their sum.
+                    loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all) * world
+                    loss.backward()
                 mask = part.completion_mask.float()
                 s["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-                s["loss"] = loss.detach() * accum  # mean over micro-batches then equals the batch loss
+                s["loss"] = loss.detach() * accum / world  # summed over processes: the batch loss
                 for k, v in s.items():
                     stats.setdefault(k, []).append(float(v))
             stats.setdefault("grad_norm", []).append(self.optimizer_step())
-        return {k: sum(v) / len(v) for k, v in stats.items()}
+        means = {k: sum(v) / len(v) for k, v in stats.items()}
+        loss_sum = parallel.total(means.pop("loss"))
+        return {**parallel.mean_metrics(means), "loss": loss_sum}
 
     def optimizer_step(self) -> float:
         """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.train.max_grad_norm)
+        grad_norm = self.parallel.clip_grad_norm(self.model, self.cfg.train.max_grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm)
+        return grad_norm
