@@ -57,6 +57,26 @@ def test_two_process_update_equals_single_process(engine, model_dir, tmp_path):
         assert two["update"]["loss"] == pytest.approx(one["update"]["loss"], abs=1e-6)
 
 
+def test_grail_discriminator_and_mixer_stay_identical_across_processes(tmp_path):
+    """The discriminator updates on the gathered examples, the mixer on the gathered B and D: after two
+    batches both processes hold the same state, equal to one process's on the whole batch."""
+    from grouprl.policy.tiny_words import build_tiny_classifier
+    from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
+
+    grail = _worker("grail_identity")
+    rows = grail.slate_rows()
+    corpus = SYSTEM_PROMPT + "".join(r["question"] + r["viewer"] for r in rows) + " CHOSEN VIEWER SLATE STATE: (none)"
+    disc_dir = str(build_tiny_classifier(corpus, tmp_path / "disc"))
+    torchrun([str(WORKERS / "grail_identity.py"), str(tmp_path), disc_dir], nproc=2, timeout=300)
+    grail.run(disc_dir, tmp_path, SINGLE)
+    one, r0, r1 = (torch.load(tmp_path / f"grail-{tag}.pt") for tag in ("w1-r0", "w2-r0", "w2-r1"))
+    assert torch.equal(r0["logits"], r1["logits"]) and all(torch.equal(r0["disc"][k], r1["disc"][k]) for k in r0["disc"])
+    assert torch.allclose(r0["logits"], one["logits"], atol=1e-6)
+    assert max(float((r0["disc"][k] - one["disc"][k]).abs().max()) for k in one["disc"]) < 1e-5
+    assert not torch.allclose(one["logits"], torch.log(torch.tensor([2 / 3, 1 / 3])), atol=1e-4)  # it did move
+    assert torch.allclose(torch.cat([r0["scores"], r1["scores"]]), one["scores"], atol=1e-5)
+
+
 TINY = ["--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200", "--n_eval", "4", "--batch_size", "2",
         "--num_generations", "4", "--logging_steps", "1", "--device", "cpu"]
 
