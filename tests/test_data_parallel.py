@@ -131,3 +131,37 @@ def test_two_process_tiny_run_logs_once_and_resumes(tmp_path):
 
 def _rows(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_two_process_gridworld_with_ray_env_workers(tmp_path):
+    """Multi-step episodes (uneven step counts per process) with Ray env workers: each trainer process
+    holds its own pool of actors (measured here: each starts its own local Ray instance; with
+    --ray_address both join one cluster). About 5 minutes on 2 busy cores: slow."""
+    run = tmp_path / "grid"
+    torchrun(["-m", "grouprl.cli", "train", "--task", "gridworld", "--history_length", "1", "--max_episode_steps", "4",
+              "--n_eval", "0", "--sft_steps", "10", "--sft_demo_episodes", "20", "--batch_size", "2",
+              "--num_generations", "2", "--max_steps", "2", "--env_workers", "2", "--device", "cpu",
+              "--output_dir", str(run)], nproc=2, timeout=900, cwd=tmp_path)
+    assert _steps(run) == [1, 2]
+    lines = _rows(run / "trajectories" / "step_000001.jsonl")
+    assert {r["group"] for r in lines} == {0, 1}  # both processes' groups, in one file written by process 0
+
+
+@pytest.mark.slow
+def test_two_process_fsdp_tiny_run_resumes_exactly(tmp_path):
+    """FSDP2 on CPU end to end: generation on sharded parameters (transformers' synced_gpus), full
+    state dicts gathered into an HF checkpoint, each process's optimizer shard reloaded on resume."""
+    run, resumed = tmp_path / "run", tmp_path / "resumed"
+    fsdp = {"ACCELERATE_USE_FSDP": "true"}
+    torchrun(["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--save_steps", "2", "--output_dir", str(run)],
+             nproc=2, timeout=600, env=fsdp, cwd=tmp_path)
+    torchrun(["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--output_dir", str(resumed),
+              "--resume_from_checkpoint", str(run / "checkpoint-2")], nproc=2, timeout=600, env=fsdp, cwd=tmp_path)
+    fields = ("group", "prompt", "completion", "reward", "advantage")
+    want = [[r[f] for f in fields] for r in _rows(run / "rollouts" / "rollouts.jsonl")[16:]]
+    assert [[r[f] for f in fields] for r in _rows(resumed / "rollouts" / "rollouts.jsonl")] == want
+    from safetensors.torch import load_file
+
+    a, b = (load_file(d / "checkpoint-3" / "model.safetensors") for d in (run, resumed))
+    assert "model.embed_tokens.weight" in a and max(float((a[k] - b[k]).abs().max()) for k in a) == 0.0
