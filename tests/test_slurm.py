@@ -35,18 +35,22 @@ def test_srun_places_two_tasks(slurm, tmp_path):
     assert lines == sorted(["task=0", "task=1", "ntasks=2", "ntasks=2", "seed=7", "seed=7"])
 
 
-def test_train_slurm_runs_the_tiny_default(slurm, tmp_path):
+def test_train_slurm_runs_the_tiny_default_with_two_tasks(slurm, tmp_path):
+    """Two SLURM tasks, each an `accelerate launch` of one process (accelerate's two "machines",
+    ranks from SLURM_PROCID, the main address and port from SLURM), training together over gloo."""
     out = tmp_path / "run"
     env = child_env({"PYTHON": sys.executable, "SEED": "3", "GRAIL_MAX_HISTORY": "5"})
-    job = slurm.sbatch("--ntasks=1", f"--output={tmp_path / 'job.out'}", str(REPO_ROOT / "slurm" / "train.slurm"),
-                       "--", "--max_steps", "2", "--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200",
-                       "--n_eval", "4", "--batch_size", "2", "--num_generations", "4", "--output_dir", str(out),
-                       env=env, cwd=REPO_ROOT)
-    info = slurm.wait(job, timeout=400)
+    job = slurm.sbatch("--nodes=1", "--ntasks=2", "--ntasks-per-node=2", f"--output={tmp_path / 'job.out'}",
+                       str(REPO_ROOT / "slurm" / "train.slurm"), "--",
+                       "--max_steps", "2", "--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200",
+                       "--n_eval", "4", "--batch_size", "2", "--num_generations", "4", "--device", "cpu",
+                       "--output_dir", str(out), env=env, cwd=REPO_ROOT)
+    info = slurm.wait(job, timeout=500)
     log = (tmp_path / "job.out").read_text()
-    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-4000:]
-    assert "1 task(s) x 1 process(es) = 1" in log and "SEED=3" in log and "GRAIL_MAX_HISTORY=5" in log
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-5000:]
+    assert "2 task(s) x 1 process(es) = 2" in log and "SEED=3" in log and "GRAIL_MAX_HISTORY=5" in log
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2]
+    assert steps == [1, 2]  # logged once, by process 0 of the two tasks
     assert json.loads((out / "config.json").read_text())["train"]["seed"] == 3  # SEED reached the trainer
-    assert (out / "checkpoint-2" / "trainer_state.json").is_file()
+    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
+    assert state["world_size"] == 2 and state["data_position"] == 4

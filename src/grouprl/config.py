@@ -186,6 +186,8 @@ class LoggingConfig(Section):
 class RuntimeConfig(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field("auto", description="auto = cuda, else mps, else cpu")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (empty = torch default)")
+    gradient_checkpointing: bool = Field(False, description="recompute activations in the backward: less memory")
+    reshard_on_resume: bool = Field(False, description="allow resuming with another process count (new RNG streams)")
 
 
 # Sections that tasks (or other capabilities) add: name -> class (see register_section).

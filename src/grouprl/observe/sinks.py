@@ -135,3 +135,20 @@ class MetricsSink:
         self.jsonl.close()
         if self.tracker is not None:
             self.tracker.close()
+
+
+class NullSink:
+    """What processes other than process 0 of a multi-process run log to: nothing (process 0
+    writes metrics.jsonl and W&B for the whole batch)."""
+
+    def __init__(self):
+        self.console = Console(quiet=True)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def summary(self, values: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -36,6 +36,7 @@ from grouprl.rewards.learned import LearnedReward, RewardMixer
 from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
                                       episode_messages, resolve_reward)
 from grouprl.rewards.registry import get_reward, is_typed, normalized_weights, weighted_score
+from grouprl.train.distributed import all_gather_cat
 
 log = logging.getLogger(__name__)
 PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}
@@ -249,7 +250,9 @@ class Scorer:
             if not reward.frozen:
                 metrics.update(reward.update(episodes))
         if self.mixer is not None and not self.mixer.frozen:
-            metrics.update(self.mixer.update(base, learned))
+            # Several processes: one update on the whole batch's B and D, the same on every process,
+            # so the mixer stays identical everywhere (the discriminator gathers its examples itself).
+            metrics.update(self.mixer.update(all_gather_cat(base), all_gather_cat(learned)))
         return metrics
 
     # --- modes and state -------------------------------------------------------------------

@@ -58,10 +58,19 @@ class GenerationBackend(Protocol):
         """Take the trained weights (engines holding their own copy); a no-op for ``hf``."""
 
 
-@torch.inference_mode()
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              device: torch.device) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts."""
+    # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
+    # inference_mode they would be inference tensors that the backward refuses. no_grad there.
+    from torch.distributed.fsdp import FSDPModule
+
+    with torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode():
+        return _generate(model, tokenizer, prompt_ids, params, device)
+
+
+def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
+              device: torch.device) -> list[Completion]:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     was_training = model.training

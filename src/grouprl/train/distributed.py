@@ -23,10 +23,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from grouprl.config import ConfigError
+
 T = TypeVar("T")
 
 
-class ReshardError(ValueError):
+class ReshardError(ConfigError):
     """A batch that cannot be split over the processes, or a checkpoint from another process count."""
 
 
@@ -219,6 +221,16 @@ def read_rng_states(path: str | Path) -> list[dict[str, Any]]:
     return saved["states"] if "states" in saved else [saved]
 
 
+def check_world_size(saved: int, info: ProcessInfo, reshard: bool, where: str = "checkpoint") -> None:
+    """Refuse to resume a checkpoint of ``saved`` processes with another count, unless ``reshard``."""
+    if saved != info.world_size and not reshard:
+        raise ReshardError(
+            f"{where} was written by {saved} process(es), this run has {info.world_size}: the sampling "
+            f"RNG streams of each process cannot be split or merged exactly. Relaunch with {saved} "
+            f"process(es), or set reshard_on_resume: true to continue the same data order with fresh "
+            f"per-process streams seeded from (seed, step, rank)")
+
+
 def restore_rng_states(states: list[dict[str, Any]], info: ProcessInfo, reshard: bool, seed: int, step: int,
                        where: str = "checkpoint") -> str:
     """Resume each process's RNG stream. Same process count: exact. Another count: the data
@@ -227,11 +239,6 @@ def restore_rng_states(states: list[dict[str, Any]], info: ProcessInfo, reshard:
     if len(states) == info.world_size:
         set_rng_state(states[info.rank])
         return "restored"
-    if not reshard:
-        raise ReshardError(
-            f"{where} was written by {len(states)} process(es), this run has {info.world_size}: the sampling "
-            f"RNG streams of each process cannot be split or merged exactly. Relaunch with {len(states)} "
-            f"process(es), or set reshard_on_resume: true to continue the same data order with fresh "
-            f"per-process streams seeded from (seed, step, rank)")
+    check_world_size(len(states), info, reshard, where)
     seed_process(seed, step, info.rank)
     return "reseeded"

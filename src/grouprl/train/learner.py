@@ -2,7 +2,10 @@
 
 The learner owns everything a distributed wrapper (accelerate: DDP, FSDP) needs to own: the
 optimizer and scheduler, the micro-batch split, the loss aggregation across micro-batches,
-gradient clipping and the optimizer step. One step's rollout batch is reused for
+gradient clipping and the optimizer step. With several processes (``train/data_parallel.py``)
+the sample and token counts a loss averages over are the whole batch's, each loss is weighted
+so that DDP's gradient average equals the single-process gradient, and gradients are
+all-reduced once per optimizer step. One step's rollout batch is reused for
 ``num_iterations`` optimizer steps, each accumulated over ``gradient_accumulation_steps``
 micro-batches.
 """
@@ -10,6 +13,7 @@ micro-batches.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +26,7 @@ from grouprl.policy.grouped_scoring import grouped_completion_logps, supports_gr
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
+from grouprl.train.data_parallel import SINGLE, DataParallel
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +61,26 @@ def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int,
     return StepSamples(batch, advantages.to(torch.float32), sampler)
 
 
+def enable_checkpointing(model) -> None:
+    """Recompute each decoder layer's activations in the backward (non-reentrant: works under DDP/FSDP)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x names it so
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(model, "enable_input_require_grads"):  # LoRA: frozen embeddings, yet the recompute needs grads
+        model.enable_input_require_grads()
+
+
 class Learner:
-    def __init__(self, cfg: Config, policy: Policy):
-        self.cfg, self.policy = cfg, policy
+    def __init__(self, cfg: Config, policy: Policy, parallel: DataParallel = SINGLE):
+        self.cfg, self.policy, self.parallel = cfg, policy, parallel
         train = cfg.train
-        params = [p for p in policy.model.parameters() if p.requires_grad]
+        if cfg.runtime.gradient_checkpointing:
+            enable_checkpointing(policy.model)
+        # The training forward runs through the wrapper (DDP/FSDP); FSDP replaces the parameters,
+        # so the optimizer is built on the wrapped module's.
+        self.model = parallel.wrap(policy.model)
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay,
                                            betas=(0.9, train.adam_beta2))
         self.scheduler = get_scheduler(train.lr_scheduler_type, self.optimizer, num_warmup_steps=train.warmup_steps,
@@ -76,7 +96,8 @@ class Learner:
         return self.scheduler.get_last_lr()[0]
 
     def update(self, samples: StepSamples) -> UpdateStats:
-        algorithm, train = self.cfg.algorithm, self.cfg.train
+        """Statistics are means over the processes (grad_norm is the same everywhere)."""
+        algorithm, train, parallel = self.cfg.algorithm, self.cfg.train, self.parallel
         model, device = self.policy.model, self.policy.device
         batch, adv = samples.batch.to(device), samples.advantages.to(device)
         score, speed = self.score_completions, self.cfg.speed
@@ -85,7 +106,10 @@ class Learner:
             sampler = None
         correct = None if sampler is None else sampling_correction(speed.sampling_correction)
         n = len(batch)
-        accum = min(train.gradient_accumulation_steps, n)
+        n_all = parallel.total(n)  # the whole batch's samples and tokens (one process: n and its tokens)
+        total_tokens = parallel.total(float(batch.completion_mask.sum()))
+        world = parallel.info.world_size
+        accum = parallel.micro_batches(n, train.gradient_accumulation_steps)
         bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
         micro = [slice(bounds[i], bounds[i + 1]) for i in range(accum)]
         temperature = self.cfg.rollout.temperature
@@ -99,47 +123,55 @@ class Learner:
                 with self.policy.reference_context():
                     reference = self.policy.reference_model()
                     ref = torch.cat([score(reference, batch.slice(m), temperature)[0] for m in micro])
-        total_tokens = float(batch.completion_mask.sum())
         stats: dict[str, list[float]] = {}
-        model.train()
+        self.model.train()
         for _ in range(algorithm.num_iterations):
             self.nonfinite = None
-            for m in micro:
+            for i, m in enumerate(micro):
                 part = batch.slice(m)
-                logps, entropy = score(model, part, temperature, with_entropy=True)
-                pi_old = logps.detach() if old is None else old[m]
-                weights, is_stats = (None, {}) if correct is None else correct(
-                    pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)
-                loss, s = policy_loss(
-                    logps, pi_old, adv[m], part.completion_mask,
-                    loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
-                    epsilon_high=algorithm.epsilon_high, beta=algorithm.beta, ref_logps=None if ref is None else ref[m],
-                    max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
-                    token_weights=weights,
-                )
-                s.update(is_stats)
-                loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n)
-                if not torch.isfinite(loss):  # NaN/inf never reaches the weights; optimizer_step skips
-                    self.nonfinite = f"loss {float(loss)}"
+                with parallel.accumulate(self.model, sync=i == len(micro) - 1):
+                    logps, entropy = score(self.model, part, temperature, with_entropy=True)
+                    pi_old = logps.detach() if old is None else old[m]
+                    weights, is_stats = (None, {}) if correct is None else correct(
+                        pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)
+                    loss, s = policy_loss(
+                        logps, pi_old, adv[m], part.completion_mask,
+                        loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
+                        epsilon_high=algorithm.epsilon_high, beta=algorithm.beta,
+                        ref_logps=None if ref is None else ref[m],
+                        max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
+                        token_weights=weights,
+                    )
+                    s.update(is_stats)
+                    # x world: DDP averages the processes' gradients, the batch loss is their sum.
+                    loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all) * world
+                    if not torch.isfinite(loss):  # NaN/inf never reaches the weights: optimizer_step skips
+                        self.nonfinite = f"loss {float(loss)}"
+                    # Backward even then: under DDP every process must join the gradient all-reduce.
+                    loss.backward()
+                if self.nonfinite:  # its statistics would be NaN too (and NaN is not valid JSON)
                     continue
-                loss.backward()
                 mask = part.completion_mask.float()
                 s["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
-                s["loss"] = loss.detach() * accum  # mean over micro-batches then equals the batch loss
+                s["loss"] = loss.detach() * accum / world  # summed over processes: the batch loss
                 for k, v in s.items():
                     stats.setdefault(k, []).append(float(v))
             stats.setdefault("grad_norm", []).append(self.optimizer_step())
-        return {**{k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
-                   for k, v in stats.items()}, "skipped_updates": float(self.skipped_updates)}
+        means = {k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
+                 for k, v in stats.items()}
+        loss_sum = parallel.total(means.pop("loss", 0.0))
+        return {**parallel.mean_metrics(means), "loss": loss_sum, "skipped_updates": float(self.skipped_updates)}
 
     def optimizer_step(self) -> float:
         """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm.
 
-        A non-finite loss (seen in ``update``) or gradient norm skips the step: the weights and the
-        optimizer state stay as they were, it is logged and counted, and past
-        ``max_nonfinite_updates`` skips the run stops (``NonFiniteUpdates``)."""
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.model.parameters(), self.cfg.train.max_grad_norm)
-        why = self.nonfinite or (None if torch.isfinite(grad_norm) else f"gradient norm {float(grad_norm)}")
+        A non-finite loss (seen in ``update``, on any process) or gradient norm skips the step on
+        every process together: the weights and the optimizer state stay as they were, it is logged
+        and counted, and past ``max_nonfinite_updates`` skips the run stops (``NonFiniteUpdates``)."""
+        grad_norm = self.parallel.clip_grad_norm(self.model, self.cfg.train.max_grad_norm)
+        bad_somewhere = self.parallel.total(1.0 if self.nonfinite else 0.0) > 0
+        why = self.nonfinite or ("loss on another process" if bad_somewhere else None) or (
+            None if math.isfinite(grad_norm) else f"gradient norm {grad_norm}")
         if why:
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_updates += 1
@@ -152,4 +184,4 @@ class Learner:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(grad_norm)
+        return grad_norm

@@ -1,4 +1,8 @@
-"""The whole job: (build + SFT the tiny model) -> eval -> RL -> eval -> plot -> summary."""
+"""The whole job: (build + SFT the tiny model) -> eval -> RL -> eval -> plot -> summary.
+
+Under a launcher (accelerate, torchrun) every process runs this; process 0 alone builds the
+tiny model and writes config.json, eval JSONL, metrics, the plot and summary.json.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,16 @@ from rich.console import Console
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config, ConfigError, flat_dict
-from grouprl.observe.sinks import MetricsSink
+from grouprl.observe.sinks import MetricsSink, NullSink
 from grouprl.policy.loading import load_policy, pick_device
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.train.advantages import estimator_options
+from grouprl.train import distributed
 from grouprl.train.checkpoint import read_checkpoint_state
+from grouprl.train.data_parallel import DataParallel, warm_start_alone
 from grouprl.train.evaluate import evaluate
 from grouprl.train.run_dir import prepare_run_dir
 from grouprl.train.run_setup import observers, prepare_schedule, prepare_tokenizer
@@ -65,13 +71,17 @@ def check_model_path(name: str | None) -> None:
 
 
 def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
-    console = console or Console()
+    parallel = DataParallel.start()
+    main = parallel.is_main
+    console = (console or Console()) if main else Console(quiet=True)
     start = time.perf_counter()
     out = Path(cfg.train.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
-    resume = prepare_run_dir(cfg)  # refuse to mix two runs; a resumed run's logs are cut back to its step
+    # Refuse to mix two runs; a resumed run's logs are cut back to its step (process 0 alone touches files).
+    resume = prepare_run_dir(cfg) if not parallel.distributed else distributed.broadcast_object(
+        prepare_run_dir(cfg) if main else None)
     task = checked_task(cfg)  # data and reward names are checked before any model loads
     try:  # every reward resolved once, before any model loads (a sandboxed file is read, never imported)
         scorer = Scorer.from_config(cfg, task)
@@ -82,16 +92,23 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     except (KeyError, ValueError, TypeError) as err:
         raise ConfigError(f"config keys 'advantage'/'advantage_options': {err.args[0]}") from None
     prepare_schedule(cfg, task)  # epochs, warmup ratio, save strategy -> steps
-    (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
+    if main:
+        (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
 
+    distributed.shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
     if resume:
         model_path = resume
-        base_model = read_checkpoint_state(resume).get("extra", {}).get("base_model", resume)
+        saved = read_checkpoint_state(resume)
+        distributed.check_world_size(saved.get("world_size", 1), parallel.info, cfg.runtime.reshard_on_resume,
+                                     f"--resume_from_checkpoint {resume}")
+        base_model = saved.get("extra", {}).get("base_model", resume)
     else:
         check_model_path(cfg.model.model_name_or_path)
-        base_model = model_path = cfg.model.model_name_or_path or prepare_tiny(cfg, task, scorer, console)
-    device = pick_device(cfg.runtime.device)
+        base_model = model_path = cfg.model.model_name_or_path or (
+            prepare_tiny(cfg, task, scorer, console) if not parallel.distributed
+            else distributed.broadcast_object(warm_start_alone(cfg) if main else None))
+    device = parallel.device or pick_device(cfg.runtime.device)
     policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
                          reference_path=base_model, revision=None if resume else cfg.loading.model_revision,
                          attn_implementation=cfg.loading.attn_implementation)
@@ -101,31 +118,31 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     settings = episode_settings(cfg, task)
     measure = "success rate" if task.multi_step else "accuracy"
 
-    trainer = Trainer(cfg, policy, task, scorer, console=console)
+    trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel)
     trainer.run_state["base_model"] = base_model
-    seed_everything(cfg.train.seed)
+    seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
     if resume:
         trainer.resume(resume)
     elif eval_rows:
         before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                          out / "eval" / "before.jsonl", settings)
+                          out / "eval" / "before.jsonl" if main else None, settings)
         trainer.run_state["eval_before"] = before
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
                        flat_dict(cfg), cfg.logging.logging_steps, console, cfg.tracking.wandb_entity,
-                       cfg.tracking.wandb_run_group)
+                       cfg.tracking.wandb_run_group) if main else NullSink()
     try:
         trainer.observers += observers(cfg, sink)
         trainer.train(sink)
         after = None
         if eval_rows:
             after = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                             out / "eval" / "after.jsonl", settings)
+                             out / "eval" / "after.jsonl" if main else None, settings)
             console.log(f"held-out {measure} after RL: {after['accuracy']:.3f} (n={after['n']})")
         plot = None
         rollouts = out / "rollouts" / "rollouts.jsonl"
-        if rollouts.is_file() and rollouts.stat().st_size:
+        if main and rollouts.is_file() and rollouts.stat().st_size:
             from grouprl.observe.plots import plot_rollouts
 
             plot = str(plot_rollouts(rollouts, out / "reward_curve.png"))
@@ -151,5 +168,6 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         sink.summary(summary)
     finally:
         sink.close()
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    if main:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary

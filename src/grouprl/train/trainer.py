@@ -1,6 +1,8 @@
 """The training loop: rollout -> score -> advantages -> update, one step per rollout batch.
 
-A step is ``batch_size`` groups x ``num_generations`` episodes. Each phase is a method that
+A step is ``batch_size`` groups x ``num_generations`` episodes; with several processes each
+generates and scores its share of the groups and :meth:`Trainer.learn` works on the gathered
+batch (``train/data_parallel.py``). Each phase is a method that
 returns a record; :meth:`Trainer.train_step` calls them in order and times each. Observers
 (metrics sinks, rollout/trajectory JSONL) read the records the step returns. The estimator
 (grpo, dr_grpo, rloo, gigpo or a user's) comes from the registry, so this one trainer trains
@@ -31,7 +33,9 @@ from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
 from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options
-from grouprl.train.checkpoint import load_checkpoint, save_checkpoint
+from grouprl.train import distributed
+from grouprl.train.checkpoint import save_checkpoint
+from grouprl.train.data_parallel import SINGLE, DataParallel
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
 from grouprl.train.step_metrics import batch_metrics
 from grouprl.user_code import import_callable
@@ -74,14 +78,16 @@ class StepRecord:
 
 class Trainer:
     def __init__(self, cfg: Config, policy: Policy, task, scorer: Scorer | None = None,
-                 backend: GenerationBackend | None = None, console=None, observers: list | None = None):
-        self.cfg, self.policy, self.task, self.console = cfg, policy, task, console
+                 backend: GenerationBackend | None = None, console=None, observers: list | None = None,
+                 parallel: DataParallel = SINGLE):
+        self.cfg, self.policy, self.task, self.console, self.parallel = cfg, policy, task, console, parallel
         self.observers = list(observers or [])  # train/observer.py: after_step, after_checkpoint, after_train
         self._saved_step = -1
+        distributed.shard_slice(cfg.rollout.batch_size, parallel.info)  # refuse an uneven split before any work
         self.out = Path(cfg.train.output_dir)
         self.scorer = scorer or Scorer.from_config(cfg, task)
         self.backend = backend or make_backend(policy, cfg)
-        self.learner = Learner(cfg, policy)
+        self.learner = Learner(cfg, policy, parallel)
         self.sampling = SamplingParams.for_rollout(cfg)
         self.settings = episode_settings(cfg, task)
         self.sampler = RowSampler(task.train_rows, cfg.train.seed)
@@ -95,7 +101,8 @@ class Trainer:
 
     # --- the four phases ------------------------------------------------------------------
     def rollout(self) -> list[Episode]:
-        rows = self.sampler.next(self.cfg.rollout.batch_size)
+        # Every process draws the same rows (the data position is global) and keeps its share.
+        rows = self.parallel.rows(self.sampler.next(self.cfg.rollout.batch_size))
         return run_episodes([self.task.env_factory(row) for row in rows], rows, self.cfg.rollout.num_generations,
                             self.backend, self.policy.tokenizer, self.sampling, self.settings,
                             [self.task.seed_of(row) for row in rows], self.pool)
@@ -119,19 +126,33 @@ class Trainer:
             episodes = self.rollout()
         with phase("score_time"):
             scores = self.score(episodes)
+        return self.learn(episodes, scores, seconds)
+
+    def learn(self, episodes: list[Episode], scores: Scores | None = None,
+              seconds: dict[str, float] | None = None) -> StepRecord:
+        """Advantages on the whole batch (every process's episodes, gathered), then the update on
+        this process's share. One process: its episodes are the whole batch."""
+        seconds = {} if seconds is None else seconds
+        phase = _timer(seconds)
+        batch = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations)
+        everything = torch.tensor([ep.score for ep in batch.episodes], dtype=torch.float32)
         with phase("advantage_time"):
-            advantages = self.advantages(episodes, scores.episode)
-        samples = pack_samples(episodes, advantages.advantage, self.policy.tokenizer.pad_token_id,
-                               self.cfg.algorithm.mask_truncated_completions)
+            advantages = self.advantages(batch.episodes, everything)
+        samples = pack_samples(batch.local, advantages.advantage[batch.local_steps()],
+                               self.policy.tokenizer.pad_token_id, self.cfg.algorithm.mask_truncated_completions)
         with phase("update_time"):
             stats = self.update(samples)
-        return StepRecord(episodes, scores, advantages, samples, stats, seconds)
+        metrics = self.parallel.mean_metrics(scores.metrics if scores is not None else {})
+        if "reward_errors" in metrics:  # a count: the whole batch's
+            metrics["reward_errors"] = float(sum(bool(ep.reward_errors) for ep in batch.episodes))
+        whole = Scores(everything, scores.parts if scores is not None else {}, metrics)
+        return StepRecord(batch.episodes, whole, advantages, samples, stats, seconds)
 
     def metrics(self, record: StepRecord) -> dict[str, float]:
         """What metrics.jsonl records for a step."""
         elapsed = sum(record.seconds.values())
         batch = record.samples.batch
-        n_tokens = float(batch.completion_mask.sum() + batch.prompt_mask.sum())
+        n_tokens = self.parallel.total(float(batch.completion_mask.sum() + batch.prompt_mask.sum()))
         return {**record.update,
                 **batch_metrics(record.episodes, record.scores.episode, record.advantages,
                                 self.cfg.rollout.num_generations, self.scorer.keys + [r.name for r in self.scorer.learned],
@@ -144,21 +165,39 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------
     def resume(self, ckpt: str) -> None:
-        state = load_checkpoint(ckpt, self.learner.optimizer, self.learner.scheduler, self.scorer)
+        """Every process: the same optimizer/scheduler/learned state, its own RNG stream (another
+        process count: refused, or fresh streams with ``reshard_on_resume``), the global data position."""
+        state = self.parallel.load_checkpoint(ckpt, self.learner, self.scorer)
         self.step = state["step"]
+        how = distributed.restore_rng_states(distributed.read_rng_states(Path(ckpt) / distributed.RNG_FILE),
+                                             self.parallel.info, self.cfg.runtime.reshard_on_resume,
+                                             self.cfg.train.seed, self.step, where=f"checkpoint {ckpt}")
+        if how == "reseeded" and self.console is not None:
+            self.console.log(f"resumed {ckpt} with {self.parallel.info.world_size} process(es): same data order, "
+                             "fresh per-process RNG streams (reshard_on_resume)")
         self.sampler.position = state["data_position"]
         self.run_state = state.get("extra", {})
 
     def checkpoint(self) -> Path:
-        """Save this step's checkpoint (once: an observer may have saved it already) and announce it."""
+        """Save this step's checkpoint (once: an observer may have saved it already) and announce it.
+
+        Collective: every process's RNG state (and, under FSDP, full state dicts) gathered, process 0
+        writes and alone tells the observers (rotation, hub uploads)."""
+        path = self.out / f"checkpoint-{self.step}"
         if self._saved_step == self.step:
-            return self.out / f"checkpoint-{self.step}"
-        path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer, self.learner.optimizer,
-                               self.learner.scheduler, {"data_position": self.sampler.position, "extra": self.run_state},
-                               self.scorer)
+            return path
+        rng_states = distributed.gather_objects(distributed.rng_state())
+        model_state, optimizer_state = self.parallel.full_state(self.learner)
+        if self.parallel.is_main:
+            path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer,
+                                   self.learner.optimizer, self.learner.scheduler,
+                                   {"data_position": self.sampler.position, "extra": self.run_state}, self.scorer,
+                                   rng_states, model_state, optimizer_state)
+        distributed.barrier()
         self._saved_step = self.step
-        for observer in self.observers:
-            observer.after_checkpoint(self, path)
+        if self.parallel.is_main:
+            for observer in self.observers:
+                observer.after_checkpoint(self, path)
         return path
 
     def train(self, sink: MetricsSink) -> list[dict[str, float]]:
@@ -166,7 +205,9 @@ class Trainer:
 
         t = self.cfg.train
         every = self.cfg.logging.save_trajectories_every
-        rollouts = JsonlAppender(self.out / "rollouts" / "rollouts.jsonl") if self.cfg.logging.log_rollouts else None
+        main = self.parallel.is_main  # process 0 alone writes
+        log_rollouts = self.cfg.logging.log_rollouts and main
+        rollouts = JsonlAppender(self.out / "rollouts" / "rollouts.jsonl") if log_rollouts else None
         history = []
         progress = Progress(TextColumn(self.cfg.algorithm.advantage), BarColumn(), MofNCompleteColumn(),
                             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=sink.console,
@@ -181,7 +222,7 @@ class Trainer:
                 history.append({"step": self.step, **metrics})
                 if rollouts is not None:
                     rollouts.write_many(rollout_records(self.step, record.episodes, record.advantages))
-                if every and (self.step % every == 0 or self.step == 1):
+                if main and every and (self.step % every == 0 or self.step == 1):
                     write_trajectories(self.out / "trajectories" / f"step_{self.step:06d}.jsonl", self.step,
                                        record.episodes, record.advantages)
                 progress.update(bar, completed=self.step,
