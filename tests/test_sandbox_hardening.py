@@ -43,6 +43,10 @@ def run(code: str, **kw):
 
 
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+# grouprl/__init__.py registers pydantic config sections; the sandbox needs only the standard library,
+# so the system Python (no pydantic) imports the package without running that __init__.
+NO_PACKAGE_INIT = ("import sys, types\n_pkg = types.ModuleType('grouprl')\n"
+                   f"_pkg.__path__ = [{str(REPO_SRC / 'grouprl')!r}]\nsys.modules['grouprl'] = _pkg\n")
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,7 +54,7 @@ def nobody_python() -> str | None:
     """A Python that user nobody can run (ours may live under root's 0700 home)."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         return None
-    check = ("import os, sys, grouprl.rewards.sandbox\n"
+    check = (NO_PACKAGE_INIT + "import os, sys, grouprl.rewards.sandbox\n"
              "assert os.access(os.path.realpath(sys.executable), os.R_OK) and os.path.isdir(sys.base_prefix)")
     for cand in (SYSTEM_PYTHON, "/usr/local/bin/python3"):
         ok = subprocess.run([*NOBODY, cand, "-c", check], cwd="/",
@@ -68,7 +72,7 @@ def as_nobody(script: str, env: dict[str, str] | None = None, timeout: float = 6
         pytest.skip("needs root (to become nobody with setpriv) and a Python that nobody can run "
                     "(.ci/install-system-deps installs python3)")
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_SRC), **(env or {})}
-    p = subprocess.run([*NOBODY, python, "-c", f"PYTHON = {python!r}\n" + textwrap.dedent(script)],
+    p = subprocess.run([*NOBODY, python, "-c", NO_PACKAGE_INIT + f"PYTHON = {python!r}\n" + textwrap.dedent(script)],
                        env=full_env, cwd="/", capture_output=True, text=True, timeout=timeout)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
