@@ -126,9 +126,19 @@ def test_unknown_key_in_a_recipe_file_fails_naming_it(tmp_path):
     recipe.write_text(MATH_RECIPE.read_text() + "use_liger_kernel: true\n")
     with pytest.raises(ConfigError, match="config_x.yaml: key 'use_liger_kernel' \\(value True\\): not a grouprl key"):
         build_config(recipe, environ={})
-    recipe.write_text(MATH_RECIPE.read_text().replace("gradient_checkpointing: false", "gradient_checkpointing: true"))
-    with pytest.raises(ConfigError, match="key 'gradient_checkpointing' .* which this grouprl does not have"):
+    recipe.write_text(MATH_RECIPE.read_text() + "vllm_mode: server\n")  # no vLLM server mode in grouprl yet
+    with pytest.raises(ConfigError, match="key 'vllm_mode' .* maps to grouprl's 'vllm_mode', which this grouprl "
+                                          "does not have"):
         build_config(recipe, environ={})
+
+
+def test_gradient_checkpointing_as_open_r1_writes_it():
+    out = translate_recipe({"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
+                           KNOWN | {"gradient_checkpointing"})
+    assert out == {"gradient_checkpointing": True}
+    with pytest.raises(RecipeKeyError, match="key 'gradient_checkpointing_kwargs'"):
+        translate_recipe({"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": True}},
+                         KNOWN | {"gradient_checkpointing"})
 
 
 def test_epochs_and_ratios_become_steps(tmp_path):

@@ -147,8 +147,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "per_device_train_batch_size": lambda v: None,  # resolved below: it needs num_generations
         "dataset_configs": lambda v: put("dataset_configs", "dataset_config", _single(v, origin), True),
         "gradient_checkpointing": lambda v: _optional_feature("gradient_checkpointing", v, known, put),
-        "gradient_checkpointing_kwargs": lambda v: _optional_feature("gradient_checkpointing_kwargs", v, known, put,
-                                                                     off=flat.get("gradient_checkpointing")),
+        # grouprl checkpoints with use_reentrant=False (train/learner.py): exactly that is accepted
+        "gradient_checkpointing_kwargs": lambda v: None if v in (None, {}, {"use_reentrant": False}) else
+        _optional_feature("gradient_checkpointing_kwargs", v, known, put, off=flat.get("gradient_checkpointing")),
     }
     for key, value in flat.items():
         if key in REWARD_OPTIONS:
