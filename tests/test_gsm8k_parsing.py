@@ -1,4 +1,4 @@
-"""GSM8K: the gold number after '####' for every row, and the strict 'Final: <number>' reward."""
+"""GSM8K: the gold number after '####' for every row, and the 'Final: <number>' reward (seed rule and strict)."""
 
 from __future__ import annotations
 
@@ -95,9 +95,6 @@ REASONING = "Janet has 16 eggs.\nShe uses 7.\n16 - 7 = 9, and 9 * 2 = 18.\n"
         # text after the Final line
         (REASONING + "Final: 18\nHope that helps!", "18", 0.0),
         (REASONING + "Final: 18\n.", "18", 0.0),
-        # two Final lines (strict: exactly one), even if both agree
-        ("Final: 18\n" + REASONING + "Final: 18", "18", 0.0),
-        (REASONING + "Final: 17\nFinal: 18", "18", 0.0),
         # no number / not a number
         (REASONING + "Final:", "18", 0.0),
         (REASONING + "Final:   ", "18", 0.0),
@@ -131,7 +128,42 @@ REASONING = "Janet has 16 eggs.\nShe uses 7.\n16 - 7 = 9, and 9 * 2 = 18.\n"
 )
 def test_gsm8k_final_reward(completion, gold, reward):
     assert gsm8k_final(completion, gold) == reward
+    assert gsm8k_final(completion, gold, strict=True) == reward  # one Final line: both rules agree
     assert get_reward("gsm8k_final")(completion, gold, question="q") == reward  # extra row fields are ignored
+
+
+@pytest.mark.parametrize(
+    "completion, gold, seed_rule, strict",
+    [
+        # the seed's rule: the last line is the answer, earlier Final lines do not matter
+        ("Final: 5\nMore work.\nFinal: 7", "7", 1.0, 0.0),
+        ("Final: 7\nMore work.\nFinal: 5", "7", 0.1, 0.0),
+        ("Final: 18\n" + REASONING + "Final: 18", "18", 1.0, 0.0),  # both agree
+        (REASONING + "Final: 17\nFinal: 18", "18", 1.0, 0.0),
+        # an earlier Final line does not rescue a completion that does not end with one
+        ("Final: 18\n" + REASONING + "So 18.", "18", 0.0, 0.0),
+    ],
+)
+def test_gsm8k_final_earlier_final_lines_seed_rule_and_strict(completion, gold, seed_rule, strict):
+    assert gsm8k_final(completion, gold) == seed_rule
+    assert gsm8k_final(completion, gold, strict=True) == strict
+    assert extract_final(completion, strict=True) is None
+
+
+def test_gsm8k_final_strict_option_from_a_recipe(tmp_path):
+    from grouprl.config import build_config
+    from grouprl.rewards.scorer import Scorer
+    from grouprl.records import Episode, Step
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("task:\n  rewards:\n    - {name: gsm8k_final, options: {strict: true}}\n")
+    cfg = build_config(recipe, environ={})
+    ep = Episode(group_id=0, index_in_group=0, row={"ground_truth": "7"},
+                 steps=[Step(prompt_text="", prompt_ids=[], action_text="Final: 5\nMore work.\nFinal: 7",
+                             action_ids=[], truncated=False, anchor_state=None)])
+    spec = cfg.task.rewards[0]
+    assert Scorer([spec.name], [1.0], reward_kwargs={spec.name: spec.options}).score([ep]).episode.tolist() == [0.0]
+    assert Scorer([spec.name], [1.0]).score([ep]).episode.tolist() == [1.0]
 
 
 @pytest.mark.parametrize(
@@ -142,7 +174,7 @@ def test_gsm8k_final_reward(completion, gold, reward):
         (REASONING + "Final: -7", "-7"),
         (REASONING + "Final: 18.00", "18"),
         (REASONING + "Final: 18\nmore", None),
-        ("Final: 1\nFinal: 2", None),
+        ("Final: 1\nFinal: 2", "2"),  # the last line is the answer (strict: None, see above)
         (REASONING + "Final: $12", None),
         (REASONING + "Final: 12 dollars", None),
         (REASONING + "Final:", None),

@@ -185,3 +185,67 @@ def test_a_task_declares_its_own_config_section(tmp_path):
         assert generate_rows  # the built-in tasks are untouched by the new one
     finally:
         del TASKS["counting"], SECTIONS["counting"], EXTRA_SECTIONS["counting"], FIELD_SECTION["counting_start"]
+
+
+def test_invalid_penalty_in_returns_or_on_the_invalid_step_alone():
+    """grouprl's convention: the penalty is a step reward, so it is discounted into earlier steps'
+    returns and lowers the episode score. verl-agent's (invalid_penalty: on_step): neither; the
+    invalid step's own advantage is lowered by the penalty instead."""
+    from grouprl.algos.advantages import get_estimator
+    from grouprl.records import Episode, Step
+    from grouprl.rewards.scorer import Scorer
+    from grouprl.train.advantages import compute_advantage_record, estimator_options
+
+    def episodes():
+        out = []
+        for k, invalid in enumerate([False, True]):  # one group; episode 1's first step is invalid
+            steps = [Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False,
+                          anchor_state=t, valid=not (invalid and t == 0), penalty=0.1 if invalid and t == 0 else 0.0,
+                          env_reward=1.0 if t == 1 else 0.0) for t in range(2)]
+            out.append(Episode(group_id=0, index_in_group=k, row={}, steps=steps))
+        return out
+
+    results = {}
+    for convention in ("in_returns", "on_step"):
+        cfg = build_config(None, {"advantage": "gigpo", "gamma": 0.5, "invalid_penalty": convention}, environ={})
+        eps = episodes()
+        scores = Scorer([], [], penalty_in_rewards=convention == "in_returns").score(eps).episode
+        estimator = get_estimator("gigpo")
+        results[convention] = (scores, compute_advantage_record(
+            eps, scores, cfg.algorithm, estimator, estimator_options(cfg.algorithm, estimator),
+            penalty_on_step=convention == "on_step"))
+    (s_in, rec_in), (s_on, rec_on) = results["in_returns"], results["on_step"]
+    assert s_in.tolist() == pytest.approx([1.0, 0.9]) and s_on.tolist() == [1.0, 1.0]
+    # steps: e0t0, e0t1, e1t0 (invalid), e1t1; returns with gamma 0.5
+    assert rec_in.returns.tolist() == pytest.approx([0.5, 1.0, 0.4, 1.0])
+    assert rec_on.returns.tolist() == pytest.approx([0.5, 1.0, 0.5, 1.0])
+    # on_step: equal episodes, so every advantage is 0 except the invalid step's -0.1
+    assert rec_on.advantage.tolist() == pytest.approx([0.0, 0.0, -0.1, 0.0])
+    assert rec_in.advantage[2] < 0 and rec_in.advantage[0] > 0  # in_returns: both episodes' steps move
+
+
+def test_a_task_offers_learned_rewards_eval_metrics_and_its_tokenizer_kind(tiny_arithmetic_dir, tmp_path):
+    """The hooks a task may add (GRAIL's slates use all three): ``scorer_extras(cfg)`` gives the scorer
+    its learned rewards, ``eval_metrics(episodes)`` joins evaluation's result, ``tiny_tokenizer``
+    picks the tiny model's tokenizer."""
+    from grouprl.policy.loading import load_policy
+    from grouprl.policy.tiny import init_tiny
+    from grouprl.rewards.scorer import Scorer
+    from grouprl.rollout.generation import HFBackend, SamplingParams
+    from grouprl.tasks import load_task
+    from grouprl.policy.loading import auto_tokenizer
+    from grouprl.train.evaluate import evaluate
+
+    cfg = build_config(None, {"n_eval": 6}, environ={})
+    task = load_task(cfg)
+    learned = CountingLength()
+    task.scorer_extras = lambda cfg: {"learned": [learned], "learned_weights": [2.0]}
+    task.eval_metrics = lambda episodes: {"answered": sum(bool(ep.steps[-1].action_text) for ep in episodes)}
+    scorer = Scorer.from_config(cfg, task)
+    assert scorer.learned == [learned] and scorer.learned_weights == [2.0]
+    policy = load_policy(cfg.model, str(tiny_arithmetic_dir), torch.device("cpu"), need_reference=False)
+    result = evaluate(HFBackend(policy.model, policy.tokenizer, policy.device), policy.tokenizer, task,
+                      task.eval_rows, SamplingParams.for_eval(cfg), scorer)
+    assert 0 <= result["answered"] <= 6 and learned.updates == 0  # frozen during evaluation
+    word = init_tiny("the cat sat on the mat", tmp_path / "word", 16, 1, 2, tokenizer="word")
+    assert len(auto_tokenizer(str(word))("the cat sat", add_special_tokens=False)["input_ids"]) == 3  # words

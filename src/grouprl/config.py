@@ -105,6 +105,8 @@ class RolloutConfig(Section):
         description="environments: regex whose first group is the action ('' = the whole completion)")
     invalid_action_penalty: float = Field(
         0.1, ge=0, description="environments: reward subtracted for an unparsable or inadmissible action")
+    invalid_penalty: Literal["in_returns", "on_step"] = Field("in_returns", description="environments: penalty as a "
+        "step reward (in returns and score), or on the invalid step's advantage alone (on_step: verl-agent)")
     show_admissible_actions: bool = Field(True, description="environments: list admissible actions in the prompt")
     env_workers: int = Field(1, ge=1, description="environments: N > 1 runs them in N Ray actors")
     ray_address: str | None = Field(None, description="Ray cluster to connect to (empty = start a local one)")
@@ -114,10 +116,8 @@ class AlgorithmConfig(Section):
     advantage: str = Field(
         "grpo", description="advantage estimator: grpo, dr_grpo, rloo, gigpo, or your own as "
                             "'path/to/file.py:function' / 'package.module:function'")
-    advantage_options: dict[str, Any] = Field(
-        default_factory=dict, description="keyword options for the estimator (it must declare them); the built-ins "
-                                          "also read scale_rewards, gamma, step_advantage_weight, gigpo_norm, "
-                                          "episode_stats")
+    advantage_options: dict[str, Any] = Field(default_factory=dict, description="the estimator's keyword options "
+        "(undeclared = error); built-ins read scale_rewards, gamma, step_advantage_weight, gigpo_norm, episode_stats")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="grpo: divide by group/batch std")
     loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
     epsilon_low: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon_low")
@@ -257,11 +257,8 @@ for _section, _cls in SECTIONS.items():
 
 
 def register_section(name: str, section: type[Section]) -> None:
-    """Add a config section (``cfg.<name>``) whose fields work as flags, env vars and recipe keys.
-
-    A task declares its own fields this way (``register_task(..., section=...)``), so the
-    trainer and this file need no edit. Field names stay unique across all sections.
-    """
+    """Add a section ``cfg.<name>`` (a task's own fields: ``register_task(..., section=...)``) whose
+    fields work as flags, env vars and recipe keys like any other; field names stay unique."""
     if name in SECTIONS and SECTIONS[name] is not section:
         raise ValueError(f"config section '{name}' is already registered")
     for field_name in section.model_fields:

@@ -11,11 +11,11 @@ from grouprl.records import Message, MetricResult
 
 # --- helpers -------------------------------------------------------------------------------------
 
-def _completion(messages: list[Message]) -> str:
+def completion_text(messages: list[Message]) -> str:
     return messages[-1].content if messages else ""
 
 
-def _opt(value: Any, default: Any) -> Any:
+def option_or(value: Any, default: Any) -> Any:
     """An option's value; ``None`` (e.g. a missing dataset column) means the default."""
     return default if value is None else value
 
@@ -73,7 +73,7 @@ def parse_answer(completion: str, timeout_seconds: int = 5) -> list:
                  parsing_timeout=_timeout(timeout_seconds))
 
 
-def _verify(gold: list, answer: list, timeout_seconds: int = 5) -> bool:
+def verify_answer(gold: list, answer: list, timeout_seconds: int = 5) -> bool:
     from math_verify import verify
 
     if not gold or not answer:
@@ -89,14 +89,14 @@ def is_correct(completion: str, ground_truth: Any, correct: Any = None, timeout_
     gold = parse_gold(ground_truth, timeout_seconds)
     if not gold:
         return None
-    return _verify(gold, parse_answer(completion, timeout_seconds), timeout_seconds)
+    return verify_answer(gold, parse_answer(completion, timeout_seconds), timeout_seconds)
 
 
-def _metric(score: float, reason: str) -> MetricResult:
+def metric(score: float, reason: str) -> MetricResult:
     return MetricResult(score=min(1.0, max(0.0, float(score))), reason=reason)
 
 
-def _short(value: Any, limit: int = 60) -> str:
+def shorten(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 

@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from grouprl.records import EvaluateResult, Message
-from grouprl.rewards.answers import _completion, _metric, _opt, _short, is_correct
+from grouprl.rewards.answers import completion_text, is_correct, metric, option_or, shorten
 from grouprl.rewards.kit import reward_function
 
 
@@ -40,8 +40,8 @@ def length_reward(rollouts_messages: list[list[Message]], ground_truths: list[An
     the group's min/max length but gets ``is_score_valid=False`` (no opinion).
     """
     size = len(rollouts_messages)
-    timeout_seconds = _opt(timeout_seconds, 5)
-    completions = [_completion(m) for m in rollouts_messages]
+    timeout_seconds = option_or(timeout_seconds, 5)
+    completions = [completion_text(m) for m in rollouts_messages]
     truths = list(ground_truths) if ground_truths is not None else [None] * size
     flags = list(correct) if correct is not None else [None] * size
     gids = list(group_ids) if group_ids is not None else [0] * size
@@ -62,14 +62,14 @@ def length_reward(rollouts_messages: list[list[Message]], ground_truths: list[An
             ok = is_correct(completions[i], truths[i], flags[i], timeout_seconds)
             rel = 0.0 if hi == lo else (lens[i] - lo) / (hi - lo)
             lam = 0.0 if hi == lo else 0.5 - rel
-            metrics = {"relative_length": _metric(rel, f"len {lens[i]:g} in group range [{lo:g}, {hi:g}]")}
+            metrics = {"relative_length": metric(rel, f"len {lens[i]:g} in group range [{lo:g}, {hi:g}]")}
             if ok is None:
                 results[i] = EvaluateResult(score=0.0, is_score_valid=False, metrics=metrics,
-                                            reason=f"correctness unknown (gold {_short(truths[i])} unparsable "
+                                            reason=f"correctness unknown (gold {shorten(truths[i])} unparsable "
                                                    "and no `correct`); no opinion")
                 continue
             score = lam if ok else min(0.0, lam)
-            metrics["correct"] = _metric(float(ok), "correct" if ok else "wrong")
+            metrics["correct"] = metric(float(ok), "correct" if ok else "wrong")
             why = ("all lengths in the group are equal" if hi == lo
                    else f"lambda = 0.5 - ({lens[i]:g} - {lo:g}) / ({hi:g} - {lo:g}) = {lam:.4f}")
             results[i] = EvaluateResult(score=score, metrics=metrics,
@@ -100,24 +100,24 @@ def cosine_length(messages: list[Message], ground_truth: Any = None, *, correct:
     (no/unparsable gold) -> ``is_score_valid=False``. L > max_len is clipped (the paper's
     separate exceed-length penalty is not applied; combine with ``soft_overlong`` for that).
     """
-    max_len = _opt(max_len, 1000)
+    max_len = option_or(max_len, 1000)
     if max_len <= 0:
         raise ValueError(f"cosine_length: max_len must be positive, got {max_len}")
-    text = _completion(messages)
+    text = completion_text(messages)
     length = float(len(text)) if lengths is None else float(lengths)
-    ok = is_correct(text, ground_truth, correct, _opt(timeout_seconds, 5))
+    ok = is_correct(text, ground_truth, correct, option_or(timeout_seconds, 5))
     frac = min(1.0, max(0.0, length / max_len))
-    metrics = {"length_fraction": _metric(frac, f"L={length:g} of max_len={max_len}")}
+    metrics = {"length_fraction": metric(frac, f"L={length:g} of max_len={max_len}")}
     if ok is None:
         return EvaluateResult(score=0.0, is_score_valid=False, metrics=metrics,
-                              reason=f"correctness unknown (gold {_short(ground_truth)} unparsable and no "
+                              reason=f"correctness unknown (gold {shorten(ground_truth)} unparsable and no "
                                      "`correct`); no opinion")
     if ok:
-        lo, hi = _opt(min_value_correct, 0.5), _opt(max_value_correct, 1.0)
+        lo, hi = option_or(min_value_correct, 0.5), option_or(max_value_correct, 1.0)
     else:
-        lo, hi = _opt(max_value_wrong, -0.5), _opt(min_value_wrong, -1.0)
+        lo, hi = option_or(max_value_wrong, -0.5), option_or(min_value_wrong, -1.0)
     score = lo + 0.5 * (hi - lo) * (1.0 + math.cos(math.pi * frac))
-    metrics["correct"] = _metric(float(ok), "correct" if ok else "wrong")
+    metrics["correct"] = metric(float(ok), "correct" if ok else "wrong")
     return EvaluateResult(score=score, metrics=metrics,
                           reason=f"{'correct' if ok else 'wrong'}, L={length:g}/{max_len}: "
                                  f"{lo} + 0.5*({hi} - {lo})*(1 + cos(pi*{frac:.4f})) = {score:.4f}")
@@ -138,13 +138,13 @@ def repetition_penalty(messages: list[Message], ground_truth: Any = None, *, ngr
     An empty completion or one with fewer than ``ngram_size`` words gets 0. (open-r1 passes
     ``max_penalty`` as a negative number; either sign works here.)
     """
-    ngram_size, max_penalty = _opt(ngram_size, 3), abs(_opt(max_penalty, 1.0))
+    ngram_size, max_penalty = option_or(ngram_size, 3), abs(option_or(max_penalty, 1.0))
     if ngram_size <= 0:
         raise ValueError(f"repetition_penalty: ngram_size must be positive, got {ngram_size}")
-    words = _completion(messages).lower().split()
+    words = completion_text(messages).lower().split()
     if len(words) < ngram_size:
         return EvaluateResult(score=0.0, reason=f"{len(words)} word(s) < ngram_size={ngram_size}; no penalty",
-                              metrics={"unique_ngram_fraction": _metric(1.0, "too short to repeat")})
+                              metrics={"unique_ngram_fraction": metric(1.0, "too short to repeat")})
     grams = [tuple(words[i:i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
     unique = len(set(grams))
     score = -max_penalty * (1.0 - unique / len(grams))
@@ -152,7 +152,7 @@ def repetition_penalty(messages: list[Message], ground_truth: Any = None, *, ngr
         score=score + 0.0,  # no -0.0
         reason=f"{unique} unique of {len(grams)} {ngram_size}-grams: -{max_penalty} * (1 - {unique}/{len(grams)})"
                f" = {score:.4f}",
-        metrics={"unique_ngram_fraction": _metric(unique / len(grams), f"{unique}/{len(grams)}")})
+        metrics={"unique_ngram_fraction": metric(unique / len(grams), f"{unique}/{len(grams)}")})
 
 
 @reward_function(id="soft_overlong")
@@ -168,10 +168,10 @@ def soft_overlong(messages: list[Message], ground_truth: Any = None, *, max_comp
             (L_max - L_cache - L) / L_cache     if L_max - L_cache < L <= L_max
             -1                                  if L > L_max
     """
-    l_max, l_cache = _opt(max_completion_len, 20480), _opt(cache_len, 4096)
+    l_max, l_cache = option_or(max_completion_len, 20480), option_or(cache_len, 4096)
     if not 0 < l_cache <= l_max:
         raise ValueError(f"soft_overlong: need 0 < cache_len <= max_completion_len, got {l_cache}, {l_max}")
-    text = _completion(messages)
+    text = completion_text(messages)
     length = float(len(text)) if completion_length is None else float(completion_length)
     unit = "characters" if completion_length is None else "given units"
     free = l_max - l_cache
@@ -183,5 +183,5 @@ def soft_overlong(messages: list[Message], ground_truth: Any = None, *, max_comp
     else:
         score, why = -1.0, f"L={length:g} > L_max={l_max}"
     return EvaluateResult(score=score, reason=f"{why} ({unit})",
-                          metrics={"within_budget": _metric(float(length <= l_max), f"L_max={l_max}"),
-                                   "length_fraction": _metric(length / l_max, f"L/L_max, {unit}")})
+                          metrics={"within_budget": metric(float(length <= l_max), f"L_max={l_max}"),
+                                   "length_fraction": metric(length / l_max, f"L/L_max, {unit}")})

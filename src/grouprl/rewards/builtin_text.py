@@ -21,7 +21,8 @@ import re
 from typing import Any, Callable
 
 from grouprl.records import EvaluateResult, Message
-from grouprl.rewards.answers import _completion, _metric, _opt, _short, is_correct, parse_answer, parse_gold, _verify
+from grouprl.rewards.answers import (completion_text, is_correct, metric, option_or, parse_answer, parse_gold, shorten,
+                                     verify_answer)
 from grouprl.rewards.builtin_length import cosine_length, length_reward, repetition_penalty, soft_overlong
 from grouprl.rewards.kit import with_options, reward_function
 
@@ -44,22 +45,22 @@ def math_accuracy(messages: list[Message], ground_truth: Any = None, *, timeout_
     score = 1.0 if ``verify(gold, answer)`` else 0.0. A missing or unparsable gold gives
     ``is_score_valid=False`` (no opinion), never a 0. Metrics: ``correct``, ``answer_found``.
     """
-    timeout_seconds = _opt(timeout_seconds, 5)
+    timeout_seconds = option_or(timeout_seconds, 5)
     gold = parse_gold(ground_truth, timeout_seconds)
     if not gold:
         return EvaluateResult(score=0.0, is_score_valid=False,
-                              reason=f"gold answer {_short(ground_truth)} could not be parsed; no opinion")
-    answer = parse_answer(_completion(messages), timeout_seconds)
+                              reason=f"gold answer {shorten(ground_truth)} could not be parsed; no opinion")
+    answer = parse_answer(completion_text(messages), timeout_seconds)
     if not answer:
         return EvaluateResult(score=0.0, reason=f"no answer found in the completion (gold {gold[-1]!s})",
-                              metrics={"correct": _metric(0.0, "no answer"),
-                                       "answer_found": _metric(0.0, "nothing parsable")})
-    ok = _verify(gold, answer, timeout_seconds)
+                              metrics={"correct": metric(0.0, "no answer"),
+                                       "answer_found": metric(0.0, "nothing parsable")})
+    ok = verify_answer(gold, answer, timeout_seconds)
     return EvaluateResult(
         score=1.0 if ok else 0.0,
         reason=f"answer {answer[-1]!s} {'matches' if ok else 'does not match'} gold {gold[-1]!s}",
-        metrics={"correct": _metric(float(ok), "math-verify equivalence"),
-                 "answer_found": _metric(1.0, f"parsed {answer[-1]!s}")})
+        metrics={"correct": metric(float(ok), "math-verify equivalence"),
+                 "answer_found": metric(1.0, f"parsed {answer[-1]!s}")})
 
 
 # --- format / tag_count / reasoning_steps --------------------------------------------------------
@@ -75,11 +76,11 @@ def format_reward(messages: list[Message], ground_truth: Any = None, *, pattern:
 
     Default pattern ``^<think>.*?</think>\\s*<answer>.*?</answer>$`` with ``re.DOTALL``.
     """
-    pattern, flags = _opt(pattern, DEFAULT_FORMAT), _opt(flags, re.DOTALL)
-    ok = re.fullmatch(pattern, _completion(messages).strip(), flags) is not None
+    pattern, flags = option_or(pattern, DEFAULT_FORMAT), option_or(flags, re.DOTALL)
+    ok = re.fullmatch(pattern, completion_text(messages).strip(), flags) is not None
     return EvaluateResult(score=float(ok),
                           reason=f"completion {'matches' if ok else 'does not match'} {pattern!r}",
-                          metrics={"full_match": _metric(float(ok), "re.fullmatch")})
+                          metrics={"full_match": metric(float(ok), "re.fullmatch")})
 
 
 TAGS = ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")
@@ -90,14 +91,14 @@ def tag_count(messages: list[Message], ground_truth: Any = None, **kwargs) -> Ev
     """open-r1's ``tag_count_reward``: 0.25 for each of ``<think>\\n``, ``\\n</think>\\n``,
     ``\\n<answer>\\n`` and ``\\n</answer>`` that occurs exactly once (score in {0, .25, .5, .75, 1}).
     """
-    text = _completion(messages)
+    text = completion_text(messages)
     counts = {tag: text.count(tag) for tag in TAGS}
     score = 0.25 * sum(c == 1 for c in counts.values())
     names = ("think_open", "think_close", "answer_open", "answer_close")
     return EvaluateResult(
         score=score,
         reason="tag counts " + ", ".join(f"{t!r}={c}" for t, c in counts.items()),
-        metrics={n: _metric(float(c == 1), f"{t!r} occurs {c} time(s)") for n, (t, c) in zip(names, counts.items())})
+        metrics={n: metric(float(c == 1), f"{t!r} occurs {c} time(s)") for n, (t, c) in zip(names, counts.items())})
 
 
 STEP_PATTERNS = {
@@ -117,16 +118,16 @@ def reasoning_steps(messages: list[Message], ground_truth: Any = None, *, n: int
     counts twice, as in open-r1). score = min(1, count / n), n = 3 by default.
     Metrics: per marker kind, min(1, count_kind / n).
     """
-    n = _opt(n, 3)
+    n = option_or(n, 3)
     if n <= 0:
         raise ValueError(f"reasoning_steps: n must be positive, got {n}")
-    text = _completion(messages)
+    text = completion_text(messages)
     counts = {name: len(p.findall(text)) for name, p in STEP_PATTERNS.items()}
     total = sum(counts.values())
     return EvaluateResult(
         score=min(1.0, total / n),
         reason=f"{total} step marker(s) (" + ", ".join(f"{k}={v}" for k, v in counts.items()) + f"), n={n}",
-        metrics={k: _metric(v / n, f"{v} found") for k, v in counts.items()})
+        metrics={k: metric(v / n, f"{v} found") for k, v in counts.items()})
 
 
 # --- options and the registry map ----------------------------------------------------------------

@@ -1,8 +1,10 @@
-"""GSM8K answers: the gold number after ``####`` and the strict ``Final: <number>`` reward.
+"""GSM8K answers: the gold number after ``####`` and the ``Final: <number>`` reward.
 
 Rules (the simple_grpo seed's contract):
-- the completion, with trailing whitespace removed, must end with exactly one line
-  ``Final: <number>`` and contain no other ``Final:`` line;
+- the completion, with trailing whitespace removed, must end with a line ``Final: <number>``;
+  that last line is the answer, whatever came before it (earlier ``Final:`` lines included:
+  ``Final: 5\nMore work.\nFinal: 7`` answers 7). With ``strict=True`` there must be no other
+  ``Final:`` line at all (a completion that changes its mind scores 0.0);
 - ``<number>`` is an optional minus sign, digits with optional thousands commas and an
   optional decimal part (``-3``, ``3.50``, ``1,000``); ``$12``, ``12 dollars`` or
   ``twelve`` are not numbers, so the format is missing;
@@ -44,18 +46,23 @@ def extract_gold(answer: str) -> str | None:
     return normalize_number(match.group(1)) if match else None
 
 
-def extract_final(completion: str) -> str | None:
-    """The normalised number on the completion's last line ``Final: <number>``, else None."""
+def extract_final(completion: str, strict: bool = False) -> str | None:
+    """The normalised number on the completion's last line ``Final: <number>``, else None
+    (``strict``: also None when any earlier line starts with ``Final:``)."""
     text = completion.rstrip()
-    if not text or len(_ANY_FINAL.findall(text)) != 1:
+    if not text or (strict and len(_ANY_FINAL.findall(text)) != 1):
         return None
     match = _FINAL_LINE.match(text.rsplit("\n", 1)[-1])
     return normalize_number(match.group(1)) if match else None
 
 
-def gsm8k_final(completion: str, ground_truth: str, **_: object) -> float:
-    """1.0 if the Final number equals the gold number, 0.1 if only the format is right, else 0.0."""
-    predicted = extract_final(completion)
+def gsm8k_final(completion: str, ground_truth: str, strict: bool = False, **_: object) -> float:
+    """1.0 if the Final number equals the gold number, 0.1 if only the format is right, else 0.0.
+
+    ``strict=True`` (recipe: ``{name: gsm8k_final, options: {strict: true}}``) also gives 0.0 to a
+    completion with more than one ``Final:`` line.
+    """
+    predicted = extract_final(completion, strict)
     if predicted is None:
         return MISSING
     return CORRECT if predicted == normalize_number(ground_truth) else FORMAT_ONLY

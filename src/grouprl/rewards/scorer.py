@@ -7,6 +7,8 @@ Episode score (no mixer)::
     R = B + sum_l w_l * D_l                 (D_l: learned reward l's score)
     R = mixer.mix(B, sum_l w_l * D_l)       (with a mixer)
 
+(with ``invalid_penalty: on_step`` the penalties are left out of B and r_t, and the advantage
+phase charges each to its invalid step's advantage instead, as verl-agent does).
 Step rewards: ``r_t = env_reward_t - penalty_t``, plus, per reward function f, either
 ``w_f * base_reward`` on the steps its ``step_outputs`` name (``w_f * default_step_reward`` on
 the others) or, when it gives no step outputs, ``w_f * score_f`` on the last step; the learned
@@ -153,7 +155,7 @@ class Scorer:
                  reward_kwargs: dict[str, dict] | None = None, sandbox_user_rewards: bool = False,
                  default_step_reward: float = 0.0, learned: list[LearnedReward] | None = None,
                  learned_weights: list[float] | None = None, mixer: RewardMixer | None = None,
-                 reward_timeout: float = 0.0):
+                 reward_timeout: float = 0.0, penalty_in_rewards: bool = True):
         if len(weights) != len(reward_names):
             raise ValueError(f"{len(weights)} weight(s) for {len(reward_names)} reward(s)")
         self.keys = unique_keys(list(reward_names))
@@ -168,19 +170,21 @@ class Scorer:
         self.learned_weights = list(learned_weights or [1.0] * len(self.learned))
         self.mixer = mixer
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
+        self.penalty_in_rewards = penalty_in_rewards  # False: invalid_penalty on_step (charged in the advantage)
 
     @classmethod
     def from_config(cls, cfg, task, learned: list[LearnedReward] | None = None,
                     learned_weights: list[float] | None = None, mixer: RewardMixer | None = None) -> "Scorer":
         """The run's scorer: the task's rewards with the config's weights, budget and sandbox rule, and the
         learned rewards / mixer the task offers (``task.scorer_extras(cfg)``, e.g. GRAIL's) unless given."""
-        t = cfg.task
+        task_config = cfg.task
         if learned is None and mixer is None and hasattr(task, "scorer_extras"):
             extras = task.scorer_extras(cfg)
             learned, learned_weights, mixer = extras.get("learned"), extras.get("learned_weights"), extras.get("mixer")
-        return cls(task.reward_names, task.reward_weights, task.correct_reward, t.normalize_weights,
-                   t.max_reward_error_fraction, task.reward_kwargs, t.sandbox_user_rewards, t.default_step_reward,
-                   learned, learned_weights, mixer, t.reward_timeout)
+        return cls(task.reward_names, task.reward_weights, task.correct_reward, task_config.normalize_weights,
+                   task_config.max_reward_error_fraction, task.reward_kwargs, task_config.sandbox_user_rewards,
+                   task_config.default_step_reward, learned, learned_weights, mixer, task_config.reward_timeout,
+                   cfg.rollout.invalid_penalty == "in_returns")
 
     # --- scoring ---------------------------------------------------------------------------
     def reward_parts(self, episodes: list[Episode]) -> dict[str, list[RewardPart]]:
@@ -199,14 +203,15 @@ class Scorer:
             ep.reward_reasons = {key: parts[key][i].reason for key in self.keys if parts[key][i].reason}
             failed += bool(ep.reward_errors)
             for step in ep.steps:
-                step.reward = step.env_reward - step.penalty
+                step.reward = step.env_reward - self._penalty(step)
             for key in self.keys:
                 part = parts[key][i]
                 if part.step_outputs:
                     align_step_rewards(ep, part.step_outputs, self.weights[key], self.default_step_reward)
                 elif part.score is not None and ep.steps:
                     ep.steps[-1].reward += self.weights[key] * part.score
-            ep.score = weighted_score(ep.reward_parts, self.weights) + sum(s.env_reward - s.penalty for s in ep.steps)
+            ep.score = weighted_score(ep.reward_parts, self.weights) + sum(s.env_reward - self._penalty(s)
+                                                                           for s in ep.steps)
             answer = ep.steps[-1].action_text if ep.steps else ""
             if self.judge is None:
                 ep.correct = ep.success
@@ -228,6 +233,9 @@ class Scorer:
             metrics.update(self._add_learned(episodes))
         # float64: a huge but finite score (1e30) must survive the group statistics (its square)
         return Scores(torch.tensor([ep.score for ep in episodes], dtype=torch.float64), parts, metrics)
+
+    def _penalty(self, step) -> float:
+        return step.penalty if self.penalty_in_rewards else 0.0
 
     def _add_learned(self, episodes: list[Episode]) -> dict[str, float]:
         """Score with every learned reward, mix into the episode scores, then update each once."""

@@ -105,10 +105,10 @@ def play(task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random,
 
 
 def _env_task(cfg: Config, name: str, train, held_out, make, system_prompt, demos_on_seeds=True) -> EnvTask:
-    r, t = cfg.rollout, cfg.train
-    return EnvTask(name, train, held_out, make, system_prompt, demo_policy=t.sft_demonstrations, demo_seed=t.seed,
-                   demos_on_seeds=demos_on_seeds, max_steps=r.max_episode_steps,
-                   action_pattern=r.action_pattern or None, show_admissible=r.show_admissible_actions)
+    rollout = cfg.rollout
+    return EnvTask(name, train, held_out, make, system_prompt, demo_policy=cfg.train.sft_demonstrations,
+                   demo_seed=cfg.train.seed, demos_on_seeds=demos_on_seeds, max_steps=rollout.max_episode_steps,
+                   action_pattern=rollout.action_pattern or None, show_admissible=rollout.show_admissible_actions)
 
 
 def _sizes(cfg: Config) -> tuple[int, int]:
@@ -117,18 +117,19 @@ def _sizes(cfg: Config) -> tuple[int, int]:
 
 @register_task("gridworld", max_new_tokens=24)
 def build_gridworld(cfg: Config) -> EnvTask:
-    t, (n_train, n_eval) = cfg.task, _sizes(cfg)
-    make = functools.partial(GridWorld, size=t.grid_size, hole_fraction=t.hole_fraction, slippery=t.slippery,
-                             max_steps=cfg.rollout.max_episode_steps, instructions=t.system_prompt)
+    task_config, (n_train, n_eval) = cfg.task, _sizes(cfg)
+    make = functools.partial(GridWorld, size=task_config.grid_size, hole_fraction=task_config.hole_fraction,
+                             slippery=task_config.slippery, max_steps=cfg.rollout.max_episode_steps,
+                             instructions=task_config.system_prompt)
     return _env_task(cfg, "gridworld", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
                      make().instructions)
 
 
 @register_task("sokoban", max_new_tokens=24)
 def build_sokoban(cfg: Config) -> EnvTask:
-    t, (n_train, n_eval) = cfg.task, _sizes(cfg)
-    make = functools.partial(Sokoban, size=t.sokoban_size, boxes=t.sokoban_boxes,
-                             max_steps=cfg.rollout.max_episode_steps, instructions=t.system_prompt)
+    task_config, (n_train, n_eval) = cfg.task, _sizes(cfg)
+    make = functools.partial(Sokoban, size=task_config.sokoban_size, boxes=task_config.sokoban_boxes,
+                             max_steps=cfg.rollout.max_episode_steps, instructions=task_config.system_prompt)
     return _env_task(cfg, "sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
                      make().instructions)
 
@@ -136,15 +137,15 @@ def build_sokoban(cfg: Config) -> EnvTask:
 @register_task("calculator", max_new_tokens=48)
 def build_calculator(cfg: Config) -> EnvTask:
     """Questions of a single-turn task (``calculator_questions``) answered with calculator calls."""
-    t = cfg.task
+    task_config = cfg.task
     source = cfg.model_copy(deep=True)
-    source.task.task = t.calculator_questions
-    questions = task_spec(t.calculator_questions).build(source)
+    source.task.task = task_config.calculator_questions
+    questions = task_spec(task_config.calculator_questions).build(source)
     train, held_out = questions.train_rows, questions.eval_rows
     for row in train + held_out:
         row["env_args"] = {"question": row["question"], "answer": Calculator.from_row(row).answer,
-                           "max_calls": t.calculator_max_calls, "instructions": t.system_prompt}
-    return _env_task(cfg, "calculator", train, held_out, Calculator, t.system_prompt or CALCULATOR_PROMPT,
+                           "max_calls": task_config.calculator_max_calls, "instructions": task_config.system_prompt}
+    return _env_task(cfg, "calculator", train, held_out, Calculator, task_config.system_prompt or CALCULATOR_PROMPT,
                      demos_on_seeds=False)
 
 

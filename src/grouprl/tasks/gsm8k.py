@@ -70,10 +70,10 @@ def _strip_calc(text: str) -> str:
 
 @register_task("gsm8k", max_new_tokens=512)
 def build_gsm8k(cfg: Config) -> SingleTurnTask:
-    t = cfg.task
-    train = load_split(t.dataset_name_or_path, "train", t.dataset_config)
-    held_out = load_split(t.dataset_name_or_path, "test", t.dataset_config)
-    if t.n_train:
-        train = train[: t.n_train]
-    system = SYSTEM_PROMPT if t.system_prompt is None else t.system_prompt
+    task_config = cfg.task
+    train = load_split(task_config.dataset_name_or_path, "train", task_config.dataset_config)
+    held_out = load_split(task_config.dataset_name_or_path, "test", task_config.dataset_config)
+    if task_config.n_train:
+        train = train[: task_config.n_train]
+    system = SYSTEM_PROMPT if task_config.system_prompt is None else task_config.system_prompt
     return SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final")

@@ -65,17 +65,17 @@ def load_task(cfg: Config):
 
 def with_rewards(cfg: Config, task):
     """Recipe reward specs replace the task's default rewards (environments default to none)."""
-    t = cfg.task
+    task_config = cfg.task
     spec_weights: list[float] = []
-    if t.rewards:
+    if task_config.rewards:
         task.reward_names, task.reward_kwargs = [], {}
-        for spec in t.rewards:
+        for spec in task_config.rewards:
             name = spec if isinstance(spec, str) else spec.name
             task.reward_names.append(name)
             spec_weights.append(1.0 if isinstance(spec, str) else spec.weight)
             if not isinstance(spec, str) and spec.options:
                 task.reward_kwargs[name] = dict(spec.options)
-    weights = t.reward_weights or spec_weights or [1.0] * len(task.reward_names)
+    weights = task_config.reward_weights or spec_weights or [1.0] * len(task.reward_names)
     if len(weights) != len(task.reward_names):
         raise ConfigError(
             f"config key 'reward_weights': got {len(weights)} weights for rewards {task.reward_names}; expected one each"

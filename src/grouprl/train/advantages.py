@@ -47,7 +47,10 @@ def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
 
 
 def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algorithm, estimator: Estimator,
-                             options: dict[str, Any], state_key: Callable | None = None) -> AdvantageRecord:
+                             options: dict[str, Any], state_key: Callable | None = None,
+                             penalty_on_step: bool = False) -> AdvantageRecord:
+    """Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid
+    step's penalty subtracted from its own episode-level advantage and advantage: A_t <- A_t - p_t."""
     groups = torch.tensor([ep.group_id for ep in episodes])
     steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
     anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
@@ -70,6 +73,10 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
     else:  # a record of parts (gigpo)
         record = AdvantageRecord(tensors.episode, out.returns, out.episode_advantage, out.step_advantage, out.advantage,
                                  tensors.anchor, out.anchor_size)
+    if penalty_on_step:
+        penalty = torch.tensor([s.penalty for _, s in steps], dtype=torch.float32)
+        record.episode_advantage = record.episode_advantage - penalty
+        record.advantage = record.advantage - penalty
     if log.isEnabledFor(logging.DEBUG):
         log_groups(episodes, scores, record)
     return record
@@ -91,6 +98,7 @@ def log_groups(episodes: list[Episode], scores: torch.Tensor, record: AdvantageR
                     f"A_E={float(record.episode_advantage[j]):+.3f} A_S={float(record.step_advantage[j]):+.3f} "
                     f"A={float(record.advantage[j]):+.3f}")
         log.debug("group %d: scores %s; %d anchor groups (%d non-singleton)", g,
-                  [round(float(scores[e]), 3) for e in members], len(anchors), sum(len(v) > 1 for v in anchors.values()))
+                  [round(float(scores[e]), 3) for e in members], len(anchors),
+                  sum(len(v) > 1 for v in anchors.values()))
         for anchor, lines in anchors.items():
             log.debug("  anchor %d (size %d): %s", anchor, len(lines), "; ".join(lines))

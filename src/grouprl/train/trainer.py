@@ -112,7 +112,7 @@ class Trainer:
 
     def advantages(self, episodes: list[Episode], scores: torch.Tensor) -> AdvantageRecord:
         return compute_advantage_record(episodes, scores, self.cfg.algorithm, self.estimator, self.estimator_options,
-                                        self.state_key)
+                                        self.state_key, self.cfg.rollout.invalid_penalty == "on_step")
 
     def update(self, samples: StepSamples) -> UpdateStats:
         stats = self.learner.update(samples)
@@ -155,7 +155,8 @@ class Trainer:
         n_tokens = self.parallel.total(float(batch.completion_mask.sum() + batch.prompt_mask.sum()))
         return {**record.update,
                 **batch_metrics(record.episodes, record.scores.episode, record.advantages,
-                                self.cfg.rollout.num_generations, self.scorer.keys + [r.name for r in self.scorer.learned],
+                                self.cfg.rollout.num_generations,
+                                self.scorer.keys + [r.name for r in self.scorer.learned],
                                 self.task.multi_step),
                 **record.scores.metrics,
                 "sandbox_fallbacks": float(sandbox.fallback_count()),  # runs without bubblewrap isolation

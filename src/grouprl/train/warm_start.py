@@ -63,31 +63,33 @@ def check_accuracy(task, scorer, rows, params: SamplingParams, settings: Episode
 def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     """Build the tiny model for the task and warm it with a deliberately short SFT."""
     out = Path(cfg.train.output_dir)
-    m, t = cfg.model, cfg.train
-    tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", m.tiny_hidden_size, m.tiny_num_layers,
-                     m.tiny_num_heads, seed=t.seed, tokenizer=getattr(task, "tiny_tokenizer", "char"))
+    model_config, train = cfg.model, cfg.train
+    tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", model_config.tiny_hidden_size,
+                     model_config.tiny_num_layers, model_config.tiny_num_heads, seed=train.seed,
+                     tokenizer=getattr(task, "tiny_tokenizer", "char"))
     console.log(f"built tiny Qwen2 model at {tiny}")
-    if t.sft_steps == 0 or not getattr(task, "has_gold_completions", True):
-        if t.sft_steps:
+    if train.sft_steps == 0 or not getattr(task, "has_gold_completions", True):
+        if train.sft_steps:
             console.log("no SFT warm start: the task's rows have no gold completions (RL starts from the tiny init)")
         return str(tiny)
     if task.multi_step:
         return str(sft_environment(cfg, task, scorer, str(tiny), console))
-    console.log(f"SFT warm start: up to {t.sft_steps} steps on gold solutions (TRL SFTTrainer)"
-                + (f", stopping at {t.sft_target_accuracy:.0%} greedy accuracy" if t.sft_target_accuracy else ""))
+    console.log(f"SFT warm start: up to {train.sft_steps} steps on gold solutions (TRL SFTTrainer)"
+                + (f", stopping at {train.sft_target_accuracy:.0%} greedy accuracy"
+                   if train.sft_target_accuracy else ""))
     # Held-back training rows (never trained on) decide the early stop; the eval split stays untouched.
     n_check = min(200, len(task.train_rows) // 10)
     sft_rows, check_rows = task.train_rows[:-n_check], task.train_rows[-n_check:]
     stop_when = None
-    if t.sft_target_accuracy:
+    if train.sft_target_accuracy:
         params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, greedy=True, batch_size=n_check)
         measure = check_accuracy(task, scorer, check_rows, params)
 
         def stop_when(model, tokenizer) -> bool:
-            return measure(model, tokenizer)["accuracy"] >= t.sft_target_accuracy
+            return measure(model, tokenizer)["accuracy"] >= train.sft_target_accuracy
 
-    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", t.sft_steps, t.sft_learning_rate,
-                          t.sft_batch_size, t.seed, stop_when)
+    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", train.sft_steps, train.sft_learning_rate,
+                          train.sft_batch_size, train.seed, stop_when)
     return str(path)
 
 
@@ -102,21 +104,21 @@ def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> P
     starts from a policy that acts validly but has not been taught which moves are good; with
     expert ones, from a deliberately unfinished imitation of the shortest paths.
     """
-    t = cfg.train
+    train = cfg.train
     check_rows = task.train_rows[:ENV_CHECK_EPISODES]
-    demo_rows = task.demonstration_rows(t.sft_demo_episodes, skip=ENV_CHECK_EPISODES)
+    demo_rows = task.demonstration_rows(train.sft_demo_episodes, skip=ENV_CHECK_EPISODES)
     demos = env_demonstrations(cfg, task, demo_rows)
-    console.log(f"SFT warm start: {len(demos)} {t.sft_demonstrations} demonstration steps from "
-                f"{len(demo_rows)} episodes, up to {t.sft_steps} steps, stopping at <= 5% invalid actions"
-                + (f" and {t.sft_target_accuracy:.0%} success" if t.sft_demonstrations == "expert"
-                   and t.sft_target_accuracy else ""))
+    console.log(f"SFT warm start: {len(demos)} {train.sft_demonstrations} demonstration steps from "
+                f"{len(demo_rows)} episodes, up to {train.sft_steps} steps, stopping at <= 5% invalid actions"
+                + (f" and {train.sft_target_accuracy:.0%} success" if train.sft_demonstrations == "expert"
+                   and train.sft_target_accuracy else ""))
     params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
     measure = check_accuracy(task, scorer, check_rows, params, episode_settings(cfg, task))
-    target = t.sft_target_accuracy if t.sft_demonstrations == "expert" else None
+    target = train.sft_target_accuracy if train.sft_demonstrations == "expert" else None
 
     def stop_when(model, tokenizer) -> bool:
         result = measure(model, tokenizer)
         return result["invalid_action_rate"] <= 0.05 and (target is None or result["success_rate"] >= target)
 
     return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
-                          t.sft_steps, t.sft_learning_rate, t.sft_batch_size, t.seed, stop_when)
+                          train.sft_steps, train.sft_learning_rate, train.sft_batch_size, train.seed, stop_when)
