@@ -87,8 +87,9 @@ class Learner:
                                        num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient (a metric)
         self.nonfinite: str | None = None  # why the current optimizer step must be skipped
-        # One prompt pass per group where the model's attention takes a 4-D mask (same log-probs and gradients)
-        grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model)
+        # One prompt pass per group where the model's attention takes a 4-D mask (same log-probs and gradients).
+        # One process only: it calls the decoder and the head directly, past DDP's/FSDP's forward hooks.
+        grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model) and not parallel.distributed
         self.score_completions = grouped_completion_logps if grouped else completion_logps
 
     @property
