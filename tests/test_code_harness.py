@@ -17,11 +17,7 @@ from grouprl.rewards.code_harness import UnsupportedTest, split_test
 TESTS = ["assert square(3) == 9", "assert square(-4) == 16", "assert sorted([square(2), 0]) == [0, 4]"]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bwrap():
-    usable, reason = sandbox.bwrap_available()
-    if not usable:
-        pytest.skip(f"bubblewrap sandbox cannot start on this machine: {reason}")
+pytestmark = pytest.mark.usefixtures("bwrap")  # conftest: skip where bubblewrap cannot start
 
 
 def score(body: str, tests=TESTS, **kw):

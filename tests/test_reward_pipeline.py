@@ -214,14 +214,15 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
         secret.unlink()
 
 
-def test_sandboxed_user_reward_file_is_never_imported_in_process(warm_arithmetic_dir, tmp_path):
+def side_effect_reward_file(tmp_path, name: str):
+    """A reward file whose import writes a marker: the marker exists only if it ran in-process."""
     from grouprl.rewards.sandbox import bwrap_available
 
     usable, why = bwrap_available()
     if not usable:
         pytest.skip(f"bubblewrap cannot start here: {why}")
     marker = tmp_path / "imported_in_process"
-    path = tmp_path / "side_effect.py"
+    path = tmp_path / name
     path.write_text(textwrap.dedent(f'''
         from pathlib import Path
         try:  # a side effect at import time: only possible outside the sandbox
@@ -232,6 +233,11 @@ def test_sandboxed_user_reward_file_is_never_imported_in_process(warm_arithmetic
         def length_score(completion, ground_truth, **row):
             return len(completion) / 10
     '''))
+    return path, marker
+
+
+def test_sandboxed_user_reward_file_is_never_imported_in_process(warm_arithmetic_dir, tmp_path):
+    path, marker = side_effect_reward_file(tmp_path, "side_effect.py")
     out = tmp_path / "run"
     assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
                  "--rewards", f"{path}:length_score", "--sandbox_user_rewards", "true", "--max_steps", "1",
@@ -246,23 +252,7 @@ def test_sandboxed_user_reward_file_is_never_imported_in_process_during_eval(war
     too (it used to import the file in-process), and eval's mean reward follows normalize_weights."""
     import sys
 
-    from grouprl.rewards.sandbox import bwrap_available
-
-    usable, why = bwrap_available()
-    if not usable:
-        pytest.skip(f"bubblewrap cannot start here: {why}")
-    marker = tmp_path / "imported_in_process"
-    path = tmp_path / "eval_side_effect.py"
-    path.write_text(textwrap.dedent(f'''
-        from pathlib import Path
-        try:  # a side effect at import time: only possible outside the sandbox
-            Path({str(marker)!r}).write_text("imported")
-        except OSError:
-            pass
-
-        def length_score(completion, ground_truth, **row):
-            return len(completion) / 10
-    '''))
+    path, marker = side_effect_reward_file(tmp_path, "eval_side_effect.py")
     out = tmp_path / "run"
     assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
                  "--rewards", f"{path}:length_score", "--reward_weights", "2", "--normalize_weights", "false",

@@ -22,13 +22,6 @@ from grouprl.rewards.sandbox import SandboxFallbackWarning, run_in_sandbox, run_
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def bwrap():
-    usable, reason = sandbox.bwrap_available()
-    if not usable:
-        pytest.skip(f"bubblewrap sandbox cannot start on this machine: {reason}")
-
-
 def run(code: str, **kw):
     return run_in_sandbox(code, backend="bwrap", **kw)
 

@@ -31,11 +31,7 @@ REPO_SRC = Path(__file__).resolve().parents[1] / "src"
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def bwrap():
-    usable, reason = sandbox.bwrap_available()
-    if not usable:
-        pytest.skip(f"bubblewrap sandbox cannot start on this machine: {reason}")
+pytestmark = pytest.mark.usefixtures("bwrap")  # conftest: skip where bubblewrap cannot start
 
 
 def run(code: str, **kw):
