@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import math
 
-from grouprl.train.checkpoint_observers import checkpoints, rotate
+from types import SimpleNamespace
+
+from grouprl.train.checkpoint_observers import CheckpointRotation, checkpoints, rotate
 from grouprl.train.periodic_eval import BEST, eval_subset, pass_at_k
 
 
@@ -34,6 +36,20 @@ def test_limit_one_keeps_the_last_and_spares_uploads_in_flight(tmp_path):
     rotate(tmp_path, limit=1, keep={2})
     assert names(tmp_path) == ["checkpoint-2", "checkpoint-3"]
     rotate(tmp_path, limit=1)  # the upload finished: now it may go
+    assert names(tmp_path) == ["checkpoint-3"]
+
+
+def test_a_checkpoint_spared_for_its_upload_goes_at_the_end_of_the_run(tmp_path):
+    # The race CI hit: the last save came while step 2's upload was still running, so step 2
+    # survived that rotation; the run's end (after the uploads were waited for) must remove it.
+    make(tmp_path, [1, 2, 3])
+    uploading = {2}
+    rotation = CheckpointRotation(1, busy=lambda: set(uploading))
+    trainer = SimpleNamespace(out=tmp_path, step=3)
+    rotation.after_checkpoint(trainer, tmp_path / "checkpoint-3")
+    assert names(tmp_path) == ["checkpoint-2", "checkpoint-3"]
+    uploading.clear()
+    rotation.after_train(trainer)
     assert names(tmp_path) == ["checkpoint-3"]
 
 

@@ -57,6 +57,11 @@ class CheckpointRotation(TrainObserver):
     def after_checkpoint(self, trainer, path: Path) -> None:
         rotate(trainer.out, self.limit, set(self.busy()))
 
+    def after_train(self, trainer) -> None:
+        # A checkpoint spared above because its upload was still running is due now: the hub
+        # observer runs before this one and has waited for every upload.
+        rotate(trainer.out, self.limit, set(self.busy()))
+
 
 class HubPushObserver(TrainObserver):
     """Each checkpoint to its step branch (``push_to_hub_revision``), the final model to main
