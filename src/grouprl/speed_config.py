@@ -18,6 +18,9 @@ class SpeedConfig(Section):
     grouped_scoring: bool = Field(
         True, description="score each group's prompt once with its K completions (block mask; same gradients); "
                           "off, or a model whose attention cannot take a 4-D mask: one padded row per completion")
+    prefill_once: bool = Field(
+        True, description="hf generation: prefill a group's prompt once and fork its KV cache to the K samples "
+                          "(same tokens; off: HF generate prefills every copy)")
     sampling_correction: Literal["token_truncate", "none"] = Field(
         "token_truncate", description="when the backend reports sampling log-probs (vllm): weight each token's "
                                       "loss by min(pi_old / pi_sampler, cap) (truncated importance sampling)")

@@ -59,18 +59,56 @@ class GenerationBackend(Protocol):
 
 
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-             device: torch.device) -> list[Completion]:
-    """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts."""
+             device: torch.device, prefill_once: bool = True) -> list[Completion]:
+    """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
+    consecutive identical prompts (a group's K copies) are prefilled once (``_shared_prefill``)."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.
     from torch.distributed.fsdp import FSDPModule
 
     with torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode():
-        return _generate(model, tokenizer, prompt_ids, params, device)
+        return _generate(model, tokenizer, prompt_ids, params, device, prefill_once)
+
+
+def _left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+def _shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.device):
+    """Prefill each distinct prompt once and fork its KV cache to its copies.
+
+    HF ``generate`` would prefill all K copies of a group's prompt. Instead: run the unique prompts
+    (all but their last token) through the model into a ``DynamicCache``, then index the cache's
+    batch dimension so that row i holds its prompt's keys and values; ``generate`` then processes
+    only the last prompt token and decodes as usual. Position ids are the ones ``generate`` derives
+    from the left-padded mask, so the result is the same computation (greedy outputs are identical;
+    tests/test_generation_prefill.py). Returns None when there is nothing to share.
+    """
+    from transformers import DynamicCache
+
+    unique: dict[tuple[int, ...], int] = {}
+    rows = [unique.setdefault(tuple(p), len(unique)) for p in chunk]
+    if len(unique) == len(chunk) or min(len(p) for p in chunk) < 2:
+        return None
+    ids, mask = _left_pad([list(p) for p in unique], pad)
+    ids, mask = ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+    cache = DynamicCache(config=model.config)
+    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], past_key_values=cache,
+          use_cache=True, logits_to_keep=1)
+    index = torch.tensor(rows, device=device)
+    cache.batch_select_indices(index)
+    return ids[index], mask[index], cache
 
 
 def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-              device: torch.device) -> list[Completion]:
+              device: torch.device, prefill_once: bool = True) -> list[Completion]:
     eos = tokenizer.eos_token_id
     pad = tokenizer.pad_token_id
     was_training = model.training
@@ -78,18 +116,18 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start : start + params.batch_size]
-        width = max(len(p) for p in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for i, p in enumerate(chunk):
-            ids[i, width - len(p):] = torch.tensor(p)
-            mask[i, width - len(p):] = 1
         kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not params.greedy, eos_token_id=eos,
                       pad_token_id=pad, use_cache=True)
         if not params.greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
+        shared = _shared_prefill(model, chunk, pad, device) if prefill_once else None
+        if shared is not None:
+            ids, mask, kwargs["past_key_values"] = shared
+        else:
+            ids, mask = _left_pad(chunk, pad)
+        width = ids.shape[1]
         seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         rows, cut = [], []
         for row in seqs[:, width:].tolist():
@@ -109,11 +147,11 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
 class HFBackend:
     """HF ``generate`` on the policy model itself: the weights are always the trained ones."""
 
-    def __init__(self, model, tokenizer, device):
-        self.model, self.tokenizer, self.device = model, tokenizer, device
+    def __init__(self, model, tokenizer, device, prefill_once: bool = True):
+        self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return generate(self.model, self.tokenizer, prompt_ids, params, self.device)
+        return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once)
 
     def load_weights(self, model) -> None:
         self.model = model  # the same object: nothing to copy
@@ -127,7 +165,7 @@ def _vllm_backend(policy, cfg: "Config") -> GenerationBackend:
 
 
 BACKENDS: dict[str, BackendFactory] = {
-    "hf": lambda policy, cfg: HFBackend(policy.model, policy.tokenizer, policy.device),
+    "hf": lambda policy, cfg: HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once),
     "vllm": _vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py
 }
 
