@@ -56,9 +56,49 @@ class Handler(BaseHTTPRequestHandler):
             self.end_headers()
         return repo
 
+    def _resolve(self, repo_id: str, revision: str, filename: str, head: bool) -> None:
+        """A file at a revision (branch name or commit id), as ``hf_hub_download`` fetches it."""
+        from urllib.parse import unquote
+
+        repo, revision = self._repo(repo_id), unquote(revision)
+        if repo is None:
+            return
+        commits = repo["branches"].get(revision) or [c for cs in repo["branches"].values() for c in cs
+                                                      if c["id"] == revision][-1:]
+        if not commits:
+            self.send_response(404)
+            self.send_header("X-Error-Code", "RevisionNotFound")
+            self.send_header("Content-Length", "0")
+            return self.end_headers()
+        commit = commits[-1]
+        data = commit["files"].get(filename)
+        self.send_response(200 if data is not None else 404)
+        self.send_header("X-Repo-Commit", commit["id"])
+        if data is None:
+            self.send_header("X-Error-Code", "EntryNotFound")
+            self.send_header("Content-Length", "0")
+            return self.end_headers()
+        self.send_header("ETag", '"' + hashlib.sha1(data).hexdigest() + '"')
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(data)
+
+    def do_HEAD(self):  # noqa: N802
+        self.state.requests.append(("HEAD", self.path))
+        if m := re.fullmatch(r"/(?:models/)?(.+?)/resolve/([^/]+)/(.+)", self.path.split("?")[0]):
+            return self._resolve(m[1], m[2], m[3], head=True)
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
     def do_GET(self):  # noqa: N802 - http.server's naming
         self.state.requests.append(("GET", self.path))
         path = self.path.split("?")[0]
+        if m := re.fullmatch(r"/(?:models/)?(.+?)/resolve/([^/]+)/(.+)", path):
+            return self._resolve(m[1], m[2], m[3], head=False)
+        if m := re.fullmatch(r"/api/models/(.+)/tree/([^/]+)(?:/(.*))?", path):
+            return self._send(404, {"error": "stand-in keeps no folders"})  # e.g. additional_chat_templates
         if m := re.fullmatch(r"/api/models/(.+)/refs", path):
             if (repo := self._repo(m[1])) is None:
                 return

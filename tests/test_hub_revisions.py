@@ -85,3 +85,45 @@ def test_upload_failure_is_raised_by_wait(tmp_path):
     pusher.push_checkpoint(fake_checkpoint(tmp_path / "c", 1), 1)
     with pytest.raises(HubRevisionError, match="push to 'main-step-000000001' failed"):
         pusher.wait()
+
+
+LOAD_AT_REVISION = """
+import json, sys, torch
+from grouprl.config import ModelConfig
+from grouprl.policy.loading import load_policy
+p = load_policy(ModelConfig(), "me/tiny", torch.device("cpu"), False, revision=sys.argv[1])
+print(json.dumps({"vocab": len(p.tokenizer), "rows": p.model.get_input_embeddings().weight.shape[0],
+                  "ids": p.tokenizer("xyz").input_ids}))
+"""
+
+
+def test_model_revision_loads_weights_and_tokenizer_from_that_revision(hub, tmp_path):
+    # model_revision pins a hub branch; the tokenizer must come from the same revision as the
+    # weights (here v1 has a larger vocabulary), else the same text maps to the wrong rows.
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from huggingface_hub import HfApi
+
+    from grouprl.policy.tiny import init_tiny
+
+    endpoint, state = hub
+    api = HfApi(endpoint=endpoint, token="hf_x")
+    api.create_repo("me/tiny")
+    api.upload_folder(repo_id="me/tiny", folder_path=str(init_tiny("abc 0123", tmp_path / "a", 32, 1, 4, seed=0)))
+    api.create_branch("me/tiny", branch="v1")
+    api.upload_folder(repo_id="me/tiny", revision="v1",
+                      folder_path=str(init_tiny("xyz 0123 abcdefg", tmp_path / "b", 32, 1, 4, seed=1)))
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_TOKEN="hf_x", HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"))
+    loaded = {}
+    for revision in ("main", "v1"):
+        proc = subprocess.run([sys.executable, "-c", LOAD_AT_REVISION, revision], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        loaded[revision] = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded["main"]["vocab"] == loaded["main"]["rows"]
+    assert loaded["v1"]["vocab"] == loaded["v1"]["rows"] > loaded["main"]["vocab"]
+    assert all(i < loaded["v1"]["rows"] for i in loaded["v1"]["ids"])
+    assert any(path.startswith("/me/tiny/resolve/v1/tokenizer") for _, path in state.requests)

@@ -54,21 +54,22 @@ class Policy:
         return self.reference if self.reference is not None else self.model
 
 
-def auto_tokenizer(path: str) -> PreTrainedTokenizerBase:
+def auto_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
     """AutoTokenizer, except for a plain ``tokenizer.json`` tokenizer such as the tiny model's
     character tokenizer: transformers 5 resolves that by the model type (qwen2 -> Qwen2Tokenizer),
     which rebuilds a byte-level BPE pipeline from the vocab and silently drops every space and
-    newline of the input."""
+    newline of the input. ``revision`` (hub ids only) is the model's: a tokenizer from another
+    revision than the weights would map the same text to other ids."""
     config = Path(path) / "tokenizer_config.json"
     if config.is_file():
         declared = json.loads(config.read_text()).get("tokenizer_class")
         if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
             return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, **({"revision": revision} if revision else {}))
 
 
-def load_tokenizer(path: str) -> PreTrainedTokenizerBase:
-    tok = auto_tokenizer(path)
+def load_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
+    tok = auto_tokenizer(path, revision)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # generation pads on the left
@@ -82,7 +83,7 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
     term needs one, the frozen reference from ``reference_path`` (default ``path``). ``revision``
     (a hub branch, tag or commit) and ``attn_implementation`` go to ``from_pretrained``."""
     dtype = pick_dtype(cfg.torch_dtype, device)
-    tokenizer = load_tokenizer(path)
+    tokenizer = load_tokenizer(path, revision)
     extra = {k: v for k, v in (("revision", revision), ("attn_implementation", attn_implementation)) if v}
     if (Path(path) / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
