@@ -125,7 +125,8 @@ def run_worker(which: str, config: str, backend: str, args, model: str, result_f
     cmd = [python, str(Path(__file__).resolve()), "--which", which, "--config", config, "--backend", backend,
            "--model", model, "--result-file", str(result_file), "--steps", str(args.steps),
            "--threads", str(args.threads), "--lr", str(args.lr), "--seed", str(args.seed),
-           "--prompts", str(args.prompts or shape["prompts"])] + (["--no-grouped"] if args.no_grouped else [])
+           "--prompts", str(args.prompts or shape["prompts"])] + (["--no-grouped"] if args.no_grouped else []) \
+        + (["--no-prefill-once"] if args.no_prefill_once else [])
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(HERE.parent / "src"))
     if backend == "vllm":  # the same engine settings for both sides: in-process, 1 GiB KV cache, no pinning
@@ -158,12 +159,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--no-grouped", action="store_true", help="grouprl: padded scoring (grouped_scoring off)")
+    p.add_argument("--no-prefill-once", action="store_true", help="grouprl, hf backend: prefill every prompt copy")
     p.add_argument("--vllm-python", default=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
     p.add_argument("--model", default=None)
     p.add_argument("--result-file", default=None)
     p.add_argument("--out", default=str(HERE / "results" / "vs_trl.json"))
     args = p.parse_args(argv)
-    if args.steps <= args.warmup:
+    if args.which == "both" and args.steps <= args.warmup:  # (a worker does not skip: it gets no --warmup)
         p.error("--steps must exceed --warmup")
     if args.which != "both":
         shape = SHAPES[args.config]

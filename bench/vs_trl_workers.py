@@ -109,6 +109,7 @@ def grouprl_cli(args, out_dir: str) -> dict:
         "torch_dtype": "float32", "device": "cpu", "num_threads": args.threads, "seed": args.seed,
         "rewards": ["arithmetic_digits"], "log_rollouts": False, "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
         "generation_backend": args.backend, "grouped_scoring": not args.no_grouped,
+        "prefill_once": not getattr(args, "no_prefill_once", False),
         "vllm_max_model_len": args.max_model_len, "sampling_correction_cap": 2.0,
     }
 
