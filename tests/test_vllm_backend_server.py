@@ -43,6 +43,12 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _env() -> dict[str, str]:
+    """This checkout's grouprl in the subprocesses, one torch thread each (the test machine is shared)."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+                OMP_NUM_THREADS="1")
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """One ``grouprl vllm-serve`` subprocess on a tiny arithmetic model (head_dim 32: vLLM CPU attention)."""
@@ -50,13 +56,11 @@ def server(tmp_path_factory):
     task = load_task(build_config(None, dict(TRAIN, output_dir=str(root / "cfg")), environ={}))
     path = init_tiny(task.tokenizer_corpus(), root / "model", hidden=128, layers=2, heads=4, seed=0)
     port = _free_port()
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
-               OMP_NUM_THREADS="1")
     log = root / "server.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "grouprl.cli", "vllm-serve", "--model", str(path),
                                  "--port", str(port), "--dtype", "float32", "--max_model_len", "256"],
-                                stdout=out, stderr=subprocess.STDOUT, env=env)
+                                stdout=out, stderr=subprocess.STDOUT, env=_env())
     try:
         client = VLLMServerBackend(load_tokenizer(str(path)), port=port)
         deadline = time.monotonic() + 180
@@ -158,6 +162,23 @@ def test_two_training_steps_against_the_server(server, tmp_path):
     trainer = Trainer(cfg, policy, load_task(cfg))  # pushes the policy's weights at start
     assert isinstance(trainer.backend, VLLMServerBackend)
     two_steps_follow_the_trainer(trainer, policy)
+
+
+def test_grouprl_train_against_the_server(server, tmp_path):
+    """The documented command: ``grouprl train --generation_backend vllm_server`` ends rc 0 and logs the
+    importance-sampling ratios of the server's log-probs."""
+    _, path, port, _ = server
+    flags = [a for k, v in TRAIN.items() if k != "n_eval"
+             for a in (f"--{k}", *(map(str, v) if isinstance(v, list) else [str(v)]))]
+    out = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--model_name_or_path", str(path), *flags,
+                           "--n_eval", "0", "--max_steps", "2", "--output_dir", str(out),
+                           "--generation_backend", "vllm_server", "--vllm_server_port", str(port)],
+                          env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all(0.99 < m["importance_sampling/ratio_mean"] < 1.01 for m in steps), steps
 
 
 def test_close_stops_the_server(server):
