@@ -1,4 +1,4 @@
-"""``grouprl`` command line: train, eval, plot, view, dashboard, report, init-model, rewards."""
+"""``grouprl`` command line: train, eval, plot, view, dashboard, report, init-model, rewards, vllm-serve."""
 
 from __future__ import annotations
 
@@ -256,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     from grouprl.tasks.slates.cli import add_grail_data_parser
 
     add_grail_data_parser(sub)
+    from grouprl.rollout.backends.vllm_server import add_vllm_serve_parser
+
+    add_vllm_serve_parser(sub)
     return parser
 
 

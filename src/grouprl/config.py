@@ -93,7 +93,9 @@ class RolloutConfig(Section):
     max_new_tokens: int | None = Field(
         None, gt=0, description="completion length cap per step (empty = the task's: arithmetic 6, gsm8k 512, "
                                 "gridworld/sokoban 24, calculator 48)")
-    generation_backend: str = Field("hf", description="generation engine (BACKENDS): hf = transformers generate")
+    generation_backend: str = Field(
+        "hf", description="generation engine (BACKENDS): hf = transformers generate, vllm = a colocated engine, "
+                          "vllm_server = a `grouprl vllm-serve` process")
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")

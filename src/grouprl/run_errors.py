@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from grouprl.rewards.guard import TooManyStuckRewards
 from grouprl.rewards.pipeline import RewardFailure
+from grouprl.rollout.backends.vllm_client import VLLMServerError
 from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
 
-RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards)
+RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards, VLLMServerError)

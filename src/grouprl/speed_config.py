@@ -30,6 +30,13 @@ class SpeedConfig(Section):
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm on GPU: the engine's memory share")
     vllm_sleep_during_update: bool = Field(True, description="vllm on GPU: free the engine's memory during the update")
     vllm_cpu_kv_cache_gb: int = Field(1, gt=0, description="vllm on CPU: KV-cache size in GiB")
+    vllm_server_host: str = Field("127.0.0.1", description="vllm_server: address of `grouprl vllm-serve`")
+    vllm_server_port: int = Field(8000, gt=0, lt=65536, description="vllm_server: port of `grouprl vllm-serve`")
+    vllm_server_timeout: float = Field(
+        240.0, gt=0, description="vllm_server: seconds to wait at start for the server to answer /health")
+    vllm_server_weights_dir: str = Field(
+        "", description="vllm_server: directory, seen by trainer and server, for the weight file pushed after "
+                        "each update (empty: a fresh one under /dev/shm, else the temp dir; same node only)")
 
 
 register_section("speed", SpeedConfig)

@@ -164,9 +164,16 @@ def _vllm_backend(policy, cfg: "Config") -> GenerationBackend:
     return build_vllm_backend(policy, cfg)
 
 
+def _vllm_server_backend(policy, cfg: "Config") -> GenerationBackend:
+    from grouprl.rollout.backends.vllm_client import build_vllm_server_backend
+
+    return build_vllm_server_backend(policy, cfg)
+
+
 BACKENDS: dict[str, BackendFactory] = {
     "hf": lambda policy, cfg: HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once),
     "vllm": _vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py
+    "vllm_server": _vllm_server_backend,  # a `grouprl vllm-serve` process; rollout/backends/vllm_client.py
 }
 
 

@@ -52,62 +52,86 @@ def checkpoint_weights(model) -> list[tuple[str, torch.Tensor]]:
     return [(name, t.detach()) for name, t in model.state_dict().items()]
 
 
+def make_engine(model_path: str, options: VLLMOptions, sleep_mode: bool = False):
+    """A ``vllm.LLM`` on ``model_path`` whose sampling log-probs are the processed ones (after temperature).
+    ``sleep_mode`` (GPU only) lets the engine free its memory between generations."""
+    _prepare_environment(options)
+    set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
+    from vllm import LLM
+
+    kwargs = dict(model=model_path, tokenizer=model_path, dtype=options.dtype, seed=options.seed,
+                  max_model_len=options.max_model_len, enforce_eager=options.enforce_eager,
+                  logprobs_mode="processed_logprobs")
+    if torch.cuda.is_available():
+        kwargs.update(gpu_memory_utilization=options.gpu_memory_utilization, enable_sleep_mode=sleep_mode)
+    llm = LLM(**kwargs)
+    torch.set_num_threads = set_threads
+    return llm
+
+
+def group_identical(prompt_ids: list[list[int]]) -> list[tuple[list[int], int]]:
+    """Consecutive identical prompts (a group's K copies) -> (prompt, count), in order."""
+    runs: list[tuple[list[int], int]] = []
+    for p in prompt_ids:
+        if runs and runs[-1][0] == p:
+            runs[-1] = (p, runs[-1][1] + 1)
+        else:
+            runs.append((p, 1))
+    return runs
+
+
+def _sampling(params: SamplingParams, n: int, eos: int):
+    from vllm import SamplingParams as VSamplingParams
+
+    common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[eos], skip_special_tokens=True)
+    if params.greedy:
+        return VSamplingParams(temperature=0.0, **common)
+    return VSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0, **common)
+
+
+def sample(llm, prompt_ids: list[list[int]], params: SamplingParams, eos: int) -> list[tuple[list[int], list[float]]]:
+    """(token ids, their sampling log-probs) per prompt, in order. Identical prompts become one request
+    with ``n`` samples: vLLM prefills the prompt once and forks its KV cache, instead of K prefills."""
+    runs = group_identical(prompt_ids)
+    requests = [{"prompt_token_ids": list(p)} for p, _ in runs]
+    outputs = llm.generate(requests, [_sampling(params, n, eos) for _, n in runs], use_tqdm=False)
+    samples = []
+    for out in outputs:
+        for s in out.outputs:
+            ids = list(s.token_ids)
+            samples.append((ids, [lp[t].logprob for lp, t in zip(s.logprobs, ids)] if s.logprobs else None))
+    return samples
+
+
+def to_completion(ids: list[int], logprobs: list[float] | None, tokenizer) -> Completion:
+    """A sampled sequence as the hf backend reports it: text decoded by the trainer's tokenizer, and
+    ``truncated`` when the length cap, not eos, stopped it."""
+    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), tokenizer.eos_token_id not in ids,
+                      logprobs)
+
+
+def reload_weights(llm, weights) -> None:
+    """Load ``(checkpoint name, tensor)`` pairs in place, through vLLM's ``reload_weights``: vLLM re-runs its
+    post-load processing (on CPU the oneDNN repacking that makes ``model.load_weights`` unusable)."""
+    llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True})
+
+
 class VLLMBackend:
     """GenerationBackend over ``vllm.LLM``; ``tokenizer`` decodes the texts exactly as the hf backend does."""
 
     def __init__(self, model_path: str, tokenizer, options: VLLMOptions | None = None):
         self.options = options or VLLMOptions()
         self.tokenizer = tokenizer
-        _prepare_environment(self.options)
-        set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
-        from vllm import LLM
-
-        on_gpu = torch.cuda.is_available()
-        kwargs = dict(model=model_path, tokenizer=model_path, dtype=self.options.dtype, seed=self.options.seed,
-                      max_model_len=self.options.max_model_len, enforce_eager=self.options.enforce_eager,
-                      logprobs_mode="processed_logprobs")
-        if on_gpu:
-            kwargs.update(gpu_memory_utilization=self.options.gpu_memory_utilization,
-                          enable_sleep_mode=self.options.sleep_during_update)
-        self.llm = LLM(**kwargs)
-        torch.set_num_threads = set_threads
-        self.sleeps = on_gpu and self.options.sleep_during_update
+        self.llm = make_engine(model_path, self.options, sleep_mode=self.options.sleep_during_update)
+        self.sleeps = torch.cuda.is_available() and self.options.sleep_during_update
         self.asleep = False
 
-    def _sampling(self, params: SamplingParams, n: int = 1):
-        from vllm import SamplingParams as VSamplingParams
-
-        common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[self.tokenizer.eos_token_id],
-                      skip_special_tokens=True)
-        if params.greedy:
-            return VSamplingParams(temperature=0.0, **common)
-        return VSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0,
-                               **common)
-
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        """Identical prompts (a group's K copies) become one request with ``n`` samples: vLLM prefills the
-        prompt once and forks its KV cache, instead of K prefills."""
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
-        runs: list[tuple[list[int], int]] = []  # consecutive identical prompts -> (prompt, count)
-        for p in prompt_ids:
-            if runs and runs[-1][0] == p:
-                runs[-1] = (p, runs[-1][1] + 1)
-            else:
-                runs.append((p, 1))
-        requests = [{"prompt_token_ids": list(p)} for p, _ in runs]
-        sampling = [self._sampling(params, n) for _, n in runs]
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False)
-        eos = self.tokenizer.eos_token_id
-        completions = []
-        for out in outputs:
-            for sample in out.outputs:
-                ids = list(sample.token_ids)
-                logprobs = [lp[t].logprob for lp, t in zip(sample.logprobs, ids)] if sample.logprobs else None
-                truncated = eos not in ids  # stopped by the length cap, not by eos
-                completions.append(Completion(ids, self.tokenizer.decode(ids, skip_special_tokens=True), truncated,
-                                              logprobs))
+        samples = sample(self.llm, prompt_ids, params, self.tokenizer.eos_token_id)
+        completions = [to_completion(ids, logprobs, self.tokenizer) for ids, logprobs in samples]
         if self.sleeps:
             self.llm.sleep(level=2)  # weights and KV cache freed: the update gets the memory
             self.asleep = True
@@ -116,8 +140,7 @@ class VLLMBackend:
     def load_weights(self, model) -> None:
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(checkpoint_weights(model)),
-                                                          "is_checkpoint_format": True})
+        reload_weights(self.llm, checkpoint_weights(model))
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
