@@ -45,11 +45,30 @@ def _prepare_environment(options: VLLMOptions) -> None:
 
 
 def checkpoint_weights(model) -> list[tuple[str, torch.Tensor]]:
-    """The model's parameters under their checkpoint (Hugging Face) names, as vLLM loads them."""
-    if hasattr(model, "peft_config"):
-        raise NotImplementedError("vllm backend: LoRA (peft) policies are not supported yet; "
-                                  "use generation_backend: hf, or train without use_peft")
-    return [(name, t.detach()) for name, t in model.state_dict().items()]
+    """The model's parameters under their checkpoint (Hugging Face) names, as vLLM loads them.
+
+    A LoRA (peft) policy is pushed merged: the engine serves the base architecture, so every
+    adapted layer goes as W + (alpha/r)·B·A under the base model's name. The sum is made out of
+    place: peft's merge_adapter/unmerge_adapter would add and subtract B·A in the frozen W, whose
+    rounding then drifts a little with every push."""
+    if not hasattr(model, "peft_config"):
+        return [(name, t.detach()) for name, t in model.state_dict().items()]
+    from peft.tuners.lora import LoraLayer
+
+    merged = {}
+    for prefix, module in model.named_modules():
+        if isinstance(module, LoraLayer) and module.active_adapters:
+            weight = module.get_base_layer().weight.detach()
+            merged[prefix + ".base_layer.weight"] = weight + sum(
+                module.get_delta_weight(a).to(weight.dtype) for a in module.active_adapters if a in module.lora_A)
+    out = []
+    for name, t in model.state_dict().items():
+        if "lora_" in name or ".original_module." in name:  # the adapters (inside W now); a replaced copy
+            continue
+        t = merged.get(name, t.detach())
+        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        out.append((name.replace(".modules_to_save.default.", "."), t))
+    return out
 
 
 def make_engine(model_path: str, options: VLLMOptions, sleep_mode: bool = False):
