@@ -1,4 +1,5 @@
-"""Training-forward levers measured one at a time: grouped scoring, bf16, torch.compile, packing.
+"""Training-forward levers measured one at a time: grouped scoring (block mask ``grouped``, KV-cache
+``prefixcache``), bf16, torch.compile, packing.
 
 One timed unit is what the update does per micro-batch: completion log-probs (with entropy)
 -> loss -> backward. Each variant runs in its own subprocess (own peak RSS), variants
@@ -32,7 +33,7 @@ CONFIGS = {
     "gsm8k": dict(hidden=896, inter=4864, layers=24, heads=14, kv=2, vocab=151936, prompt=(130, 170),
                   comp=(96, 256), groups=1),
 }
-VARIANTS = ("padded", "grouped", "padded_bf16", "grouped_bf16", "padded_compile", "packed")
+VARIANTS = ("padded", "grouped", "prefixcache", "padded_bf16", "grouped_bf16", "padded_compile", "packed")
 
 
 def build(cfg: dict, seed: int, groups: int, k: int):
@@ -95,14 +96,15 @@ def worker(args) -> dict:
     import torch
 
     from grouprl.algos.losses import policy_loss
-    from grouprl.policy.grouped_scoring import grouped_completion_logps
+    from grouprl.policy.grouped_scoring import grouped_completion_logps, shared_prefix_logps
     from grouprl.policy.scoring import completion_logps
 
     torch.set_num_threads(args.threads)
     cfg = CONFIGS[args.config]
     model, batch = build(cfg, args.seed, args.groups or cfg["groups"], args.k)
     v = args.variant
-    scorer = {"grouped": grouped_completion_logps, "packed": packed_completion_logps}.get(v.split("_")[0],
+    scorer = {"grouped": grouped_completion_logps, "prefixcache": shared_prefix_logps,
+              "packed": packed_completion_logps}.get(v.split("_")[0],
                                                                                             completion_logps)
     with torch.no_grad():  # fp32 reference log-probs for the error of a bf16 / compiled variant
         ref, _ = completion_logps(model, batch) if v != "padded" else (None, None)

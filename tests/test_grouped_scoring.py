@@ -9,7 +9,8 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.algos.losses import policy_loss
-from grouprl.policy.grouped_scoring import build_layout, grouped_completion_logps, supports_grouped_scoring
+from grouprl.policy.grouped_scoring import (build_layout, grouped_completion_logps, shared_prefix_logps,
+                                            supports_grouped_scoring)
 from grouprl.policy.scoring import completion_logps, pack
 
 VOCAB, PAD, EOS = 61, 0, 1
@@ -54,8 +55,13 @@ def grads_of(model, scorer, batch, advantages) -> tuple[torch.Tensor, dict[str, 
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
+SCORERS = pytest.mark.parametrize("scorer", [grouped_completion_logps, shared_prefix_logps],
+                                  ids=["block_mask", "prefix_cache"])
+
+
+@SCORERS
 @pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_logps_entropy_and_gradients_equal_padded_path(attn):
+def test_logps_entropy_and_gradients_equal_padded_path(attn, scorer):
     model = tiny_model(attn)
     assert supports_grouped_scoring(model)
     batch = batch_of_groups(seed=1)
@@ -63,7 +69,7 @@ def test_logps_entropy_and_gradients_equal_padded_path(attn):
     m = batch.completion_mask.bool()
     with torch.no_grad():
         ref, ref_h = completion_logps(model, batch, 0.7, with_entropy=True)
-        got, got_h = grouped_completion_logps(model, batch, 0.7, with_entropy=True)
+        got, got_h = scorer(model, batch, 0.7, with_entropy=True)
     assert float((ref - got)[m].abs().max()) < 1e-5
     assert float((ref_h - got_h)[m].abs().max()) < 1e-5
     assert float(got[~m].abs().max()) == 0.0  # padding positions hold 0, not junk
@@ -71,7 +77,7 @@ def test_logps_entropy_and_gradients_equal_padded_path(attn):
 
     adv = torch.linspace(-1, 1, len(batch))
     loss_ref, g_ref = grads_of(model, completion_logps, batch, adv)
-    loss_got, g_got = grads_of(model, grouped_completion_logps, batch, adv)
+    loss_got, g_got = grads_of(model, scorer, batch, adv)
     assert float((loss_ref - loss_got).abs()) < 1e-6
     scale = max(float(g.abs().max()) for g in g_ref.values())
     assert scale > 1e-3
@@ -93,17 +99,18 @@ def test_layout_one_row_per_prompt_with_restarted_positions():
     assert lay.targets.tolist() == [10, 11, 13, 14, 15, 12]
 
 
-def test_masked_out_completions_are_skipped_and_backward_still_runs():
+@SCORERS
+def test_masked_out_completions_are_skipped_and_backward_still_runs(scorer):
     model = tiny_model()
     batch = batch_of_groups(seed=2, groups=2, k=3)
     batch.completion_mask[0] = 0  # as mask_truncated_completions does
-    logps, _ = grouped_completion_logps(model, batch)
+    logps, _ = scorer(model, batch)
     ref, _ = completion_logps(model, batch)
     m = batch.completion_mask.bool()
     assert float((ref - logps.detach())[m].abs().max()) < 1e-5
     assert float(logps[0].abs().max()) == 0.0
     batch.completion_mask.zero_()
-    empty, _ = grouped_completion_logps(model, batch)
+    empty, _ = scorer(model, batch)
     empty.sum().backward()  # nothing to score, yet the loss stays differentiable
 
 
@@ -118,9 +125,23 @@ def test_non_contiguous_mask_is_a_clear_error():
     batch.completion_mask[0, 1] = 0
     with pytest.raises(ValueError, match="sample 0's completion mask"):
         build_layout(batch)
+    with pytest.raises(ValueError, match="sample 0's completion mask"):
+        shared_prefix_logps(tiny_model(), batch)
 
 
-def test_lora_policy_scores_the_same_through_the_adapters():
+def test_one_token_prompts_and_a_single_sample():
+    # width 1: nothing to put in the cache; the segment starts at the only prompt token
+    model = tiny_model()
+    for batch in (pack([[7], [7], [9]], [[3, 4, EOS], [5], [6, 6]], PAD), pack([[4, 5, 6]], [[7, 8]], PAD)):
+        with torch.no_grad():
+            ref, _ = completion_logps(model, batch)
+            got, _ = shared_prefix_logps(model, batch)
+        m = batch.completion_mask.bool()
+        assert float((ref - got)[m].abs().max()) < 1e-5
+
+
+@SCORERS
+def test_lora_policy_scores_the_same_through_the_adapters(scorer):
     from peft import LoraConfig, get_peft_model
 
     model = get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
@@ -129,8 +150,29 @@ def test_lora_policy_scores_the_same_through_the_adapters():
     batch = batch_of_groups(seed=3, groups=2, k=3)
     adv = torch.linspace(-1, 1, len(batch))
     _, g_ref = grads_of(model, completion_logps, batch, adv)
-    _, g_got = grads_of(model, grouped_completion_logps, batch, adv)
+    _, g_got = grads_of(model, scorer, batch, adv)
     lora = [n for n in g_ref if "lora_" in n]
     assert lora and all(n in g_got for n in lora)
     scale = max(float(g_ref[n].abs().max()) for n in lora)
     assert max(float((g_ref[n] - g_got[n]).abs().max()) for n in lora) < 1e-5 * max(1.0, scale)
+
+
+@pytest.mark.parametrize("cli, expected", [
+    ({}, "shared_prefix_logps"),
+    ({"gradient_checkpointing": True}, "grouped_completion_logps"),  # a re-run layer cannot keep the cache
+    ({"grouped_layout": "block_mask"}, "grouped_completion_logps"),
+    ({"grouped_scoring": False}, "completion_logps"),
+    ({"grouped_layout": "prefix_cache", "gradient_checkpointing": True}, "error"),
+])
+def test_the_learner_picks_the_layout(cli, expected):
+    from grouprl.config import ConfigError, build_config
+    from grouprl.policy.loading import Policy
+    from grouprl.train.learner import Learner
+
+    cfg = build_config(None, {"device": "cpu", **cli}, environ={})
+    policy = Policy(model=tiny_model(), tokenizer=None, device=torch.device("cpu"))
+    if expected == "error":
+        with pytest.raises(ConfigError, match="grouped_layout"):
+            Learner(cfg, policy)
+        return
+    assert Learner(cfg, policy).score_completions.__name__ == expected

@@ -161,3 +161,68 @@ def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
     if with_entropy:
         entropy = entropy.index_put(where, entropy_from_logits(logits.detach()))
     return logps, entropy
+
+
+def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0,
+                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Same contract as ``grouped_completion_logps``, through the model's KV cache instead of a block mask.
+
+    Each distinct prompt (all but its last token) runs once, into a ``DynamicCache`` whose keys and
+    values keep their autograd history; the cache's batch dimension is then indexed so that every
+    sample holds its prompt's keys and values, and the samples run as ``[last prompt token | completion]``
+    on top of it, positions continuing from the prompt. The gradient of a prompt's keys and values is
+    the sum over its K copies, as in the padded path. Attention then costs K * T * (p + T) per group
+    instead of the block mask's (p + K * T)^2, so long completions stay cheap; the price is that the
+    decoder layers must keep the cache, which gradient checkpointing (a re-run of each layer in the
+    backward) cannot: the learner uses the block-mask layout then.
+    """
+    from transformers import DynamicCache
+
+    device = batch.completion_ids.device
+    N, T = batch.completion_ids.shape
+    head = model.get_output_embeddings()
+    logps = torch.zeros(N, T, device=device, dtype=torch.float32)
+    entropy = torch.zeros(N, T, device=device, dtype=torch.float32) if with_entropy else None
+    lengths = batch.completion_mask.sum(-1)
+    kept = (lengths > 0).nonzero().squeeze(-1)  # an all-masked completion counts nowhere: not computed
+    if kept.numel() == 0:
+        return logps + 0.0 * head.weight.sum(), entropy  # keeps backward() valid on an all-masked batch
+    prompts = _rows(batch.prompt_ids[kept], batch.prompt_mask[kept], "prompt", right=False)
+    _rows(batch.completion_ids[kept], batch.completion_mask[kept], "completion", right=True)
+    if min(len(p) for p in prompts) == 0:
+        raise ValueError("grouped scoring: a sample has an empty prompt; the first completion token needs a "
+                         "prompt position to be predicted from")
+    unique: dict[tuple[int, ...], int] = {}
+    group = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)
+    width = max(len(p) for p in unique)
+    ids = torch.zeros(len(unique), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for g, p in enumerate(unique):
+        ids[g, width - len(p):] = torch.tensor(p)
+        mask[g, width - len(p):] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    decoder = model.get_decoder()
+    cache = DynamicCache(config=_config(model))
+    if width > 1:
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        decoder(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+                past_key_values=cache, use_cache=True)
+        cache.batch_select_indices(group)
+    T_kept = int(lengths[kept].max())
+    completion = batch.completion_ids[kept, :T_kept]
+    segment = torch.cat([ids[group, -1:], completion[:, :-1]], dim=1)  # token t predicts completion token t
+    prompt_len = mask.sum(-1)[group]
+    seg_positions = prompt_len.unsqueeze(1) - 1 + torch.arange(T_kept, device=device)
+    seg_mask = torch.cat([mask[group, :-1], torch.ones_like(segment)], dim=1)  # right pads come after: unseen
+    hidden = decoder(input_ids=segment, attention_mask=seg_mask, position_ids=seg_positions, past_key_values=cache,
+                     use_cache=True).last_hidden_state
+    real = batch.completion_mask[kept, :T_kept].bool()
+    logits = head(hidden[real])
+    if temperature != 1.0:
+        logits = logits / temperature
+    rows, cols = real.nonzero(as_tuple=True)
+    where = (kept[rows], cols)
+    logps = logps.index_put(where, selective_log_softmax(logits, completion[real]))
+    if with_entropy:
+        entropy = entropy.index_put(where, entropy_from_logits(logits.detach()))
+    return logps, entropy

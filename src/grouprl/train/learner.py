@@ -21,8 +21,8 @@ from transformers import get_scheduler
 
 from grouprl.algos.importance import sampling_correction
 from grouprl.algos.losses import micro_batch_weight, policy_loss
-from grouprl.config import Config
-from grouprl.policy.grouped_scoring import grouped_completion_logps, supports_grouped_scoring
+from grouprl.config import Config, ConfigError
+from grouprl.policy.grouped_scoring import grouped_completion_logps, shared_prefix_logps, supports_grouped_scoring
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
@@ -90,7 +90,14 @@ class Learner:
         # One prompt pass per group where the model's attention takes a 4-D mask (same log-probs and gradients).
         # One process only: it calls the decoder and the head directly, past DDP's/FSDP's forward hooks.
         grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model) and not parallel.distributed
-        self.score_completions = grouped_completion_logps if grouped else completion_logps
+        layout = cfg.speed.grouped_layout
+        if layout == "auto":  # the cache layout is cheaper; a checkpointed layer cannot keep the cache
+            layout = "block_mask" if cfg.runtime.gradient_checkpointing else "prefix_cache"
+        if grouped and layout == "prefix_cache" and cfg.runtime.gradient_checkpointing:
+            raise ConfigError("config key 'grouped_layout': prefix_cache cannot run under gradient_checkpointing "
+                              "(a re-run layer would append to the prompt's cache again); use auto or block_mask")
+        self.score_completions = completion_logps if not grouped else (
+            shared_prefix_logps if layout == "prefix_cache" else grouped_completion_logps)
 
     @property
     def learning_rate(self) -> float:
