@@ -158,7 +158,8 @@ def test_lora_policy_scores_the_same_through_the_adapters(scorer):
 
 
 @pytest.mark.parametrize("cli, expected", [
-    ({}, "shared_prefix_logps"),
+    ({}, "auto_grouped_logps"),
+    ({"grouped_layout": "prefix_cache"}, "shared_prefix_logps"),
     ({"gradient_checkpointing": True}, "grouped_completion_logps"),  # a re-run layer cannot keep the cache
     ({"grouped_layout": "block_mask"}, "grouped_completion_logps"),
     ({"grouped_scoring": False}, "completion_logps"),
@@ -176,3 +177,21 @@ def test_the_learner_picks_the_layout(cli, expected):
             Learner(cfg, policy)
         return
     assert Learner(cfg, policy).score_completions.__name__ == expected
+
+
+def test_auto_takes_the_cache_layout_for_long_completions(monkeypatch):
+    import grouprl.policy.grouped_scoring as gs
+
+    used = []
+    for name in ("shared_prefix_logps", "grouped_completion_logps"):
+        real = getattr(gs, name)
+        monkeypatch.setattr(gs, name, lambda *a, _real=real, _name=name, **k: used.append(_name) or _real(*a, **k))
+    model = tiny_model()
+    short = pack([[5, 6, 7]] * 2, [[8] * 3, [9] * gs.SHORT_COMPLETIONS], PAD)
+    long = pack([[5, 6, 7]] * 2, [[8] * 3, [9] * (gs.SHORT_COMPLETIONS + 1)], PAD)
+    for batch in (short, long):
+        with torch.no_grad():
+            ref, _ = completion_logps(model, batch)
+            got, _ = gs.auto_grouped_logps(model, batch)
+        assert float((ref - got)[batch.completion_mask.bool()].abs().max()) < 1e-5
+    assert used == ["grouped_completion_logps", "shared_prefix_logps"]

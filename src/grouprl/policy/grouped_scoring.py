@@ -22,6 +22,13 @@ says no and the caller keeps the padded path. The dense mask does not skip the m
 the attention scores of a group cost L^2 instead of K (p + T)^2, which is small next to the
 linear layers saved at these lengths (measured in docs/performance.md).
 
+A second layout, ``shared_prefix_logps``, gets the same numbers through the model's KV cache: the
+prompt runs once into a cache whose keys and values keep their gradient, the cache is indexed out
+to the K samples, and the completions run on top of it. Its attention costs K T (p + T) per
+group instead of (p + K T)^2 and it needs no 4-D mask, so it is the layout for long completions;
+``auto_grouped_logps`` (``grouped_layout: auto``) picks the block mask for short ones, where its
+single decoder pass wins, and the learner keeps the block mask under gradient checkpointing.
+
 Samples are grouped by identical prompt ids, so any batch works (groups split across
 micro-batches, multi-step episodes); a completion whose mask is all zero (e.g. masked as
 truncated) is left out of the sequence and gets log-prob 0, as it counts nowhere.
@@ -226,3 +233,15 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0,
     if with_entropy:
         entropy = entropy.index_put(where, entropy_from_logits(logits.detach()))
     return logps, entropy
+
+
+SHORT_COMPLETIONS = 32  # tokens; below it the block mask's single pass was faster (docs/performance.md)
+
+
+def auto_grouped_logps(model, batch: TokenBatch, temperature: float = 1.0,
+                       with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``grouped_layout: auto`` (without gradient checkpointing): the block mask while every completion is
+    short (one decoder pass, and (p + K*T)^2 is small), the KV-cache layout once one is longer."""
+    longest = int(batch.completion_mask.sum(-1).max()) if len(batch) else 0
+    scorer = shared_prefix_logps if longest > SHORT_COMPLETIONS else grouped_completion_logps
+    return scorer(model, batch, temperature, with_entropy)

@@ -22,7 +22,8 @@ from transformers import get_scheduler
 from grouprl.algos.importance import sampling_correction
 from grouprl.algos.losses import micro_batch_weight, policy_loss
 from grouprl.config import Config, ConfigError
-from grouprl.policy.grouped_scoring import grouped_completion_logps, shared_prefix_logps, supports_grouped_scoring
+from grouprl.policy.grouped_scoring import (auto_grouped_logps, grouped_completion_logps, shared_prefix_logps,
+                                            supports_grouped_scoring)
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
@@ -91,13 +92,14 @@ class Learner:
         # One process only: it calls the decoder and the head directly, past DDP's/FSDP's forward hooks.
         grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model) and not parallel.distributed
         layout = cfg.speed.grouped_layout
-        if layout == "auto":  # the cache layout is cheaper; a checkpointed layer cannot keep the cache
-            layout = "block_mask" if cfg.runtime.gradient_checkpointing else "prefix_cache"
+        if layout == "auto" and cfg.runtime.gradient_checkpointing:  # a checkpointed layer cannot keep the cache
+            layout = "block_mask"
         if grouped and layout == "prefix_cache" and cfg.runtime.gradient_checkpointing:
             raise ConfigError("config key 'grouped_layout': prefix_cache cannot run under gradient_checkpointing "
                               "(a re-run layer would append to the prompt's cache again); use auto or block_mask")
-        self.score_completions = completion_logps if not grouped else (
-            shared_prefix_logps if layout == "prefix_cache" else grouped_completion_logps)
+        layouts = {"auto": auto_grouped_logps, "prefix_cache": shared_prefix_logps,
+                   "block_mask": grouped_completion_logps}
+        self.score_completions = layouts[layout] if grouped else completion_logps
 
     @property
     def learning_rate(self) -> float:
