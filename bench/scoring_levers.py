@@ -101,6 +101,8 @@ def worker(args) -> dict:
 
     torch.set_num_threads(args.threads)
     cfg = CONFIGS[args.config]
+    if args.comp_min:  # e.g. every completion at the cap, as in vs_trl's random-weight gsm8k runs
+        cfg = dict(cfg, comp=(args.comp_min, max(args.comp_min, cfg["comp"][1])))
     model, batch = build(cfg, args.seed, args.groups or cfg["groups"], args.k)
     v = args.variant
     scorer = {"grouped": grouped_completion_logps, "prefixcache": shared_prefix_logps,
@@ -148,6 +150,7 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--groups", type=int, default=0, help="prompts per batch (0: the config's)")
     p.add_argument("--k", type=int, default=8)
+    p.add_argument("--comp-min", type=int, default=0, help="shortest completion (0: the config's)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None)

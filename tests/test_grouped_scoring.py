@@ -179,7 +179,7 @@ def test_the_learner_picks_the_layout(cli, expected):
     assert Learner(cfg, policy).score_completions.__name__ == expected
 
 
-def test_auto_takes_the_cache_layout_for_long_completions(monkeypatch):
+def test_auto_takes_the_cheaper_layout(monkeypatch):
     import grouprl.policy.grouped_scoring as gs
 
     used = []
@@ -187,11 +187,17 @@ def test_auto_takes_the_cache_layout_for_long_completions(monkeypatch):
         real = getattr(gs, name)
         monkeypatch.setattr(gs, name, lambda *a, _real=real, _name=name, **k: used.append(_name) or _real(*a, **k))
     model = tiny_model()
-    short = pack([[5, 6, 7]] * 2, [[8] * 3, [9] * gs.SHORT_COMPLETIONS], PAD)
-    long = pack([[5, 6, 7]] * 2, [[8] * 3, [9] * (gs.SHORT_COMPLETIONS + 1)], PAD)
-    for batch in (short, long):
+    rng = random.Random(0)
+    prompt = [rng.randrange(2, VOCAB) for _ in range(6)]
+    short = pack([prompt] * 4, [[rng.randrange(2, VOCAB) for _ in range(n)] for n in (2, 3, 3, 4)], PAD)
+    long_even = pack([prompt] * 4, [[rng.randrange(2, VOCAB) for _ in range(60)] for _ in range(4)], PAD)
+    uneven = pack([prompt] * 4, [[rng.randrange(2, VOCAB) for _ in range(n)] for n in (2, 3, 4, 60)], PAD)
+    for batch in (short, long_even, uneven):
         with torch.no_grad():
             ref, _ = completion_logps(model, batch)
             got, _ = gs.auto_grouped_logps(model, batch)
         assert float((ref - got)[batch.completion_mask.bool()].abs().max()) < 1e-5
-    assert used == ["grouped_completion_logps", "shared_prefix_logps"]
+    # short: the one-pass block mask; long and even: the cache; one long among short ones: no padding (block)
+    assert used == ["grouped_completion_logps", "shared_prefix_logps", "grouped_completion_logps"]
+    block, cache = gs.layout_costs(model, long_even)
+    assert cache < block

@@ -21,8 +21,8 @@ class SpeedConfig(Section):
     grouped_layout: Literal["auto", "prefix_cache", "block_mask"] = Field(
         "auto", description="how a group is scored once: prefix_cache (the prompt's keys/values reused by its K "
                             "completions; attention K*T*(p+T)), block_mask (one row, 4-D mask; attention "
-                            "(p+K*T)^2); auto = block_mask while completions are <= 32 tokens or under "
-                            "gradient_checkpointing, prefix_cache otherwise")
+                            "(p+K*T)^2); auto = per batch, the one a FLOP estimate finds cheaper "
+                            "(block_mask under gradient_checkpointing)")
     prefill_once: bool = Field(
         True, description="hf generation: prefill a group's prompt once and fork its KV cache to the K samples "
                           "(same tokens; off: HF generate prefills every copy)")

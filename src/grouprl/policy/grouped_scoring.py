@@ -235,13 +235,42 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0,
     return logps, entropy
 
 
-SHORT_COMPLETIONS = 32  # tokens; below it the block mask's single pass was faster (docs/performance.md)
+def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
+    """Estimated FLOPs per decoder layer of (block mask, KV cache) for ``batch``.
+
+    Per token, the linear layers cost 2 * (2 h q + 2 h kv + 3 h i) (q/o, k/v and the gated MLP);
+    per attended (query, key) pair, 4 q (scores and values). The block mask runs p + sum T tokens
+    per group and attends all (p + sum T)^2 pairs (its mask skips nothing); the cache runs each
+    prompt once and N rows padded to the longest completion T_max, each attending W + T_max keys
+    (W: the longest prompt). This model picked the faster layout in every case measured in
+    docs/performance.md (tiny: block; GSM8K shape with lengths 96-256: block; all 256: cache).
+    """
+    config = _config(model)
+    h = config.hidden_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or h // heads
+    q, kv = heads * head_dim, (getattr(config, "num_key_value_heads", None) or heads) * head_dim
+    inter = getattr(config, "intermediate_size", None) or 4 * h
+    per_token, per_pair = 2 * (2 * h * q + 2 * h * kv + 3 * h * inter), 4 * q
+    lengths = batch.completion_mask.sum(-1)
+    kept = lengths > 0
+    if not bool(kept.any()):
+        return 0.0, 0.0
+    prompts, group = torch.unique(batch.prompt_ids[kept] * batch.prompt_mask[kept], dim=0, return_inverse=True)
+    p = batch.prompt_mask[kept].sum(-1).float()
+    prompt_len = torch.zeros(len(prompts)).scatter_(0, group.cpu(), p.cpu())  # a group's members agree
+    row = prompt_len + torch.zeros(len(prompts)).index_add_(0, group.cpu(), lengths[kept].float().cpu())
+    block = per_token * float(row.sum()) + per_pair * float((row ** 2).sum())
+    n, t_max, width = int(kept.sum()), float(lengths.max()), float(prompt_len.max())
+    cache = per_token * (float(prompt_len.sum()) + n * t_max) + per_pair * n * t_max * (width + t_max)
+    return block, cache
 
 
 def auto_grouped_logps(model, batch: TokenBatch, temperature: float = 1.0,
                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``grouped_layout: auto`` (without gradient checkpointing): the block mask while every completion is
-    short (one decoder pass, and (p + K*T)^2 is small), the KV-cache layout once one is longer."""
-    longest = int(batch.completion_mask.sum(-1).max()) if len(batch) else 0
-    scorer = shared_prefix_logps if longest > SHORT_COMPLETIONS else grouped_completion_logps
+    """``grouped_layout: auto`` (without gradient checkpointing): per batch, the layout ``layout_costs``
+    estimates cheaper. The block mask wins with short or uneven completions (no padding, one pass),
+    the cache with long even ones (its attention grows with K T (p + T), not (p + K T)^2)."""
+    block, cache = layout_costs(model, batch)
+    scorer = shared_prefix_logps if cache < block else grouped_completion_logps
     return scorer(model, batch, temperature, with_entropy)
