@@ -126,7 +126,7 @@ def run_worker(which: str, config: str, backend: str, args, model: str, result_f
            "--model", model, "--result-file", str(result_file), "--steps", str(args.steps),
            "--threads", str(args.threads), "--lr", str(args.lr), "--seed", str(args.seed),
            "--prompts", str(args.prompts or shape["prompts"])] + (["--no-grouped"] if args.no_grouped else []) \
-        + (["--no-prefill-once"] if args.no_prefill_once else [])
+        + (["--no-prefill-once"] if args.no_prefill_once else []) + ["--grouped-layout", args.grouped_layout]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(HERE.parent / "src"))
     if backend == "vllm":  # the same engine settings for both sides: in-process, 1 GiB KV cache, no pinning
@@ -159,6 +159,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--no-grouped", action="store_true", help="grouprl: padded scoring (grouped_scoring off)")
+    p.add_argument("--grouped-layout", choices=["auto", "prefix_cache", "block_mask"], default="auto",
+                   help="grouprl: speed.grouped_layout")
     p.add_argument("--no-prefill-once", action="store_true", help="grouprl, hf backend: prefill every prompt copy")
     p.add_argument("--vllm-python", default=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
     p.add_argument("--model", default=None)

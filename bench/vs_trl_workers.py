@@ -110,6 +110,7 @@ def grouprl_cli(args, out_dir: str) -> dict:
         "rewards": ["arithmetic_digits"], "log_rollouts": False, "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
         "generation_backend": args.backend, "grouped_scoring": not args.no_grouped,
         "prefill_once": not getattr(args, "no_prefill_once", False),
+        "grouped_layout": getattr(args, "grouped_layout", "auto"),
         "vllm_max_model_len": args.max_model_len, "sampling_correction_cap": 2.0,
     }
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from run_helpers import rows, train, user_file
 
 BLOCKING_PLAIN = "import time\ndef fn(completion, ground_truth, **kw):\n    time.sleep(3600)\n"
@@ -37,3 +39,28 @@ def test_blocking_reward_past_the_budget_stops_the_run(tiny_arithmetic_dir, tmp_
     assert rc == 1
     err = capsys.readouterr().err
     assert "run stopped" in err and "plain.py:fn" in err and "reward_timeout=0.5" in err
+
+
+def test_calls_share_a_worker_thread_until_one_hangs():
+    import threading
+
+    from grouprl.rewards import guard
+    from grouprl.rewards.guard import RewardTimeout, call_with_timeout
+
+    def where(x):
+        return threading.current_thread().ident, x * 2
+
+    first = [call_with_timeout(where, 5.0, i) for i in range(3)]
+    assert [v for _, v in first] == [0, 2, 4]
+    assert len({t for t, _ in first}) == 1 and first[0][0] != threading.get_ident()  # one worker, not the caller
+    release = threading.Event()
+    before = guard.ABANDONED
+    with pytest.raises(RewardTimeout):
+        call_with_timeout(release.wait, 0.2, 30, name="stuck")
+    assert guard.ABANDONED == before + 1
+    after, value = call_with_timeout(where, 5.0, 21)
+    assert value == 42 and after != first[0][0]  # the stuck worker is left alone; a fresh one serves
+    with pytest.raises(ValueError, match="bad"):
+        call_with_timeout(lambda: (_ for _ in ()).throw(ValueError("bad")), 5.0)  # errors reach the caller
+    release.set()
+    guard.ABANDONED = before  # the hung call has returned; do not leak the count into other tests

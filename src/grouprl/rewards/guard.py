@@ -3,7 +3,7 @@
 A reward function is adversarial input: it may block forever (a lock, a network call, an
 endless loop) or return NaN, ±inf or a non-number. Neither may reach the advantages:
 
-* ``call_with_timeout`` runs the call in a worker thread and gives up after ``timeout_s``; the
+* ``call_with_timeout`` runs the call in a worker thread (kept between calls) and gives up after ``timeout_s``; the
   samples of that call become errors. Python cannot kill a thread, so a call that never returns
   keeps its (daemon) thread; ``ABANDONED`` counts them, and past ``MAX_ABANDONED`` the run stops
   (each one may hold a CPU or memory).
@@ -13,6 +13,7 @@ endless loop) or return NaN, ±inf or a non-number. Neither may reach the advant
 from __future__ import annotations
 
 import math
+import queue
 import threading
 from typing import Any, Callable
 
@@ -30,25 +31,41 @@ class TooManyStuckRewards(RuntimeError):
     """So many reward calls are stuck that the run cannot go on safely."""
 
 
+class _Worker:
+    """One daemon thread that runs calls handed to it, one at a time. A thread per call cost about
+    0.1 ms, i.e. 16 ms of a 250 ms tiny step with 128 per-sample reward calls."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="reward-worker", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            fn, args, kwargs, box, done = self.jobs.get()
+            try:
+                box["value"] = fn(*args, **kwargs)
+            except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+                box["error"] = err
+            finally:
+                done.set()
+
+
+_workers = threading.local()  # each calling thread its own worker: calls never queue behind another's
+
+
 def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args, name: str = "reward",
                       **kwargs) -> Any:
     """``fn(*args, **kwargs)``, or ``RewardTimeout`` after ``timeout_s`` (None or <= 0: no budget)."""
     global ABANDONED
     if not timeout_s or timeout_s <= 0:
         return fn(*args, **kwargs)
+    worker = getattr(_workers, "worker", None) or _Worker()
+    _workers.worker = worker
     box: dict[str, Any] = {}
     done = threading.Event()
-
-    def target() -> None:
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-            box["error"] = err
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name=f"reward:{name}", daemon=True).start()
+    worker.jobs.put((fn, args, kwargs, box, done))
     if not done.wait(timeout_s):
+        _workers.worker = None  # it is stuck inside fn for good: the next call gets a fresh thread
         with _lock:
             ABANDONED += 1
             stuck = ABANDONED
