@@ -85,7 +85,7 @@ def summarize(runs: list[dict], warmup: int) -> dict:
         "mean_completion_tokens_per_step": statistics.fmean([n for r in runs for n in r["completion_tokens"][warmup:]]),
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "setup_rss_mb": max(r["setup_rss_mb"] for r in runs),
         "per_round_median_step_s": [statistics.median(r["step_times"][warmup:]) for r in runs],
-        "median_phase_s": phases,
+        "median_phase_s": phases, "engine_dtype": sorted({str(r.get("engine_dtype")) for r in runs}),
     }
     stats = [s for r in runs for s in r.get("update_stats", [])[warmup:] if s]
     if stats:
@@ -126,7 +126,8 @@ def run_worker(which: str, config: str, backend: str, args, model: str, result_f
            "--model", model, "--result-file", str(result_file), "--steps", str(args.steps),
            "--threads", str(args.threads), "--lr", str(args.lr), "--seed", str(args.seed),
            "--prompts", str(args.prompts or shape["prompts"])] + (["--no-grouped"] if args.no_grouped else []) \
-        + (["--no-prefill-once"] if args.no_prefill_once else []) + ["--grouped-layout", args.grouped_layout]
+        + (["--no-prefill-once"] if args.no_prefill_once else []) + ["--grouped-layout", args.grouped_layout] \
+        + ["--vllm-dtype", args.vllm_dtype]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(HERE.parent / "src"))
     if backend == "vllm":  # the same engine settings for both sides: in-process, 1 GiB KV cache, no pinning
@@ -161,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--no-grouped", action="store_true", help="grouprl: padded scoring (grouped_scoring off)")
     p.add_argument("--grouped-layout", choices=["auto", "prefix_cache", "block_mask"], default="auto",
                    help="grouprl: speed.grouped_layout")
+    p.add_argument("--vllm-dtype", default="bfloat16",
+                   help="grouprl's engine dtype; TRL's engine takes vLLM's 'auto', which is bfloat16 for an fp32 "
+                        "checkpoint on this CPU (both are recorded as engine_dtype)")
     p.add_argument("--no-prefill-once", action="store_true", help="grouprl, hf backend: prefill every prompt copy")
     p.add_argument("--vllm-python", default=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
     p.add_argument("--model", default=None)

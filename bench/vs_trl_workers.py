@@ -112,6 +112,9 @@ def grouprl_cli(args, out_dir: str) -> dict:
         "prefill_once": not getattr(args, "no_prefill_once", False),
         "grouped_layout": getattr(args, "grouped_layout", "auto"),
         "vllm_max_model_len": args.max_model_len, "sampling_correction_cap": 2.0,
+        # TRL builds its engine with dtype "auto", which vLLM resolves for an fp32 checkpoint to the
+        # platform's half type (bfloat16 on this CPU): grouprl's engine gets the same dtype.
+        "vllm_dtype": getattr(args, "vllm_dtype", "bfloat16"),
     }
 
 
@@ -149,9 +152,15 @@ def worker_grouprl(args) -> dict:
             res["tokens"].append(sum(len(s.prompt_ids) for s in steps) + n_comp)
             res["completion_tokens"].append(n_comp)
             res["update_stats"].append({k: v for k, v in record.update.items() if k.startswith("importance")})
-        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb()}
+        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb(),
+                "engine_dtype": _engine_dtype(getattr(trainer.backend, "llm", None))}
     finally:
         shutil.rmtree(out, ignore_errors=True)
+
+
+def _engine_dtype(llm) -> str | None:
+    """The dtype a vLLM engine actually runs in (None: no engine)."""
+    return None if llm is None else str(llm.llm_engine.model_config.dtype)
 
 
 def _trl_vllm_cpu_sync(trainer) -> None:
@@ -245,6 +254,7 @@ def worker_trl(args) -> dict:
         trainer.add_callback(StepEnd())
         setup_rss = rss_mb()
         trainer.train()
-        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb()}
+        engine = getattr(getattr(trainer, "vllm_generation", None), "llm", None) if use_vllm else None
+        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb(), "engine_dtype": _engine_dtype(engine)}
     finally:
         shutil.rmtree(out, ignore_errors=True)
