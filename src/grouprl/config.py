@@ -23,14 +23,13 @@ class Section(BaseModel):
 class ModelConfig(Section):
     model_name_or_path: str | None = Field(
         None, description="Hub id or local dir of a causal LM; empty = build the task's tiny model and SFT-warm it")
-    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field("auto", description="auto = bfloat16 on "
-                                                                                           "CUDA, float32 elsewhere")
+    torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="auto = bfloat16 on CUDA, float32 elsewhere")
     use_peft: bool = Field(False, description="train LoRA adapters; the reference is the base with adapters off")
     lora_r: int = Field(16, gt=0, description="LoRA rank")
     lora_alpha: int = Field(32, gt=0, description="LoRA alpha")
     lora_dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout")
-    lora_target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-                                           description="modules to adapt")
+    lora_target_modules: list[str] = Field(["q_proj", "k_proj", "v_proj", "o_proj"], description="modules to adapt")
     tiny_hidden_size: int = Field(128, gt=0, description="tiny model: hidden size")
     tiny_num_layers: int = Field(4, gt=0, description="tiny model: decoder layers")
     tiny_num_heads: int = Field(4, gt=0, description="tiny model: attention heads")
@@ -370,9 +369,8 @@ def build_config(
     """Defaults < recipe < environment < CLI, validated as one model."""
     import grouprl.tasks  # noqa: F401 - the registered tasks (and the config sections they add)
 
-    layers = [read_recipe(recipe) if recipe else {}, env_overrides(environ), _nest(cli or {}, "command line")]
     merged: dict[str, dict[str, Any]] = {}
-    for layer in layers:
+    for layer in (read_recipe(recipe) if recipe else {}, env_overrides(environ), _nest(cli or {}, "command line")):
         merged = _merge(merged, layer)
     for name, section_cls in EXTRA_SECTIONS.items():  # a task's section: its errors named like the others'
         try:
