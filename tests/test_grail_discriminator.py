@@ -68,6 +68,19 @@ def test_score_is_alpha_p_expert_for_valid_choices_only(rows, disc_dir):
     assert scores[1:] == [0.0, 0.0]
 
 
+def test_bare_numbers_follow_the_accuracy_reward_setting(rows, disc_dir, monkeypatch):
+    """A recipe's pureacc_allow_bare_number reaches the discriminator as it reaches slate_accuracy."""
+    monkeypatch.delenv("PUREACC_ALLOW_BARE_NUMBER", raising=False)
+    r = rows[0]
+    bare = [episode(r, str(wrong(r))), episode(r, str(r["gold_index"]), index=1)]
+    off = build_discriminator(grail_settings({"gail_device": "cpu"}, environ={}), model=str(disc_dir))
+    on = build_discriminator(grail_settings({"gail_device": "cpu", "pureacc_allow_bare_number": True}, environ={}),
+                             model=str(disc_dir))
+    assert off.score(bare) == [0.0, 0.0] and all(s > 0 for s in on.score(bare))
+    assert [e.label for e in build_examples(bare, allow_bare_number=True)] == [1, 0]
+    assert [e.label for e in build_examples(bare, allow_bare_number=False)] == [1]
+
+
 def test_one_step_lowers_the_loss_on_a_fixed_batch(rows, disc_dir):
     disc = GailDiscriminator(str(disc_dir), learning_rate=1e-3, device="cpu")
     eps = [episode(r, answer(wrong(r)), group=g) for g, r in enumerate(rows[:8])]

@@ -124,3 +124,18 @@ def test_tiny_recipe_builds_its_own_models(tmp_path):
     assert len(tok(prompt)["input_ids"]) < len(prompt) / 3  # word tokens
     assert (tmp_path / "tiny_discriminator" / "config.json").is_file()
     assert "disc/accuracy" in read_jsonl(tmp_path / "metrics.jsonl")[-1]
+
+
+def test_frozen_run_logs_alpha_beta_and_the_discriminator_every_step(data_dir, tiny_models, tmp_path):
+    """GAIL_EVAL_MODE=1 for the whole run: scored, never trained, and still logged at every step."""
+    cli = overrides(tmp_path, data_dir / "gun", tiny_models, n_eval=0, save_steps=2, gail_lr=1e-2)
+    cfg = build_config(TINY_RECIPE, cli, environ={"GAIL_EVAL_MODE": "1"})
+    run_training(cfg)
+    metrics = read_jsonl(tmp_path / "metrics.jsonl")
+    assert len(metrics) == 2
+    for m in metrics:
+        for key in ("grail/alpha", "grail/beta", "disc/loss", "disc/accuracy", "disc/positives"):
+            assert key in m, key
+        assert (m["grail/alpha"], m["grail/beta"]) == (pytest.approx(2 / 3), pytest.approx(1 / 3))
+    state = torch.load(tmp_path / "checkpoint-2" / "learned_rewards.pt", weights_only=False)["learned_rewards"]
+    assert state["learned"]["gail"]["steps"] == 0

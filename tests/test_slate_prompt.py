@@ -211,6 +211,9 @@ def test_generator_is_seeded_and_in_schema(tmp_path):
     rows, counts = prepare_rows(a["train"], "synthetic")
     assert counts.dropped == 0 and {r["issue"] for r in rows} == {"minimum_wage"}
     assert all(r["opinion_label"] in schema.OPINIONS for r in rows)
+    wage_columns = ["minwage15_w1", "minwage15_w2", "mw_support_w1", "mw_support_w2", "minwage_text_w1",
+                    "minwage_text_w2", "mw_index_w1", "mw_index_w2"]
+    assert all(schema.field_value(raw, c) is not None for raw in a["train"] for c in wage_columns)
     report = write_dataset(tmp_path, ["gun_control"], 20, 300, seed=0)
     assert (tmp_path / "gun" / "train.jsonl").is_file() and (tmp_path / "ceiling.json").is_file()
     gun = report["gun_control"]

@@ -47,20 +47,22 @@ def completion_of(ep: Episode) -> str:
     return ep.steps[-1].action_text if ep.steps else ""
 
 
-def valid_choice(ep: Episode) -> int | None:
-    """The episode's parsed option number when it is within the slate, else None."""
-    answer = parse_slate_answer(completion_of(ep))
+def valid_choice(ep: Episode, allow_bare_number: bool | None = None) -> int | None:
+    """The episode's parsed option number when it is within the slate, else None (bare numbers as
+    ``slate_accuracy`` reads them: ``allow_bare_number``, else PUREACC_ALLOW_BARE_NUMBER)."""
+    answer = parse_slate_answer(completion_of(ep), allow_bare_number)
     return answer.choice if answer.in_range(len(ep.row["slate_items"])) else None
 
 
-def build_examples(episodes: list[Episode], show_ids: bool = False) -> list[DiscriminatorExample]:
+def build_examples(episodes: list[Episode], show_ids: bool = False,
+                   allow_bare_number: bool | None = None) -> list[DiscriminatorExample]:
     """Positives: each distinct row's logged click (once); negatives: valid, wrong policy choices."""
     positives: dict[str, DiscriminatorExample] = {}
     negatives: list[DiscriminatorExample] = []
     for ep in episodes:
         row = ep.row
         positives.setdefault(row["question"], example_for(row, row["gold_index"], 1, show_ids))
-        choice = valid_choice(ep)
+        choice = valid_choice(ep, allow_bare_number)
         if choice is not None and choice != row["gold_index"]:
             negatives.append(example_for(row, choice, 0, show_ids))
     return list(positives.values()) + negatives
@@ -83,12 +85,14 @@ class GailDiscriminator:
 
     def __init__(self, model_name_or_path: str, learning_rate: float = 2e-5, alpha: float = 1.0,
                  device: str = "auto", show_ids: bool = False, trainable: bool = True, max_length: int = 512,
-                 replay: int = 0, minibatch: int = 0, updates: int = 1, seed: int = 0, score_batch_size: int = 64):
+                 replay: int = 0, minibatch: int = 0, updates: int = 1, seed: int = 0, score_batch_size: int = 64,
+                 allow_bare_number: bool | None = None):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.device = pick_gail_device(device)
         self.alpha, self.show_ids, self.trainable, self.max_length = alpha, show_ids, trainable, max_length
         self.updates, self.minibatch, self.score_batch_size = max(1, updates), minibatch, score_batch_size
+        self.allow_bare_number = allow_bare_number  # None: PUREACC_ALLOW_BARE_NUMBER decides
         self.frozen = False  # eval mode: scored, never updated (the scorer sets it)
         self.tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
         # A hub checkpoint without a classification head gets a fresh one: seeded, so every process
@@ -125,7 +129,7 @@ class GailDiscriminator:
     # --- the LearnedReward protocol ------------------------------------------------------------
     def score(self, episodes: list[Episode]) -> list[float]:
         """GAIL_ALPHA * D(chosen item) for parseable in-range choices, 0 for the rest."""
-        choices = [valid_choice(ep) for ep in episodes]
+        choices = [valid_choice(ep, self.allow_bare_number) for ep in episodes]
         scored = [i for i, c in enumerate(choices) if c is not None]
         probs = self.p_expert([example_for(episodes[i].row, choices[i], 0, self.show_ids) for i in scored])
         rewards = [0.0] * len(episodes)
@@ -152,7 +156,7 @@ class GailDiscriminator:
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         """One AdamW step (GAIL_UPDATES with replay) on this batch's positives and negatives."""
-        examples = gather_examples(build_examples(episodes, self.show_ids))
+        examples = gather_examples(build_examples(episodes, self.show_ids, self.allow_bare_number))
         metrics = self.measure(examples)
         if self.frozen or not self.trainable or not examples:
             return metrics

@@ -169,6 +169,7 @@ class Scorer:
         self.learned = list(learned or [])
         self.learned_weights = list(learned_weights or [1.0] * len(self.learned))
         self.mixer = mixer
+        self._evaluating = False  # inside eval_mode(): learned rewards score, never update or gather
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
         self.penalty_in_rewards = penalty_in_rewards  # False: invalid_penalty on_step (charged in the advantage)
 
@@ -254,10 +255,13 @@ class Scorer:
             if ep.steps:
                 ep.steps[-1].reward += r - b
         metrics: dict[str, float] = {}
+        if self._evaluating:  # scored only; evaluation may run on one process, so no gathers either
+            return metrics
+        # A frozen learner (GAIL_EVAL_MODE=1, GAIL_TRAIN=0) skips its step inside update() but still
+        # reports its metrics, so a frozen run logs alpha, beta and the discriminator every step too.
         for reward in self.learned:
-            if not reward.frozen:
-                metrics.update(reward.update(episodes))
-        if self.mixer is not None and not self.mixer.frozen:
+            metrics.update(reward.update(episodes))
+        if self.mixer is not None:
             # Several processes: one update on the whole batch's B and D, the same on every process,
             # so the mixer stays identical everywhere (the discriminator gathers its examples itself).
             metrics.update(self.mixer.update(all_gather_cat(base), all_gather_cat(learned)))
@@ -271,9 +275,11 @@ class Scorer:
         before = [x.frozen for x in learners]
         for x in learners:
             x.frozen = True
+        self._evaluating = True
         try:
             yield self
         finally:
+            self._evaluating = False
             for x, was in zip(learners, before):
                 x.frozen = was
 

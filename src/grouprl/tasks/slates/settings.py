@@ -73,7 +73,8 @@ def build_discriminator(settings: GrailSettings, seed: int = 0, model: str | Non
     return GailDiscriminator(model or settings.gail_disc_model, settings.gail_lr, settings.gail_alpha,
                              settings.gail_device, settings.grail_disc_show_ids, settings.gail_train,
                              replay=settings.gail_replay, minibatch=settings.gail_minibatch,
-                             updates=settings.gail_updates, seed=seed)
+                             updates=settings.gail_updates, seed=seed,
+                             allow_bare_number=settings.pureacc_allow_bare_number)
 
 
 def build_mixer(settings: GrailSettings, base_weight: float = 1.0):

@@ -163,7 +163,8 @@ def make_row(issue: str, videos: list[Video], rng: random.Random, noise: float, 
     nested = rng.random() < 0.3  # some rows keep the survey in a nested dict, as the hub rows can
     survey = {**profile, after_key: after}
     if issue == "minimum_wage":
-        survey.update(minwage15_w2=int(after > 0.5), mw_support_w2=after)
+        survey.update(minwage15_w2=int(after > 0.5), mw_support_w2=after,
+                      minwage_text_w2="$15" if after > 0.5 else "$10")
     row: dict[str, Any] = {
         "issue": issue, "participant_study": STUDY[issue], "session_id": f"{issue}-{session}",
         "slate_items_json": json.dumps([v.slate_item() for v in slate]) if rng.random() < 0.5
