@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 import torch
 
+from grouprl.config import ConfigError
 from grouprl.records import Episode
 from grouprl.train import distributed as D
 
@@ -36,8 +37,11 @@ def fsdp_requested() -> bool:
 
 
 def shard_fully(model: torch.nn.Module) -> torch.nn.Module:
-    """FSDP2 full shard as accelerate's fsdp.yaml does it (one unit per decoder layer, then the
-    root), applied with PyTorch directly on CPU, where accelerate runs FSDP configs as plain DDP."""
+    """FSDP2 full shard as accelerate's fsdp.yaml asks for it (one unit per decoder layer, then the
+    root), applied with PyTorch's ``fully_shard`` directly, on CPU and on CUDA alike: accelerate
+    runs FSDP configs as plain DDP without CUDA, and with CUDA its ``prepare_model`` refuses FSDP2
+    ("FSDP2 preparation should be done via `accelerate.prepare()`", it wants the optimizer too),
+    while grouprl builds the optimizer on the sharded parameters afterwards."""
     from torch.distributed.fsdp import fully_shard
 
     units = set(getattr(model, "_no_split_modules", None) or
@@ -60,6 +64,12 @@ class DataParallel:
     @classmethod
     def start(cls) -> "DataParallel":
         """Join the launcher's process group (a plain run: one process, no group)."""
+        if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"):
+            # accelerate's prepare_model leaves a DeepSpeed model unwrapped: the processes' gradients
+            # would never be averaged (and ZeRO-3's partitioned weights never gathered).
+            raise ConfigError("accelerate config: DeepSpeed (zero3.yaml) is not driven by grouprl's trainer; "
+                              "use recipes/accelerate_configs/fsdp.yaml (FSDP2 full shard: parameters, "
+                              "gradients and optimizer state split across processes) or ddp.yaml")
         info = D.init_processes()
         if not info.distributed:
             return cls(info)
@@ -90,7 +100,7 @@ class DataParallel:
         """The module the training forward runs through: DDP, FSDP2, or the model itself."""
         if not self.distributed:
             return model
-        if self.fsdp and not torch.cuda.is_available():
+        if self.fsdp:
             return shard_fully(model)
         return self.accelerator.prepare_model(model)
 
