@@ -2,7 +2,8 @@
 
 The real hub cannot be reached from this machine (no internet), so the pushes are tested against
 this real HTTP server on 127.0.0.1, driven by the real ``huggingface_hub`` client. It keeps repos
-in memory: branches -> list of commits (newest last), each commit a full file snapshot. Endpoints:
+in memory: branches -> list of commits (newest last), each commit a full file snapshot; model and
+dataset repos alike (one namespace, the repo's type recorded). Endpoints:
 create repo, list refs, list commits, create branch, preupload (every file "regular", so content
 travels base64 in the commit), commit (NDJSON).
 """
@@ -97,15 +98,15 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?")[0]
         if m := re.fullmatch(r"/(?:models/)?(.+?)/resolve/([^/]+)/(.+)", path):
             return self._resolve(m[1], m[2], m[3], head=False)
-        if m := re.fullmatch(r"/api/models/(.+)/tree/([^/]+)(?:/(.*))?", path):
+        if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/tree/([^/]+)(?:/(.*))?", path):
             return self._send(404, {"error": "stand-in keeps no folders"})  # e.g. additional_chat_templates
-        if m := re.fullmatch(r"/api/models/(.+)/refs", path):
+        if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/refs", path):
             if (repo := self._repo(m[1])) is None:
                 return
             branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": commits[-1]["id"]}
                         for b, commits in repo["branches"].items()]
             return self._send(200, {"branches": branches, "tags": [], "converts": [], "pullRequests": []})
-        if m := re.fullmatch(r"/api/models/(.+)/commits/([^/]+)", path):
+        if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/commits/([^/]+)", path):
             if (repo := self._repo(m[1])) is None:
                 return
             commits = repo["branches"].get(m[2])
@@ -128,9 +129,10 @@ class Handler(BaseHTTPRequestHandler):
                 initial = self.state.new_commit(None, {".gitattributes": b"*.safetensors filter=lfs\n"},
                                                 "initial commit")
                 self.state.repos[repo_id] = {"private": payload.get("visibility") == "private"
-                                             or payload.get("private"), "branches": {"main": [initial]}}
+                                             or payload.get("private"), "branches": {"main": [initial]},
+                                             "type": payload.get("type") or "model"}
                 return self._send(200, {"url": f"http://{self.headers['Host']}/{repo_id}", "name": repo_id})
-            if m := re.fullmatch(r"/api/models/(.+)/branch/([^/]+)", path):
+            if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/branch/([^/]+)", path):
                 if (repo := self._repo(m[1])) is None:
                     return
                 start = json.loads(body or b"{}").get("startingPoint")
@@ -139,11 +141,11 @@ class Handler(BaseHTTPRequestHandler):
                 every = {c["id"]: c for commits in repo["branches"].values() for c in commits}
                 repo["branches"][m[2]] = [every[start]] if start else list(repo["branches"]["main"])
                 return self._send(200, {})
-            if m := re.fullmatch(r"/api/models/(.+)/preupload/([^/]+)", path):
+            if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/preupload/([^/]+)", path):
                 files = json.loads(body)["files"]
                 return self._send(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
                                                   for f in files]})
-            if m := re.fullmatch(r"/api/models/(.+)/commit/([^/]+)", path):
+            if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/commit/([^/]+)", path):
                 if (repo := self._repo(m[1])) is None:
                     return
                 lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]

@@ -149,3 +149,39 @@ def test_server_killed_mid_run_then_rerun_loses_and_duplicates_nothing(server, t
     assert keys[: len(first)] == first  # the first run's answers kept as they were
     rows = [json.loads(line) for line in (out / "generations.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rows] == list(range(40)) and all(len(r["generations"]) == 2 for r in rows)
+
+
+def test_prompt_column_string_or_messages_and_template_errors_name_the_row(tmp_path):
+    from grouprl.generate.pipeline import GenerateSpec, build_messages
+
+    spec = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path), system_prompt="Be brief.")
+    assert build_messages(spec, {"prompt": "hi"}, 0) == [{"role": "system", "content": "Be brief."},
+                                                           {"role": "user", "content": "hi"}]
+    chat = [{"role": "system", "content": "own"}, {"role": "user", "content": "hi"}]
+    assert build_messages(spec, {"prompt": chat}, 0) == chat  # a message list is used as it is
+    with pytest.raises(KeyError, match="d.jsonl row 3: no prompt column 'prompt'"):
+        build_messages(spec, {"text": "hi"}, 3)
+    with pytest.raises(ValueError, match="d.jsonl row 4: prompt is an empty string"):
+        build_messages(spec, {"prompt": " "}, 4)
+    templated = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path),
+                             prompt_template="Reverse: {{ word }}")
+    assert build_messages(templated, {"word": "abc"}, 0) == [{"role": "user", "content": "Reverse: abc"}]
+
+
+def test_push_to_hub_uploads_the_jsonl_to_a_private_dataset_repo(tmp_path):
+    """``--push_to_hub``: the real huggingface_hub client against the local stand-in of the hub
+    (tests/hub_standin.py); the hub itself cannot be reached from here."""
+    from hub_standin import serve
+
+    from grouprl.generate.pipeline import push_dataset
+
+    path = tmp_path / "generations.jsonl"
+    path.write_text('{"id": 0, "generations": ["a"]}\n')
+    server, state = serve()
+    try:
+        push_dataset(path, "me/gen", f"http://127.0.0.1:{server.server_address[1]}", "hf_test")
+    finally:
+        server.shutdown()
+    repo = state.repos["me/gen"]
+    assert repo["private"] and repo["type"] == "dataset"
+    assert repo["branches"]["main"][-1]["files"]["data/generations.jsonl"] == path.read_bytes()

@@ -126,9 +126,101 @@ def test_unknown_key_in_a_recipe_file_fails_naming_it(tmp_path):
     recipe.write_text(MATH_RECIPE.read_text() + "use_liger_kernel: true\n")
     with pytest.raises(ConfigError, match="config_x.yaml: key 'use_liger_kernel' \\(value True\\): not a grouprl key"):
         build_config(recipe, environ={})
-    recipe.write_text(MATH_RECIPE.read_text() + "vllm_mode: server\n")  # no vLLM server mode in grouprl yet
-    with pytest.raises(ConfigError, match="key 'vllm_mode' .* maps to grouprl's 'vllm_mode', which this grouprl "
-                                          "does not have"):
+    recipe.write_text(MATH_RECIPE.read_text() + "vllm_mode: remote\n")
+    with pytest.raises(ConfigError, match="config_x.yaml: key 'vllm_mode' \\(value 'remote'\\): expected one of "
+                                          "\\['colocate', 'server'\\]"):
+        build_config(recipe, environ={})
+
+
+def test_use_vllm_and_vllm_mode_pick_the_generation_backend():
+    known = KNOWN | {"generation_backend"}
+    assert translate_recipe({"use_vllm": True}, known)["generation_backend"] == "vllm"
+    assert translate_recipe({"use_vllm": True, "vllm_mode": "colocate"}, known)["generation_backend"] == "vllm"
+    assert translate_recipe({"vllm_mode": "server", "use_vllm": True}, known)["generation_backend"] == "vllm_server"
+    assert translate_recipe({"use_vllm": False, "vllm_mode": "server"}, known)["generation_backend"] == "hf"
+    assert translate_recipe({"vllm_mode": "colocate"}, known) == {}  # without use_vllm: no effect, as in TRL
+
+
+def test_null_dataset_config_and_non_integer_batch_keys():
+    assert "dataset_config" not in translate_recipe({"dataset_config": None}, KNOWN)  # the dataset's default
+    with pytest.raises(RecipeKeyError, match="key 'num_generations' \\(value None\\): expected a positive integer"):
+        translate_recipe({"per_device_train_batch_size": 8, "num_generations": None}, KNOWN)
+
+
+# Every open-r1 key issue 11 lists, with plausible values, in one flat recipe.
+EVERY_LISTED_KEY = """
+model_name_or_path: Qwen/Qwen2.5-1.5B-Instruct
+model_revision: main
+torch_dtype: bfloat16
+attn_implementation: sdpa
+dataset_name: open-r1/OpenR1-Math-220k
+dataset_config: null
+dataset_train_split: train
+dataset_test_split: test
+dataset_prompt_column: problem
+system_prompt: "Think, then answer."
+chat_template: "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+reward_funcs: [accuracy, format, tag_count]
+reward_weights: [1.0, 0.5, 0.5]
+num_generations: 4
+per_device_train_batch_size: 8
+gradient_accumulation_steps: 2
+max_prompt_length: 256
+max_completion_length: 128
+learning_rate: 1.0e-6
+lr_scheduler_type: cosine
+warmup_ratio: 0.1
+num_train_epochs: 2
+max_steps: -1
+beta: 0.04
+epsilon: 0.2
+epsilon_high: 0.28
+loss_type: dapo
+scale_rewards: false
+temperature: 0.9
+top_p: 0.95
+save_strategy: steps
+save_steps: 10
+save_total_limit: 2
+eval_strategy: steps
+eval_steps: 5
+per_device_eval_batch_size: 16
+logging_steps: 1
+seed: 3
+output_dir: data/run
+overwrite_output_dir: true
+report_to: [none]
+hub_model_id: me/model
+hub_model_revision: v01
+push_to_hub: false
+push_to_hub_revision: true
+wandb_project: proj
+wandb_entity: team
+wandb_run_group: group
+gradient_checkpointing: false
+use_vllm: true
+vllm_mode: server
+"""
+
+
+def test_every_key_the_issue_lists_loads(tmp_path):
+    recipe = tmp_path / "config_all.yaml"
+    recipe.write_text(EVERY_LISTED_KEY)
+    cfg = build_config(recipe, environ={})
+    assert cfg.task.task == "prompt_dataset" and cfg.task.dataset_name_or_path == "open-r1/OpenR1-Math-220k"
+    assert "dataset_config" not in cfg.task.model_fields_set and cfg.data.dataset_test_split == "test"
+    assert cfg.prompts.chat_template.startswith("{%") and cfg.prompts.max_prompt_length == 256
+    assert cfg.rollout.batch_size == 8 * 2 // 4 and cfg.rollout.max_new_tokens == 128
+    assert cfg.rollout.generation_backend == "vllm_server" and cfg.rollout.top_p == 0.95
+    assert cfg.algorithm.scale_rewards == "none" and cfg.algorithm.loss_type == "dapo"
+    assert (cfg.algorithm.epsilon_low, cfg.algorithm.epsilon_high) == (0.2, 0.28)
+    assert cfg.schedule.num_train_epochs == 2 and "max_steps" not in cfg.train.model_fields_set
+    assert cfg.evaluation.eval_steps == 5 and cfg.eval.eval_batch_size == 16
+    assert cfg.hub.hub_model_revision == "v01" and cfg.hub.push_to_hub_revision is True
+    assert cfg.tracking.wandb_entity == "team" and cfg.tracking.wandb_run_group == "group"
+    assert cfg.loading.model_revision == "main" and cfg.loading.attn_implementation == "sdpa"
+    recipe.write_text(EVERY_LISTED_KEY + "num_generation: 8\n")  # a typo is an error naming it
+    with pytest.raises(ConfigError, match="config_all.yaml: key 'num_generation' \\(value 8\\): not a grouprl key"):
         build_config(recipe, environ={})
 
 

@@ -25,7 +25,6 @@ RENAMED = {
     "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "vllm_server_host": "vllm_server_host",
     "vllm_server_port": "vllm_server_port",
-    "vllm_mode": "vllm_mode",
 }
 
 # open-r1's reward_funcs names -> grouprl's reward registry names. Names not listed pass through
@@ -141,7 +140,10 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "epsilon": lambda v: (put("epsilon", "epsilon_low", v, True), put("epsilon", "epsilon_high", v)),
         "bf16": lambda v: put("bf16", "torch_dtype", "bfloat16") if v else None,
         "fp16": lambda v: put("fp16", "torch_dtype", "float16") if v else None,
-        "use_vllm": lambda v: put("use_vllm", "generation_backend", "vllm" if v else "hf", True),
+        "use_vllm": lambda v: put("use_vllm", "generation_backend", _backend(v, flat, origin), True),
+        "vllm_mode": lambda v: _backend(flat.get("use_vllm", False), flat, origin),  # checked; use_vllm applies it
+        # null: the dataset's default config (TRL's meaning), as when the key is absent
+        "dataset_config": lambda v: None if v is None else put("dataset_config", "dataset_config", v, True),
         "do_eval": lambda v: None if v else put("do_eval", "eval_strategy", "no"),
         "hub_strategy": lambda v: _hub_strategy(v, origin, put),
         "per_device_train_batch_size": lambda v: None,  # resolved below: it needs num_generations
@@ -191,6 +193,20 @@ def _optional_feature(key: str, value: Any, known: set[str], put, off: Any = Non
         put(key, key, value, True)  # raises: this grouprl does not have it
 
 
+VLLM_MODES = {"colocate": "vllm", "server": "vllm_server"}
+
+
+def _backend(use_vllm: Any, flat: dict[str, Any], origin: str) -> str:
+    """use_vllm + vllm_mode -> generation_backend. ``colocate``: the engine in the trainer's process
+    (also when vllm_mode is absent, although TRL's default is server); ``server``: grouprl's
+    ``vllm_server`` backend, whose server is ``grouprl vllm-serve`` (not ``trl vllm-serve``).
+    vllm_mode without use_vllm has no effect, as in TRL."""
+    mode = flat.get("vllm_mode", "colocate")
+    if mode not in VLLM_MODES:
+        raise _err(origin, "vllm_mode", mode, f"expected one of {sorted(VLLM_MODES)}")
+    return VLLM_MODES[mode] if use_vllm else "hf"
+
+
 def _single(value: Any, origin: str) -> Any:
     if isinstance(value, list):
         if len(value) != 1:
@@ -215,6 +231,11 @@ def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> 
     per_device = flat["per_device_train_batch_size"]
     accumulation = out.get("gradient_accumulation_steps", 1)
     generations = out.get("num_generations", 8)
+    for key, value in (("per_device_train_batch_size", per_device), ("gradient_accumulation_steps", accumulation),
+                       ("num_generations", generations)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _err(origin, key, value, "expected a positive integer (per_device_train_batch_size x "
+                                           "gradient_accumulation_steps / num_generations sets batch_size)")
     completions = per_device * accumulation
     if completions % generations:
         raise _err(origin, "per_device_train_batch_size", per_device,
