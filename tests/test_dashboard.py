@@ -213,20 +213,103 @@ def test_groups_view_shows_a_groups_completions(browser, session):
     report = write_report([str(session.arith), str(session.grid)], session.root / "report.html")
     page = browser.page(report.as_uri(), offline=True)
     _open_group_and_check(browser, page, session.arith, "report_group_arith")
-    # filters and search narrow the list
-    page.select_option("#group-filter", "zero")
-    zero = page.locator("table.groups-list tbody tr").count()
-    page.select_option("#group-filter", "all")
-    steps = {r["step"] for r in _rollouts(session.arith)}
-    last = [r for r in _rollouts(session.arith) if r["step"] == max(steps)]
-    by_group = {}
-    for r in last:
-        by_group.setdefault(r["group"], []).append(r["reward"])
-    assert zero == sum(1 for v in by_group.values() if max(v) - min(v) < 1e-9)
-    page.fill("#group-search", last[0]["prompt"].split("user\n")[1].split("<")[0])
+    # search over every step finds a prompt's group (the filters: the test below)
+    last_step = max(r["step"] for r in _rollouts(session.arith))
+    first = next(r for r in _rollouts(session.arith) if r["step"] == last_step)
+    page.fill("#group-search", first["prompt"].split("user\n")[1].split("<")[0])
     page.click("#search-all")
     page.wait_for_selector("#search-hits tbody tr")
-    assert page.locator("#search-hits tbody tr").count() >= 1
+    hits = page.locator("#search-hits tbody tr").evaluate_all(
+        "rows => rows.map(r => r.cells[0].textContent + '/' + r.cells[1].textContent)")
+    assert f"{last_step}/{first['group']}" in hits
+    page.close()
+
+
+def _doctored_copy(session) -> tuple[Path, int, list[dict]]:
+    """The arithmetic run with its last step's groups 1 and 2 given what a reward can say: group 1
+    one correct completion, group 2 a reward error, reasons, a truncation and a completion that is
+    markup (the policy writes anything; the page must show it as text)."""
+    run = session.root / "doctored"
+    if not run.exists():
+        shutil.copytree(session.arith, run, ignore=shutil.ignore_patterns("checkpoint-*", "tensorboard"))
+        rows = _rollouts(session.arith)
+        last = max(r["step"] for r in rows)
+        for r in rows:
+            if r["step"] != last:
+                continue
+            r["correct"] = r["group"] == 1 and r["completion"] == next(
+                x["completion"] for x in rows if x["step"] == last and x["group"] == 1)
+            if r["group"] == 2:
+                r["reward_reasons"] = {"arithmetic_digits": f"digits right in {r['completion']!r}"}
+        first = next(r for r in rows if r["step"] == last and r["group"] == 2)
+        first.update(completion='<img src=x onerror="window.pwned=1"><b>bold</b>', truncated=True,
+                     reward_errors=["arithmetic_digits: TimeoutError: no answer within 60 s"])
+        (run / "rollouts" / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows = _rollouts(run)
+    last = max(r["step"] for r in rows)
+    return run, last, [r for r in rows if r["step"] == last]
+
+
+def test_groups_filters_reasons_errors_and_markup_as_text(browser, session):
+    run, last, rows = _doctored_copy(session)
+    page = browser.page(write_report([str(run)], session.root / "doctored.html").as_uri() + "#view=groups",
+                        offline=True)
+    page.wait_for_selector("table.groups-list tbody tr")
+    groups = {}
+    for r in rows:
+        groups.setdefault(r["group"], []).append(r)
+
+    def shown(kind: str) -> list[int]:
+        page.select_option("#group-filter", kind)
+        page.evaluate("() => GRL.app.queue")  # the redraw the change started
+        return [int(x) for x in page.locator("table.groups-list tbody tr").evaluate_all(
+            "rows => rows.map(r => r.dataset.group)")]
+
+    assert shown("correct") == [g for g, eps in groups.items() if any(e["correct"] for e in eps)] == [1]
+    assert shown("wrong") == [g for g, eps in groups.items() if not any(e["correct"] for e in eps)]
+    assert shown("zero") == [g for g, eps in groups.items()
+                             if max(e["reward"] for e in eps) - min(e["reward"] for e in eps) < 1e-9]
+    assert shown("errors") == [2]
+    page.locator("table.groups-list tbody tr").first.click()
+    page.wait_for_selector("#group-detail .completion")
+    card = page.locator("#group-detail .completion").first
+    assert card.locator("pre.text").text_content() == groups[2][0]["completion"]  # the markup, as text
+    assert card.locator("pre.text img, pre.text b").count() == 0 and page.evaluate("window.pwned") is None
+    assert "TimeoutError: no answer within 60 s" in card.locator(".errors").inner_text()
+    assert "1 reward error" in card.locator(".completion-head").inner_text()
+    assert "truncated" in card.locator(".completion-head").inner_text()
+    for k, e in enumerate(groups[2]):
+        other = page.locator("#group-detail .completion").nth(k)
+        reason, part = e["reward_reasons"]["arithmetic_digits"], e["rewards"]["arithmetic_digits"]
+        assert other.locator(".reasons").inner_text() == f"arithmetic_digits: {reason}"
+        assert float(other.locator("table.parts td").inner_text()) == pytest.approx(part, abs=6e-4)
+    browser.shot(page, "report_group_errors")
+    page.close()
+
+
+def test_curves_overlay_runs_smoothing_and_eval_points(browser, session):
+    out = write_report([str(session.arith), str(session.grid)], session.root / "report.html")
+    page = browser.page(out.as_uri() + "#view=curves&smooth=0.6", offline=True)
+    page.wait_for_selector(".chart[data-metric='reward'] canvas")
+    series = page.evaluate("""() => { const u = document.querySelector(".chart[data-metric='reward']").chart;
+        return u.series.slice(1).map((s, i) => ({label: s.label, ys: u.data[i + 1]})); }""")
+    by_label = {s["label"]: [y for y in s["ys"] if y is not None] for s in series}
+    for name, run in (("arith", session.arith), ("grid", session.grid)):
+        raw = [r["reward"] for r in RunFolder(run).metrics()["rows"]]
+        assert by_label[f"{name} · reward (raw)"] == pytest.approx(raw)
+        smoothed, last = [], 0.0  # TensorBoard's debiased exponential moving average
+        for n, y in enumerate(raw, start=1):
+            last = last * 0.6 + 0.4 * y
+            smoothed.append(last / (1 - 0.6 ** n))
+        assert by_label[f"{name} · reward"] == pytest.approx(smoothed)
+        evals = [[json.loads(line)["reward"] for line in (run / "eval" / f"{which}.jsonl").read_text().splitlines()]
+                 for which in ("before", "after")]  # drawn at step 0 and at the last step
+        assert by_label[f"{name} · held-out eval"] == pytest.approx([sum(e) / len(e) for e in evals])
+    # eval points sit only on the charts of metrics a run logs: the arithmetic run has no success_rate
+    labels = page.evaluate("""() => document.querySelector(".chart[data-metric='success_rate']").chart
+        .series.map((s) => s.label)""")
+    assert "grid · held-out eval" in labels and "arith · held-out eval" not in labels
+    browser.shot(page, "report_curves_smoothed")
     page.close()
 
 
@@ -249,10 +332,17 @@ def test_trajectory_view_shows_steps_and_anchor_group(browser, session):
     page.select_option("#run-select", "1")
     page.click("#tabs button[data-view='trajectories']")
     page.wait_for_selector("table.episodes-list tbody tr")
-    rows = [json.loads(line) for line in (session.grid / "trajectories" / "step_000003.jsonl").read_text().splitlines()]
-    first = page.locator("table.episodes-list tbody tr").first
-    episode = first.get_attribute("data-episode")
-    first.click()
+    by_step = {int(f.stem.split("_")[1]): [json.loads(line) for line in f.read_text().splitlines()]
+               for f in (session.grid / "trajectories").glob("step_*.jsonl")}
+    # the training step with the most step-level signal (nonzero A_S), and in it an episode with an
+    # invalid action when there is one: what a person debugging GiGPO would open
+    step = max(by_step, key=lambda s: (sum(abs(r["step_advantage"]) > 1e-9 for r in by_step[s]), s))
+    rows = by_step[step]
+    page.select_option("#traj-step", str(step))
+    page.evaluate("() => GRL.app.queue")
+    invalid = [r["episode"] for r in rows if not r["valid"]]
+    episode = invalid[0] if invalid else rows[0]["episode"]
+    page.locator(f"table.episodes-list tbody tr[data-episode='{episode}']").click()
     page.wait_for_selector("table.traj-steps tbody tr")
     steps = sorted((r for r in rows if r["episode"] == episode), key=lambda r: r["t"])
     table = page.locator("table.traj-steps tbody tr")
@@ -260,19 +350,29 @@ def test_trajectory_view_shows_steps_and_anchor_group(browser, session):
     for i, s in enumerate(steps):
         cells = table.nth(i).locator("td")
         assert cells.nth(2).text_content() == s["action"]
+        assert (s["invalid_reason"] or "yes") in cells.nth(3).inner_text()
         assert float(cells.nth(10).inner_text()) == pytest.approx(s["advantage"], abs=6e-4)
         assert float(cells.nth(9).inner_text()) == pytest.approx(s["step_advantage"], abs=6e-4)
+        assert float(cells.nth(8).inner_text()) == pytest.approx(s["episode_advantage"], abs=6e-4)
         assert cells.nth(11).inner_text() == f"{s['anchor_group']} ({s['anchor_group_size']})"
-    table.nth(0).click()
+    pick = next((i for i, s in enumerate(steps) if not s["valid"]), 0)
+    table.nth(pick).click()
     page.wait_for_selector("#anchor-group .completion")
-    assert page.locator("#anchor-group .completion").count() == steps[0]["anchor_group_size"]
+    chosen = steps[pick]
+    members = [r for r in rows if r["group"] == chosen["group"] and r["anchor_group"] == chosen["anchor_group"]]
+    assert page.locator("#anchor-group .completion").count() == len(members) == chosen["anchor_group_size"]
     assert page.locator("#anchor-group .completion.chosen").count() == 1
+    shown = page.locator("#anchor-group .completion").evaluate_all(
+        "cards => cards.map(c => c.dataset.episode + '/' + c.dataset.t)")
+    assert sorted(shown) == sorted(f"{m['episode']}/{m['t']}" for m in members)
     browser.shot(page, "live_trajectory_grid")
 
 
 def test_grail_view_without_and_with_grail_metrics(browser, session):
-    """No run on this branch trains GRAIL yet, so the second folder is the arithmetic run with the
-    GRAIL metric names added to its metrics.jsonl (the view only reads those names)."""
+    """The GRAIL folder is the arithmetic run with the GRAIL metric names added to its metrics.jsonl
+    (the view only reads those names; a real tiny GRAIL run, recipes/tiny/slates_grail.yaml, logs the
+    same ones but builds its own models first, and logs no disc/p_expert_neg while its policy has
+    no parseable answer), so both P(expert) lines are drawn without training a GRAIL run here."""
     page = browser.live_page
     page.click("#tabs button[data-view='grail']")
     page.wait_for_selector("#grail-absent")

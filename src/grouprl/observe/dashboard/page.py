@@ -106,7 +106,7 @@ def write_report(dirs: list[str], out: str | Path, budget_mb: float = 24.0) -> P
     folders = open_runs(dirs)
     missing = [str(f.path) for f in folders if not f.path.is_dir()]
     if missing:
-        raise FileNotFoundError(f"grouprl report: no run folder at {', '.join(missing)}")
+        raise FileNotFoundError(f"no run folder at {', '.join(missing)}")
     data = report_data(folders, int(budget_mb * (1 << 20)))
     title = "grouprl report: " + ", ".join(f.name for f in folders)
     out = Path(out)

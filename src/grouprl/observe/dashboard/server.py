@@ -18,6 +18,7 @@ Routes (``i`` is the run's index in the command line's order):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import threading
@@ -109,6 +110,8 @@ class DashboardServer:
     """The server over ``dirs``, bound to ``host:port`` (port 0 = any free port)."""
 
     def __init__(self, dirs: list[str], host: str = "127.0.0.1", port: int = 8765):
+        if not 0 <= port <= 65535:  # the socket would raise OverflowError, not an OSError the CLI reports
+            raise OSError(errno.EINVAL, f"port must be 0-65535, got {port}")
         self.runs = open_runs(dirs)
         title = "grouprl dashboard: " + ", ".join(r.name for r in self.runs)
         self.httpd = ThreadingHTTPServer((host, port), make_handler(self.runs, render_page(title, None)))

@@ -37,6 +37,14 @@ function yRange(u, min, max) {
   return [min - pad, max + pad];
 }
 
+// A tick label as short as it can be: 0.5 not 0.500, 2e-4 not 2.00e-4.
+function axisLabel(v) {
+  if (v === null || v === undefined) return "";
+  const a = Math.abs(v);
+  if (a !== 0 && (a < 1e-3 || a >= 1e5)) return v.toExponential(2).replace(/\.?0+e/, "e");
+  return String(Number(v.toFixed(6)));
+}
+
 // series: [{label, xs, ys, color, kind: "line" | "points"}]; smoothing in [0, 1).
 GRL.lineChart = function lineChart(el, { title, series, smoothing = 0, height = 190, xLabel = "step" }) {
   const xsAll = [...new Set(series.flatMap((s) => s.xs))].sort((a, b) => a - b);
@@ -69,7 +77,7 @@ GRL.lineChart = function lineChart(el, { title, series, smoothing = 0, height = 
   const opts = {
     title, width, height, series: specs,
     scales: { x: { time: false }, y: { range: yRange } },
-    axes: [{ size: 30, incrs: STEP_INCRS }, { size: 66, values: (u, vals) => vals.map((v) => GRL.fmt(v, 3)) }],
+    axes: [{ size: 30, incrs: STEP_INCRS }, { size: 66, values: (u, vals) => vals.map(axisLabel) }],
     legend: { live: true },
     cursor: { drag: { x: true, y: false } },
   };

@@ -3,14 +3,17 @@
 // Curves: every metric of metrics.jsonl, runs overlaid, smoothing, and the held-out eval points.
 const { h } = GRL;
 
-// Held-out eval as points: before RL at step 0, after RL at the run's last step.
-async function evalPoints(app, runs, metric) {
+// Held-out eval as points: before RL at step 0, after RL at the run's last step; only on the
+// chart of a metric the run logs (an environment run logs success_rate, not accuracy).
+// evalByRun: the eval rows of every run, fetched before the charts are drawn.
+function evalPoints(app, runs, metric, evalByRun) {
   const field = metric === "accuracy" || metric === "success_rate" ? "correct" : metric === "reward" ? "reward" : null;
   if (!field) return [];
   const out = [];
   for (const [r, run] of runs.entries()) {
-    const rows = await app.evalRows(run.index);
+    const rows = evalByRun.get(run.index) || {};
     const rowsOf = app.store.rows(run.index);
+    if (!rowsOf.some((row) => metric in row)) continue;
     const last = (run.summary && run.summary.steps) || (rowsOf.length ? rowsOf[rowsOf.length - 1].step : 0);
     const xs = [];
     const ys = [];
@@ -89,22 +92,31 @@ GRL.views.curves = {
       byPrefix.get(p).push(n);
     }
     const prefixes = [...byPrefix.keys()].sort((a, b) => (a === "train" ? -1 : b === "train" ? 1 : a.localeCompare(b)));
+    // Everything asked for before the old charts go: the rebuild below then never waits, so a live
+    // redraw (every step of a training run) does not show a half-empty page or lose the scroll position.
+    const evalByRun = new Map();
+    for (const run of runs) evalByRun.set(run.index, await app.evalRows(run.index));
+    // the old height is held while the charts are rebuilt (reading a chart's width lays the page
+    // out; a page that shrank meanwhile would scroll the reader back up)
+    this.body.style.minHeight = this.body.offsetHeight + "px";
     const body = GRL.clear(this.body);
     this.count.textContent = `${names.length} of ${all.length} metrics · x axis: training step · ` +
       "large points: held-out eval before RL (step 0) and after RL (last step)";
     if (!names.length) {
       body.append(h("p", { class: "muted" }, all.length ? "no metric matches the filter"
         : "no metrics yet: metrics.jsonl gets one line per training step"));
+      this.body.style.minHeight = "";
       return;
     }
     for (const prefix of prefixes) {
       const grid = h("div", { class: "chart-grid" });
       body.append(h("section", { class: "card" }, h("h2", {}, prefix), grid));
       for (const name of byPrefix.get(prefix)) {
-        const extra = await evalPoints(app, runs, name);
+        const extra = evalPoints(app, runs, name, evalByRun);
         GRL.metricChart(grid, { title: name, metrics: [name], runs, store: app.store, smoothing, extra });
       }
     }
+    this.body.style.minHeight = "";
   },
   onData(app, el, what) {
     if (what.metrics || what.overview) return this.draw(app);

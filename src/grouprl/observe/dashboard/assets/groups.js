@@ -159,8 +159,12 @@ GRL.views.groups = {
     if (open && app.scrollToDetail) document.getElementById("group-detail").scrollIntoView({ block: "start" });
   },
   onData(app, el, what) {
-    // follow the newest step only while the person has not picked one
-    if (what.steps && (app.state.step === undefined || app.state.step === "") && !app.state.group) return this.render(app, el);
+    // follow the newest step only while the person has not picked one, and not while they type a
+    // search or read its hits (a redraw would wipe both)
+    const box = document.getElementById("group-search");
+    const busy = box && (document.activeElement === box || box.value !== (app.state.q || "")) ||
+      document.querySelector("#search-hits > *");
+    if (what.steps && !busy && (app.state.step === undefined || app.state.step === "") && !app.state.group) return this.render(app, el);
   },
 };
 })();
