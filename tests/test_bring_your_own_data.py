@@ -118,3 +118,12 @@ def test_acronym_task_trains_from_an_openr1_recipe_offline(acronyms, tmp_path):
     assert "optimizer.pt" not in branches["v00-step-000000003"][-1]["files"]
     assert "model.safetensors" in branches["main"][-1]["files"]
     assert set(summary["hub_revisions"]) == set(branches)
+    # grouprl eval with the same recipe evaluates on its task (no --task needed), and LOGLEVEL=DEBUG
+    # shows grouprl's lines without other libraries' debug chatter.
+    evaluated = run(["eval", "--model", str(out / "checkpoint-4"), "--config", str(tmp_path / "config_acronyms.yaml"),
+                     "--n", "4", "--out", str(tmp_path / "eval.jsonl")], LOGLEVEL="DEBUG")
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert json.loads(evaluated.stdout)["n"] == 4 and len((tmp_path / "eval.jsonl").read_text().splitlines()) == 4
+    assert "DEBUG grouprl." in evaluated.stderr
+    assert not [line for line in evaluated.stderr.splitlines() if line.startswith("DEBUG ")
+                and not line.startswith("DEBUG grouprl.")]

@@ -87,6 +87,32 @@ def test_upload_failure_is_raised_by_wait(tmp_path):
         pusher.wait()
 
 
+
+def test_a_failed_upload_keeps_its_checkpoint_through_rotation(tmp_path):
+    """Rotation spares a checkpoint whose upload failed (its local copy is the only one)."""
+    from types import SimpleNamespace
+
+    from grouprl.train.checkpoint_observers import CheckpointRotation, HubPushObserver, checkpoints
+
+    server, _ = serve()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    hub = HubPushObserver(HubPusher(HubTarget("me/gone", endpoint=endpoint, token="t")), True, False)
+    rotation = CheckpointRotation(1, hub.busy)
+    trainer = SimpleNamespace(out=tmp_path, step=1, run_state={})
+    for step in (1, 2):
+        trainer.step = step
+        path = fake_checkpoint(tmp_path / f"checkpoint-{step}", step)
+        hub.after_checkpoint(trainer, path)
+        if step == 1:
+            hub._pending[1].exception()  # wait for step 1's upload to fail before the next save
+        rotation.after_checkpoint(trainer, path)
+    assert [p.name for _, p in checkpoints(tmp_path)] == ["checkpoint-1", "checkpoint-2"]
+    with pytest.raises(HubRevisionError, match="failed"):
+        hub.after_train(trainer)
+
+
 LOAD_AT_REVISION = """
 import json, sys, torch
 from grouprl.config import ModelConfig

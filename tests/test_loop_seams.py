@@ -85,6 +85,31 @@ class CountingLength:
         self.scale, self.updates = float(state["scale"]), state["updates"]
 
 
+
+def test_step_level_estimator_may_return_a_record_with_only_the_advantage():
+    """A user's step-level estimator returning a record of parts: the parts it leaves out (returns,
+    A_E, A_S, anchor sizes) take their plain defaults instead of failing."""
+    from types import SimpleNamespace
+
+    from grouprl.algos.advantages import Estimator
+    from grouprl.records import Episode, Step
+    from grouprl.train.advantages import compute_advantage_record
+
+    def step_value(scores, group_ids, steps):
+        return SimpleNamespace(advantage=steps.rewards * 2)
+
+    eps = [Episode(group_id=0, index_in_group=k, row={}, steps=[
+        Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False, anchor_state=t,
+             reward=float(k + t)) for t in range(2)]) for k in range(2)]
+    cfg = build_config(None, {"gamma": 0.5}, environ={})
+    estimator = Estimator("mine", step_value, step_level=True, options=())
+    rec = compute_advantage_record(eps, torch.tensor([1.0, 3.0]), cfg.algorithm, estimator, {})
+    assert rec.advantage.tolist() == [0.0, 2.0, 2.0, 4.0]
+    assert rec.episode_advantage.tolist() == rec.advantage.tolist() and rec.step_advantage.tolist() == [0.0] * 4
+    assert rec.returns.tolist() == pytest.approx([0.5, 1.0, 2.0, 2.0])  # r_t + 0.5 r_{t+1}
+    assert rec.anchor_size.tolist() == [2, 2, 2, 2]  # anchor states 0 and 1 shared by both episodes
+
+
 def test_learned_reward_scores_updates_freezes_and_resumes(warm_arithmetic_dir, tmp_path):
     from grouprl.policy.loading import load_policy
     from grouprl.rewards.scorer import Scorer

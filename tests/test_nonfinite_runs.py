@@ -50,9 +50,10 @@ def test_all_samples_nonfinite_stops_the_run_past_the_budget(tiny_arithmetic_dir
 
 
 def test_huge_finite_rewards_still_give_advantages(tiny_arithmetic_dir, tmp_path):
-    # Scores 1e30 * length: float32 statistics overflow (variance 1e60) and every advantage was 0.
+    # Scores 1e39 * length: past float32's range (3.4e38) altogether, and float32 statistics of 1e30
+    # already overflow (variance 1e60) so that every advantage was 0.
     reward = user_file(tmp_path, "huge.py", "def fn(completion, ground_truth, **kw):\n"
-                                            "    return 1e30 * (len(completion) + (hash(completion) % 3))\n")
+                                            "    return 1e39 * (len(completion) + (hash(completion) % 3))\n")
     out = tmp_path / "run"
     assert train(tiny_arithmetic_dir, out, "--rewards", f"{reward}:fn") == 0
     records = rows(out / "rollouts" / "rollouts.jsonl")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from grouprl.config import ConfigError
 from grouprl.data import chat_format
 from grouprl.data.chat_format import apply_chat_template, render_prompt_ids, resolve_chat_template
 from grouprl.data.mixture import MixtureError, load_mixture
@@ -152,6 +153,21 @@ def test_mixture_column_mismatch_names_each_set(sources, tmp_path):
         load_mixture({"datasets": [{"id": str(sources["jsonl"])}, {"id": str(other)}]})
     with pytest.raises(MixtureError, match=r"has no columns \['problem'\]"):
         load_mixture({"datasets": [{"id": str(other), "columns": ["problem"]}]})
+
+
+
+def test_mixture_with_a_top_level_test_split_size_is_an_error_not_a_silent_no_eval(sources):
+    from grouprl.config import build_config
+    from grouprl.tasks import load_task
+
+    mixture = {"datasets": [{"id": str(sources["jsonl"])}]}
+    base = {"task": "prompt_dataset", "rewards": ["format"], "dataset_mixture": mixture,
+            "dataset_prompt_column": "problem", "dataset_solution_column": "solution"}
+    with pytest.raises(ConfigError, match=r"'test_split_size' \(0.2\) has no effect with 'dataset_mixture'.*"
+                                          r"dataset_mixture.test_split_size"):
+        load_task(build_config(None, {**base, "test_split_size": 0.2}, environ={}))
+    task = load_task(build_config(None, {**base, "dataset_mixture": {**mixture, "test_split_size": 0.2}}, environ={}))
+    assert len(task.eval_rows) == 2 and len(task.train_rows) == 8
 
 
 def test_mixture_schema_is_checked():

@@ -83,7 +83,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grouprl.tasks import load_task
     from grouprl.train.evaluate import evaluate
 
-    cli = {"model_name_or_path": args.model, "task": args.task, "n_eval": args.n}
+    cli = {"model_name_or_path": args.model, "n_eval": args.n}
+    if args.task or not args.config:  # a recipe names its own task
+        cli["task"] = args.task or "gsm8k"
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
     cfg = build_config(args.config, cli)
@@ -93,7 +95,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     params = SamplingParams(max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens,
                             temperature=args.temperature,
                             greedy=not args.sample, batch_size=args.batch_size)
-    out = args.out or os.path.join(args.model, f"eval_{args.task}.jsonl")
+    out = args.out or os.path.join(args.model, f"eval_{cfg.task.task}.jsonl")
     result = evaluate(make_backend(policy, cfg), policy.tokenizer, task, task.eval_rows[: args.n], params,
                       Scorer.from_config(cfg, task), out, episode_settings(cfg, task))
     result["per_example"] = out
@@ -194,8 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="accuracy of a model on a task's held-out split")
     ev.add_argument("--model", required=True, help="model dir or hub id (required)")
-    ev.add_argument("--task", default="gsm8k", choices=sorted(TASKS),
-                    help="task (default: gsm8k); environments report the success rate")
+    ev.add_argument("--task", default=None, choices=sorted(TASKS),
+                    help="task (default: the --config recipe's, else gsm8k); environments report the success rate")
     ev.add_argument("--config", default=None, help="recipe whose task/rollout options to use (default: None)")
     ev.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
     ev.add_argument("--n", type=int, default=200, help="examples to evaluate (default: 200)")
@@ -263,8 +265,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=os.environ.get("LOGLEVEL", "WARNING").upper(),
-                        format="%(levelname)s %(name)s: %(message)s")
+    # LOGLEVEL sets grouprl's loggers; other libraries stay at WARNING (DEBUG on the root logger
+    # would bury grouprl's lines under matplotlib's and urllib3's).
+    logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("grouprl").setLevel(os.environ.get("LOGLEVEL", "WARNING").upper())
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

@@ -9,7 +9,9 @@ from __future__ import annotations
 from grouprl.rewards.guard import TooManyStuckRewards
 from grouprl.rewards.pipeline import RewardFailure
 from grouprl.rollout.backends.vllm_client import VLLMServerError
+from grouprl.hub.revisions import HubRevisionError
 from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
 
-RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards, VLLMServerError)
+RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards, VLLMServerError,
+                HubRevisionError)

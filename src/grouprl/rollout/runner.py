@@ -47,10 +47,11 @@ def episode_settings(cfg, task) -> EpisodeSettings:
                "max_prompt_length": cfg.prompts.max_prompt_length}
     if not task.multi_step:
         return dataclasses.replace(SINGLE_TURN, **prompts)
-    r = cfg.rollout
-    return EpisodeSettings(max_steps=r.max_episode_steps, history_length=r.history_length,
-                           action_pattern=r.action_pattern or None, invalid_action_penalty=r.invalid_action_penalty,
-                           show_admissible_actions=r.show_admissible_actions, **prompts)
+    rollout = cfg.rollout
+    return EpisodeSettings(max_steps=rollout.max_episode_steps, history_length=rollout.history_length,
+                           action_pattern=rollout.action_pattern or None,
+                           invalid_action_penalty=rollout.invalid_action_penalty,
+                           show_admissible_actions=rollout.show_admissible_actions, **prompts)
 
 
 def render_prompt(tokenizer, messages: list[dict[str, str]]) -> str:

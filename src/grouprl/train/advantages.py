@@ -62,19 +62,21 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
     # advantage becomes 0 -- nothing is learned, silently.
     out = run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options)
     zeros = torch.zeros(len(steps), dtype=torch.float64)
+    returns = discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma)
+    anchor_size = torch.bincount(tensors.anchor)[tensors.anchor]
     if not estimator.step_level:  # one value per episode, broadcast to its steps
         advantage = out[tensors.episode]
-        record = AdvantageRecord(tensors.episode, discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma),
-                                 advantage, zeros, advantage, tensors.anchor,
-                                 torch.bincount(tensors.anchor)[tensors.anchor])
+        record = AdvantageRecord(tensors.episode, returns, advantage, zeros, advantage, tensors.anchor, anchor_size)
     elif isinstance(out, torch.Tensor):  # a step-level estimator that gives only the advantage
-        record = AdvantageRecord(tensors.episode, discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma),
-                                 out, zeros, out, tensors.anchor, torch.bincount(tensors.anchor)[tensors.anchor])
-    else:  # a record of parts (gigpo)
-        record = AdvantageRecord(tensors.episode, out.returns, out.episode_advantage, out.step_advantage, out.advantage,
-                                 tensors.anchor, out.anchor_size)
+        record = AdvantageRecord(tensors.episode, returns, out, zeros, out, tensors.anchor, anchor_size)
+    else:  # a record of parts (gigpo); a part a user's record leaves out takes the plain default
+        part = lambda name, default: getattr(out, name, None) if getattr(out, name, None) is not None \
+            else default  # noqa: E731
+        record = AdvantageRecord(tensors.episode, part("returns", returns), part("episode_advantage", out.advantage),
+                                 part("step_advantage", zeros), out.advantage, tensors.anchor,
+                                 part("anchor_size", anchor_size))
     if penalty_on_step:
-        penalty = torch.tensor([s.penalty for _, s in steps], dtype=torch.float32)
+        penalty = torch.tensor([s.penalty for _, s in steps], dtype=torch.float64)
         record.episode_advantage = record.episode_advantage - penalty
         record.advantage = record.advantage - penalty
     if log.isEnabledFor(logging.DEBUG):

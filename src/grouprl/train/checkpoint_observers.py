@@ -72,7 +72,8 @@ class HubPushObserver(TrainObserver):
         self._pending: dict[int, object] = {}
 
     def busy(self) -> set[int]:
-        return {step for step, future in self._pending.items() if not future.done()}
+        """Steps rotation must spare: uploads still running, and failed ones (the local copy is the only one)."""
+        return {step for step, future in self._pending.items() if not future.done() or future.exception() is not None}
 
     def after_checkpoint(self, trainer, path: Path) -> None:
         if self.to_branches:

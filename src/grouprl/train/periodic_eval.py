@@ -30,6 +30,7 @@ from grouprl.config import ConfigError
 from grouprl.observe.jsonl import JsonlAppender
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import run_episodes
+from grouprl.train.distributed import broadcast_object
 from grouprl.train.observer import TrainObserver
 
 log = logging.getLogger(__name__)
@@ -84,13 +85,13 @@ class PeriodicEval(TrainObserver):
     """The observer: ``after_step`` evaluates every ``eval_steps`` and tracks the best checkpoint."""
 
     def __init__(self, cfg, sink):
-        e = cfg.evaluation
+        evaluation = cfg.evaluation
         self.cfg, self.sink = cfg, sink
-        self.every = e.eval_steps if e.eval_strategy == "steps" else 0
-        self.k = e.num_generations_eval
-        self.metric = e.metric_for_best_model if e.metric_for_best_model.startswith("eval/") \
-            else f"eval/{e.metric_for_best_model}"
-        self.greater = e.greater_is_better
+        self.every = evaluation.eval_steps if evaluation.eval_strategy == "steps" else 0
+        self.k = evaluation.num_generations_eval
+        self.metric = evaluation.metric_for_best_model if evaluation.metric_for_best_model.startswith("eval/") \
+            else f"eval/{evaluation.metric_for_best_model}"
+        self.greater = evaluation.greater_is_better
         self.rows: list[dict[str, Any]] | None = None
 
     def params(self) -> SamplingParams:
@@ -108,8 +109,12 @@ class PeriodicEval(TrainObserver):
             log.warning("eval_steps: the task has no held-out rows (dataset_test_split / test_split_size); skipped")
             self.every = 0
             return
+        main = trainer.parallel.is_main
         result = evaluate_groups(trainer, self.rows, self.k, self.params(),
-                                 trainer.out / "eval" / f"step_{step:06d}.jsonl")
+                                 trainer.out / "eval" / f"step_{step:06d}.jsonl" if main else None)
+        # Several processes sample different answers: process 0's result decides the best step
+        # everywhere, so every process takes part in the (collective) checkpoint of that step or none does.
+        result = broadcast_object(result)
         self.sink.log(step, result)
         self._track_best(trainer, step, result)
 
@@ -123,9 +128,9 @@ class PeriodicEval(TrainObserver):
             return
         path = trainer.out / f"checkpoint-{step}"
         trainer.run_state["best"] = {"step": step, "metric": self.metric, "value": value, "checkpoint": str(path)}
-        if not path.exists():
-            trainer.checkpoint()  # the best is always a real checkpoint (observers see it saved)
-        (trainer.out / BEST).write_text(json.dumps(trainer.run_state["best"], indent=2))
+        trainer.checkpoint()  # the best is always a real checkpoint (saved once per step; observers see it)
+        if trainer.parallel.is_main:
+            (trainer.out / BEST).write_text(json.dumps(trainer.run_state["best"], indent=2))
         log.info("best checkpoint so far: %s (%s = %.4f)", path, self.metric, value)
 
 

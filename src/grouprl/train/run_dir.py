@@ -40,9 +40,9 @@ def run_files(out: Path) -> list[Path]:
 
 def prepare_run_dir(cfg: Config) -> str | None:
     """Check (and for resume/overwrite, prepare) ``output_dir``; the checkpoint to resume, or None."""
-    t = cfg.train
-    out = Path(t.output_dir)
-    resume = t.resume_from_checkpoint
+    train = cfg.train
+    out = Path(train.output_dir)
+    resume = train.resume_from_checkpoint
     if resume == "last":
         found = checkpoints(out)
         if not found:
@@ -54,7 +54,7 @@ def prepare_run_dir(cfg: Config) -> str | None:
         cut_logs(out, step)
         return resume
     existing = run_files(out)
-    if existing and not t.overwrite_output_dir:
+    if existing and not train.overwrite_output_dir:
         names = ", ".join(sorted(p.name for p in existing)[:5])
         raise ConfigError(f"config key 'output_dir': {out} already holds a run ({names}); expected an empty dir, "
                           "or --overwrite_output_dir true to start afresh, or --resume_from_checkpoint last")

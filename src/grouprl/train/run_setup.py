@@ -26,13 +26,17 @@ def prepare_tokenizer(cfg: Config, tokenizer) -> None:
 
 def observers(cfg: Config, sink) -> list[TrainObserver]:
     """Evaluation first (it may save the best step), then hub pushes, then rotation (which spares
-    checkpoints still uploading)."""
+    checkpoints still uploading). Several processes: every one evaluates (generation is collective
+    under FSDP), process 0 alone pushes and rotates."""
     from grouprl.train.checkpoint_observers import CheckpointRotation, HubPushObserver
+    from grouprl.train.distributed import process_info
     from grouprl.train.periodic_eval import PeriodicEval
 
     found: list[TrainObserver] = []
     if cfg.evaluation.eval_strategy == "steps":
         found.append(PeriodicEval(cfg, sink))
+    if not process_info().is_main:
+        return found
     hub = cfg.hub
     pusher = None
     if hub.push_to_hub or hub.push_to_hub_revision:

@@ -135,7 +135,7 @@ class Trainer:
         seconds = {} if seconds is None else seconds
         phase = _timer(seconds)
         batch = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations)
-        everything = torch.tensor([ep.score for ep in batch.episodes], dtype=torch.float32)
+        everything = torch.tensor([ep.score for ep in batch.episodes], dtype=torch.float64)  # 1e39 stays finite
         with phase("advantage_time"):
             advantages = self.advantages(batch.episodes, everything)
         samples = pack_samples(batch.local, advantages.advantage[batch.local_steps()],
@@ -204,7 +204,7 @@ class Trainer:
     def train(self, sink: MetricsSink) -> list[dict[str, float]]:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        t = self.cfg.train
+        train = self.cfg.train
         every = self.cfg.logging.save_trajectories_every
         main = self.parallel.is_main  # process 0 alone writes
         log_rollouts = self.cfg.logging.log_rollouts and main
@@ -214,8 +214,8 @@ class Trainer:
                             TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=sink.console,
                             transient=False)
         with progress:
-            bar = progress.add_task("train", total=t.max_steps, completed=self.step, info="")
-            while self.step < t.max_steps:
+            bar = progress.add_task("train", total=train.max_steps, completed=self.step, info="")
+            while self.step < train.max_steps:
                 record = self.train_step()
                 self.step += 1
                 metrics = self.metrics(record)
@@ -228,10 +228,10 @@ class Trainer:
                                        record.episodes, record.advantages)
                 progress.update(bar, completed=self.step,
                                 info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}")
-                if t.save_steps and self.step % t.save_steps == 0 and self.step < t.max_steps:
-                    self.checkpoint()
-                for observer in self.observers:  # evaluation every eval_steps, ...
+                for observer in self.observers:  # evaluation every eval_steps (may save the best step), ...
                     observer.after_step(self, self.step, metrics)
+                if train.save_steps and self.step % train.save_steps == 0 and self.step < train.max_steps:
+                    self.checkpoint()  # after the evaluation: the checkpoint's run state knows this step's best
         if rollouts is not None:
             rollouts.close()
         self.pool.close()

@@ -169,11 +169,12 @@ def build_vllm_backend(policy, cfg) -> VLLMBackend:
     """The ``vllm`` entry of the backend registry: an engine on the policy's checkpoint, in the trainer's
     dtype unless ``vllm_dtype`` says otherwise, then synced with the in-memory weights (a warm start or a
     resumed run may differ from the files)."""
-    r = cfg.speed
+    speed = cfg.speed
     path = policy.model.config._name_or_path
-    dtype = r.vllm_dtype if r.vllm_dtype != "auto" else str(policy.model.dtype).removeprefix("torch.")
+    dtype = speed.vllm_dtype if speed.vllm_dtype != "auto" else str(policy.model.dtype).removeprefix("torch.")
     backend = VLLMBackend(path, policy.tokenizer, VLLMOptions(
-        dtype=dtype, max_model_len=r.vllm_max_model_len, gpu_memory_utilization=r.vllm_gpu_memory_utilization,
-        sleep_during_update=r.vllm_sleep_during_update, cpu_kv_cache_gb=r.vllm_cpu_kv_cache_gb, seed=cfg.train.seed))
+        dtype=dtype, max_model_len=speed.vllm_max_model_len, gpu_memory_utilization=speed.vllm_gpu_memory_utilization,
+        sleep_during_update=speed.vllm_sleep_during_update, cpu_kv_cache_gb=speed.vllm_cpu_kv_cache_gb,
+        seed=cfg.train.seed))
     backend.load_weights(policy.model)
     return backend

@@ -127,9 +127,9 @@ def _error_message(err: urllib.error.HTTPError) -> str:
 def build_vllm_server_backend(policy, cfg) -> VLLMServerBackend:
     """The ``vllm_server`` entry of the backend registry: wait for the server, then push the in-memory weights
     (a warm start or a resumed run may differ from the checkpoint the server loaded)."""
-    s = cfg.speed
-    backend = VLLMServerBackend(policy.tokenizer, s.vllm_server_host, s.vllm_server_port,
-                                s.vllm_server_weights_dir or None)
-    backend.wait_until_ready(s.vllm_server_timeout)
+    speed = cfg.speed
+    backend = VLLMServerBackend(policy.tokenizer, speed.vllm_server_host, speed.vllm_server_port,
+                                speed.vllm_server_weights_dir or None)
+    backend.wait_until_ready(speed.vllm_server_timeout)
     backend.load_weights(policy.model)
     return backend

@@ -112,13 +112,13 @@ def _rows(cfg: Config, s, settings: GrailSettings) -> tuple[list, list]:
 
 @register_task("slates", max_new_tokens=48, section=("slates", SlatesConfig))
 def build_slates(cfg: Config) -> SlateTask:
-    s = cfg.slates
-    settings = grail_settings(s.model_dump(), environ={})  # the environment is already in cfg (ENV_VARS)
-    train, held_out = _rows(cfg, s, settings)
+    slates = cfg.slates
+    settings = grail_settings(slates.model_dump(), environ={})  # the environment is already in cfg (ENV_VARS)
+    train, held_out = _rows(cfg, slates, settings)
     if cfg.task.n_train:
         train = train[: cfg.task.n_train]
     system = SYSTEM_PROMPT if cfg.task.system_prompt is None else cfg.task.system_prompt
     bare = {"allow_bare_number": settings.pureacc_allow_bare_number}
     return SlateTask("slates", train, held_out, system, ["slate_accuracy"], "slate_click",
                      reward_kwargs={"slate_accuracy": bare}, settings=settings, seed=cfg.train.seed,
-                     output_dir=cfg.train.output_dir, tiny_tokenizer=s.slate_tiny_tokenizer)
+                     output_dir=cfg.train.output_dir, tiny_tokenizer=slates.slate_tiny_tokenizer)
