@@ -50,3 +50,17 @@ def test_py_file_is_wrapped_not_imported_and_builtins_still_work(reward_files, m
     # Without the option the same .pyc is imported (the user's own trusted code): the marker shows it.
     resolve_reward("./user_reward.pyc:fn", sandbox_user_rewards=False)
     assert marker.read_text() == "imported"
+
+
+def test_correct_reward_follows_the_sandbox_rule(reward_files, monkeypatch):
+    """The judge of correctness (``correct_reward``; a prompt dataset's first reward by default) is
+    the sandboxed reward itself, never a second, in-process import of the same file."""
+    from grouprl.rewards.scorer import Scorer
+
+    where, marker = reward_files
+    monkeypatch.chdir(where)
+    scorer = Scorer(["user_reward.py:fn"], [1.0], correct_reward="user_reward.py:fn", sandbox_user_rewards=True)
+    assert scorer.judge is scorer.fns["user_reward.py:fn"] and not marker.exists()
+    with pytest.raises(KeyError, match="refused"):
+        Scorer(["gsm8k_final"], [1.0], correct_reward="user_reward.pyc:fn", sandbox_user_rewards=True)
+    assert not marker.exists()

@@ -1,26 +1,25 @@
 """A test harness for assert-style code tests that the tested program cannot short-circuit.
 
-Appending ``assert f(2) == 4`` to the program and counting "exit 0" as a pass rewards a
-program that calls ``os._exit(0)``, reads its own file, returns an object whose ``__eq__`` is
-always true, or patches ``print``. Whatever runs in the program's process is the program's, so
-the verdict is made elsewhere:
+Appending ``assert f(2) == 4`` to the program and counting "exit 0" as a pass rewards a program
+that calls ``os._exit(0)``, reads its own file, returns an always-equal object or patches ``print``.
+Whatever runs in the program's process is the program's, so the verdict is made elsewhere:
 
 1. Each test is split (``split_test``) into what must run with the solution and what must not.
    ``assert sorted(f(x)) == [1, 2]`` becomes the *probe* ``f(x)`` (a value computed by the
    solution's code) and the *check* ``sorted(V0) == [1, 2]``. Names the test does not define,
-   that are not builtins and not standard-library modules, are the solution's.
+   that are not builtins and not standard-library modules, are the solution's. Test helpers the
+   probes need cross cut down to what the probes read (``_child_data``).
 2. The solution runs in one sandbox with only the probes (``child_program``): it prints the
    probes' values as plain data (None, bool, int, float, str, bytes, list, tuple, dict, set;
    exact types, so no object of its own can cross) after a marker. The expected values are in
-   no file and no input it can see; an early exit (``os._exit``, ``sys.exit``, ``atexit``)
-   leaves no values, which fails the case.
+   no file and no input it can see; an early exit leaves no values, which fails the case.
 3. A second sandbox runs only the checks on the decoded values (``judge_program``), with no
    solution code in it. It receives a fresh per-run secret on stdin after every solution run
    has ended, and prints ``secret:case:pass`` only after a case's last assert held.
 
-Tests the split cannot express safely (a solution value used inside a lambda/comprehension
-variable, an ``assert`` inside a statement that must run with the solution, e.g. HumanEval's
-``check(candidate)``) raise ``UnsupportedTest``: the reward reports an error, never a score.
+Tests the split cannot express safely (a solution value inside a lambda/comprehension variable,
+an ``assert`` inside code that must run with the solution, e.g. HumanEval's ``check(candidate)``,
+a helper holding both inputs and expected values) raise ``UnsupportedTest``: an error, never a score.
 """
 
 from __future__ import annotations
@@ -36,6 +35,8 @@ _V = "__grouprl_v"
 _BUILTINS = set(dir(builtins))
 _STDLIB = set(getattr(sys, "stdlib_module_names", ()))
 _SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+_NOT_LITERAL = object()
+_EVAL_ERRORS = (ValueError, TypeError, SyntaxError, MemoryError, RecursionError)
 
 
 class UnsupportedTest(ValueError):
@@ -110,6 +111,7 @@ def split_test(source: str) -> SplitTest:
         tree = ast.parse(source)
     except SyntaxError as err:
         raise UnsupportedTest(f"test does not parse: {err.msg} (line {err.lineno})") from None
+    tree.body = [part for stmt in tree.body for part in _split_unpacking(stmt)]
     defined = set().union(*(_bound_names(s) for s in tree.body)) if tree.body else set()
     free = set().union(*(_loaded(s) for s in tree.body)) if tree.body else set()
     tainted = {n for n in free - defined if n not in _BUILTINS and n not in _STDLIB}
@@ -150,13 +152,116 @@ def split_test(source: str) -> SplitTest:
     for kind, item in reversed(child_side):  # backwards, so a helper's own needs are seen in time
         if kind != "helper":
             kept.append((kind, item))
-        elif _bound_names(item) & needed:
+        elif _bound_names(item) & needed or not _bound_names(item) and _loaded(item) & needed:  # or xs.sort()
             if any(isinstance(n, ast.Assert) for n in ast.walk(item)):
                 raise UnsupportedTest(f"'{_first_line(item)}' is needed by the solution's side but asserts")
             needed |= _loaded(item)
-            kept.append(("exec", ast.unparse(item)))
-    out.child_ops = kept[::-1]
+            kept.append(("helper", item))
+    out.child_ops = _child_data(kept[::-1], needed, out.judge_ops)
     return out
+
+
+# A helper the probes need runs with the solution: all it holds is visible there (globals(), gc, the file).
+# So ``a, b = x, y`` is split in two; a literal ``CASE = {"inp": ..., "out": ...}`` read as ``CASE["inp"]``
+# crosses as ``{"inp": ...}``; one that cannot be cut down while the checks read more of it is unsupported.
+
+def _split_unpacking(stmt: ast.stmt) -> list[ast.stmt]:
+    """``a, b = x, y`` as ``a = x`` and ``b = y`` (when no right-hand side reads a target)."""
+    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+            and isinstance(stmt.targets[0], (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List))):
+        return [stmt]
+    names, values = stmt.targets[0].elts, stmt.value.elts
+    if (len(names) != len(values) or not all(isinstance(n, ast.Name) for n in names)
+            or any(isinstance(v, ast.Starred) for v in values)
+            or {n.id for n in names} & set().union(*(_loaded(v) for v in values))):
+        return [stmt]
+    return [ast.Assign(targets=[ast.Name(id=n.id, ctx=ast.Store())], value=v, lineno=stmt.lineno)
+            for n, v in zip(names, values)]
+
+
+def _read_paths(trees: list[ast.AST], name: str) -> set[tuple]:
+    """The subscript paths by which ``trees`` read ``name``: ``CASE["inp"]`` is ``("inp",)``, a read
+    of the whole value is ``()``, a computed index is ``None`` (``CASES[i][0]``: ``(None, 0)``)."""
+    paths: set[tuple] = set()
+    for tree in trees:
+        parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
+                path, cur = [], node
+                while isinstance(parent.get(cur), ast.Subscript) and parent[cur].value is cur:
+                    cur = parent[cur]
+                    key = _literal(cur.slice)
+                    path.append(key if isinstance(key, (int, str, bytes, float)) else None)
+                paths.add(tuple(path))
+    return paths
+
+
+def _prune(value, paths: set[tuple]):
+    """``value`` with only what ``paths`` read (other dict keys dropped, other items None), or
+    ``_NOT_LITERAL`` where it cannot be cut down so (a string read by index, say)."""
+    if () in paths:
+        return value
+    if isinstance(value, dict):
+        parts = {k: _prune(v, {p[1:] for p in paths if p[0] is None or p[0] == k}) for k, v in value.items()
+                 if any(p[0] is None or p[0] == k for p in paths)}
+        out, items = parts, parts.values()
+    elif isinstance(value, (list, tuple)) and all(p[0] is None or type(p[0]) is int for p in paths):
+        kept = [{p[1:] for p in paths if p[0] is None or p[0] in (i, i - len(value))} for i in range(len(value))]
+        out = items = type(value)(_prune(v, k) if k else None for v, k in zip(value, kept))
+    else:
+        return _NOT_LITERAL
+    return _NOT_LITERAL if any(x is _NOT_LITERAL for x in items) else out
+
+
+def _child_data(ops: list[tuple], needed: set[str], judge_ops: list) -> list[tuple[str, str]]:
+    """The child's ops with each helper cut down to what the solution's side reads (see above)."""
+    child_trees = [item if kind == "helper" else ast.parse(item, mode="eval" if kind == "eval" else "exec")
+                   for kind, item in ops]
+    judge_trees = [ast.parse(src) for _, src, _ in judge_ops]
+    result: list[tuple[str, str]] = []
+    for kind, item in ops:
+        if kind != "helper":
+            result.append((kind, item))
+            continue
+        if isinstance(item, (ast.Assign, ast.AnnAssign)):
+            targets = item.targets if isinstance(item, ast.Assign) else [item.target]
+            bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+            extra = {n for n in bound - needed if _read_paths(judge_trees, n)}
+            if extra:
+                raise UnsupportedTest(f"'{_first_line(item)}' is needed by the solution's side and also binds "
+                                      f"{', '.join(sorted(extra))}, which the checks read; assign it separately")
+            if len(bound) == 1 and isinstance(targets[0], ast.Name) and item.value is not None:
+                name = targets[0].id
+                reads = _read_paths([t for t in child_trees if t is not item], name) or {()}
+                value = _literal(item.value)
+                pruned = value if value is _NOT_LITERAL else _prune(value, reads)
+                if pruned is not _NOT_LITERAL and _round_trips(pruned):  # the child holds only what it reads
+                    result.append(("exec", ast.unparse(item) if pruned is value else f"{name} = {pruned!r}"))
+                    continue
+                leaked = [p for p in _read_paths(judge_trees, name)  # a judge read the child's reads do not cover
+                          if not any(len(c) <= len(p) and all(k in (None, q) for k, q in zip(c, p)) for c in reads)]
+                if leaked:
+                    text = [name + "".join("[...]" if k is None else f"[{k!r}]" for k in p)
+                            for p in (sorted(reads, key=repr)[0], leaked[0])]
+                    raise UnsupportedTest(f"'{_first_line(item)}' is needed by the solution's side, where it is read "
+                                          f"as {text[0]} while the checks read {text[1]}; keep inputs and expected "
+                                          "values apart")
+        result.append(("exec", ast.unparse(item)))
+    return result
+
+
+def _literal(node):  # a literal's value, or _NOT_LITERAL
+    try:
+        return ast.literal_eval(node)
+    except _EVAL_ERRORS:
+        return _NOT_LITERAL
+
+
+def _round_trips(value) -> bool:
+    try:
+        return _literal(repr(value)) == value
+    except ValueError:  # an int too long for repr
+        return False
 
 
 def _first_line(stmt: ast.stmt) -> str:
@@ -218,9 +323,9 @@ def probe_values(stdout: str) -> list | None:
     if MARK not in stdout:
         return None
     line = stdout.rsplit(MARK, 1)[1].split("\n", 1)[0]
-    try:
+    try:  # the program wrote this: any text (deep nesting, huge numbers) is its failure, never ours
         values = json.loads(line)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return None
     return values if isinstance(values, list) else None
 

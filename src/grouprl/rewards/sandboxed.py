@@ -4,11 +4,16 @@ The user's file is read here and executed in a fresh bubblewrap sandbox for ever
 of samples: no network, a read-only system, a private scratch dir. The function sees the
 same arguments as in-process; its results come back as JSON. A sample whose run fails
 (exception, timeout, memory) is reported as that sample's reward error.
+
+The results are read only from a run that ended cleanly, and only after a marker holding a fresh
+per-run secret: a completion is data, and if the reward prints it (a debug ``print``) and the run
+is then killed, a results line the completion carries must not be taken for the reward's answer.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from pathlib import Path
 from typing import Any, Callable
 
@@ -80,23 +85,34 @@ def sandboxed_reward(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) 
         payload = [{"messages": [m.model_dump(exclude_none=True) for m in msgs], "ground_truth": truths[i],
                     "kwargs": {k: _plain(v[i]) for k, v in kwargs.items()}}
                    for i, msgs in enumerate(rollouts_messages)]
-        code = _DRIVER.format(source=source, name=name, payload=json.dumps(payload), filename=str(path), mark=MARK,
+        mark = f"{MARK}{secrets.token_hex(16)}:"
+        code = _DRIVER.format(source=source, name=name, payload=json.dumps(payload), filename=str(path), mark=mark,
                               lib=GROUPRL_MOUNT)
         try:  # never the rlimits fallback: a user file is run isolated or not at all
             res = run_in_sandbox(code, timeout_s=timeout_s, cpu_s=int(timeout_s) + 1, memory_mb=memory_mb,
                                  backend="bwrap", expose_grouprl=True)
         except RuntimeError as err:
-            return [EvaluateResult(score=0.0, is_score_valid=False, error=f"sandbox: {err}")] * n
+            return _errors(n, f"sandbox: {err}")
         if res.infra_error:
-            return [EvaluateResult(score=0.0, is_score_valid=False, error=res.infra_error)] * n
-        if MARK not in res.stdout:
-            why = res.killed_reason or (res.stderr.strip().splitlines() or ["no output"])[-1]
-            return [EvaluateResult(score=0.0, is_score_valid=False, error=f"sandbox ({res.backend}): {why}")] * n
-        rows = json.loads(res.stdout.rsplit(MARK, 1)[1])
-        return [EvaluateResult.model_validate(r["result"]) if "result" in r
-                else EvaluateResult(score=0.0, is_score_valid=False, error=r["error"]) for r in rows]
+            return _errors(n, res.infra_error)
+        if not res.ok or mark not in res.stdout:
+            lines = res.stderr.strip().splitlines() or [f"no results (exit code {res.exit_code})"]
+            why = res.killed_reason or lines[-1]
+            return _errors(n, f"sandbox ({res.backend}): {why}")
+        try:
+            rows = json.loads(res.stdout.rsplit(mark, 1)[1].split("\n", 1)[0])
+            if not isinstance(rows, list) or len(rows) != n:
+                raise ValueError(f"{len(rows) if isinstance(rows, list) else 'no'} results for {n} samples")
+            return [EvaluateResult.model_validate(r["result"]) if "result" in r
+                    else EvaluateResult(score=0.0, is_score_valid=False, error=str(r["error"])) for r in rows]
+        except (ValueError, RecursionError, TypeError, KeyError) as err:  # pydantic's ValidationError too
+            return _errors(n, f"{spec}: unreadable results ({type(err).__name__}: {str(err)[:200]})")
 
     return run
+
+
+def _errors(n: int, error: str) -> list[EvaluateResult]:
+    return [EvaluateResult(score=0.0, is_score_valid=False, error=error) for _ in range(n)]
 
 
 def _plain(value: Any) -> Any:

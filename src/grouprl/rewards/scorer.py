@@ -37,7 +37,7 @@ from grouprl.rewards.kit import score_batch
 from grouprl.rewards.learned import LearnedReward, RewardMixer
 from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
                                       episode_messages, resolve_reward)
-from grouprl.rewards.registry import get_reward, is_typed, normalized_weights, weighted_score
+from grouprl.rewards.registry import is_typed, normalized_weights, weighted_score
 from grouprl.train.distributed import all_gather_cat
 
 log = logging.getLogger(__name__)
@@ -162,8 +162,11 @@ class Scorer:
         self.fns = {key: bind_options(resolve_reward(name, sandbox_user_rewards), (reward_kwargs or {}).get(name))
                     for key, name in zip(self.keys, reward_names)}
         self.weights = dict(zip(self.keys, normalized_weights(weights, normalize_weights)))
-        self.judge = get_reward(correct_reward) if correct_reward else None
         self.judge_key = correct_reward if correct_reward in self.keys else None
+        # The judge is one of the rewards (its score is read), or resolved under the same sandbox rule:
+        # with sandbox_user_rewards a user file named here is never imported into this process.
+        self.judge = (self.fns[correct_reward] if self.judge_key is not None
+                      else resolve_reward(correct_reward, sandbox_user_rewards) if correct_reward else None)
         self.predictor = PREDICTORS.get(correct_reward or "")
         self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
         self.learned = list(learned or [])

@@ -8,6 +8,9 @@ not, with or without a memory cgroup):
 * new user namespaces: ``unshare``/``clone`` with ``CLONE_NEWUSER`` (EPERM); ``clone3`` passes
   its flags in memory a filter cannot read, so it answers ENOSYS and libc falls back to ``clone``.
   When we are not root, ``bwrap --disable-userns`` closes the same door a second way.
+* System V shared memory and message queues (``shmget``, ``msgget``): a segment outlives its
+  mapping and a queue holds kernel memory, so neither counts against ``RLIMIT_AS`` (a 256 MB
+  limit still let a program hold 1.6 GB in detached segments); refused with EPERM.
 * kernel attack surface no reward program needs: ``io_uring_*``, ``bpf``, ``perf_event_open``,
   ``userfaultfd``, the key-ring calls (EPERM).
 
@@ -36,14 +39,14 @@ _ARCHES = {
     "x86_64": (0xC000003E, dict(memfd_create=319, userfaultfd=323, bpf=321, perf_event_open=298,
                                 keyctl=250, add_key=248, request_key=249, io_uring_setup=425,
                                 io_uring_enter=426, io_uring_register=427, unshare=272, clone=56,
-                                clone3=435)),
+                                clone3=435, shmget=29, msgget=68)),
     "aarch64": (0xC00000B7, dict(memfd_create=279, userfaultfd=282, bpf=280, perf_event_open=241,
                                  keyctl=219, add_key=217, request_key=218, io_uring_setup=425,
                                  io_uring_enter=426, io_uring_register=427, unshare=97, clone=220,
-                                 clone3=435)),
+                                 clone3=435, shmget=194, msgget=186)),
 }
 REFUSED = ("memfd_create", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
-           "io_uring_setup", "io_uring_enter", "io_uring_register")
+           "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "msgget")
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
