@@ -34,6 +34,7 @@ def test_gathered_batch_statistics_equal_the_single_process_ones(ranks):
         assert r["batch_std"] == pytest.approx(float(everything.std()), abs=1e-7)
         assert r["token_sum"] == 8.0
         assert r["metrics"] == {"loss": 1.5, "reward": 5.0}
+        assert r["uneven_metrics"] == {"grad_norm": 1.5, "loss": 4.0, "ratio_max": 2.0, "ratio_min": 0.5}
         assert r["shared_path"] == "built-by-rank-0"
 
 

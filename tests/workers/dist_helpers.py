@@ -38,6 +38,9 @@ def main(out: Path) -> None:
         "batch_std": float(D.batch_std(mine[:, 0])),
         "token_sum": float(D.all_reduce_sum(float(len(mine)))),
         "metrics": D.mean_metrics({"loss": float(r + 1), "reward": 10.0 * r}),
+        # rank 1 skipped every micro-batch (no loss); ratios: the batch's max and min, not their means
+        "uneven_metrics": D.mean_metrics({"grad_norm": 1.0 + r, "ratio_max": 1.0 + r, "ratio_min": 0.5 + r,
+                                          **({"loss": 4.0} if r == 0 else {})}),
         "shared_path": D.on_main_then_share(lambda: f"built-by-rank-{D.process_info().rank}"),
         "ddp_grad": ddp_grad(info, mine),
     }

@@ -142,14 +142,18 @@ def broadcast_object(obj: T, src: int = 0) -> T:
 
 
 def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """Average per-process metrics (same keys everywhere; refused otherwise, loudly)."""
+    """Per-process metrics combined: the mean over the processes that report a key (one whose
+    micro-batches were all skipped as non-finite reports fewer), the max of ``*_max`` keys and
+    the min of ``*_min`` keys."""
     if not _active():
         return dict(metrics)
-    keys = sorted(metrics)
-    if len(set(map(tuple, gather_objects(keys)))) != 1:
-        raise RuntimeError(f"mean_metrics: processes report different metric names (rank {dist.get_rank()}: {keys})")
-    values = all_reduce_sum(torch.tensor([float(metrics[k]) for k in keys], dtype=torch.float64))
-    return {k: float(v) / dist.get_world_size() for k, v in zip(keys, values)}
+    everyone = gather_objects({k: float(v) for k, v in metrics.items()})
+    out: dict[str, float] = {}
+    for key in sorted({k for m in everyone for k in m}):
+        values = [m[key] for m in everyone if key in m]
+        out[key] = max(values) if key.endswith("_max") else min(values) if key.endswith("_min") \
+            else sum(values) / len(values)
+    return out
 
 
 def loss_weight(local_count: float, global_count: float, world_size: int) -> float:
