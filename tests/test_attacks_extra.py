@@ -114,6 +114,8 @@ def test_open_files_are_capped_so_socket_buffers_stay_small():
 def test_no_privilege_from_ptrace_raw_syscalls_or_rlimits():
     code = ("import ctypes, os, resource\nlibc = ctypes.CDLL(None, use_errno=True)\nout = {}\n"
             "out['ptrace_pid1'] = libc.ptrace(16, 1, 0, 0)\n"
+            "out['ptrace_traceme'] = libc.ptrace(0, 0, 0, 0)\n"  # seccomp: EPERM even for oneself
+            "out['vm_read'] = libc.syscall(310, 1, 0, 0, 0, 0, 0) if os.uname().machine == 'x86_64' else -1\n"
             "out['memfd'] = libc.syscall(319, b'x', 0) if os.uname().machine == 'x86_64' else -1\n"
             "out['mount'] = libc.mount(b'none', b'/tmp', b'tmpfs', 0, None)\n"
             "out['unshare_mnt'] = libc.unshare(0x00020000)\n"

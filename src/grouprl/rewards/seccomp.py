@@ -39,14 +39,18 @@ _ARCHES = {
     "x86_64": (0xC000003E, dict(memfd_create=319, userfaultfd=323, bpf=321, perf_event_open=298,
                                 keyctl=250, add_key=248, request_key=249, io_uring_setup=425,
                                 io_uring_enter=426, io_uring_register=427, unshare=272, clone=56,
-                                clone3=435, shmget=29, msgget=68)),
+                                clone3=435, shmget=29, msgget=68, ptrace=101, process_vm_readv=310,
+                                process_vm_writev=311)),
     "aarch64": (0xC00000B7, dict(memfd_create=279, userfaultfd=282, bpf=280, perf_event_open=241,
                                  keyctl=219, add_key=217, request_key=218, io_uring_setup=425,
                                  io_uring_enter=426, io_uring_register=427, unshare=97, clone=220,
-                                 clone3=435, shmget=194, msgget=186)),
+                                 clone3=435, shmget=194, msgget=186, ptrace=117, process_vm_readv=270,
+                                 process_vm_writev=271)),
 }
 REFUSED = ("memfd_create", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
-           "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "msgget")
+           "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "msgget",
+           # no reading or steering another process of the sandbox (as non-root, bwrap's pid 1)
+           "ptrace", "process_vm_readv", "process_vm_writev")
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
