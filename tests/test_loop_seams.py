@@ -274,3 +274,18 @@ def test_a_task_offers_learned_rewards_eval_metrics_and_its_tokenizer_kind(tiny_
     assert 0 <= result["answered"] <= 6 and learned.updates == 0  # frozen during evaluation
     word = init_tiny("the cat sat on the mat", tmp_path / "word", 16, 1, 2, tokenizer="word")
     assert len(auto_tokenizer(str(word))("the cat sat", add_special_tokens=False)["input_ids"]) == 3  # words
+
+
+def test_a_config_option_the_estimator_does_not_take_is_named_not_dropped_silently(caplog):
+    from grouprl.algos.advantages import get_estimator
+    from grouprl.train.advantages import estimator_options
+
+    cfg = build_config(None, {"advantage": "rloo", "scale_rewards": "batch"}, environ={})
+    with caplog.at_level("WARNING", logger="grouprl"):
+        assert estimator_options(cfg.algorithm, get_estimator("rloo")) == {}
+    assert "'rloo' does not use scale_rewards" in caplog.text
+    caplog.clear()
+    cfg = build_config(None, {"advantage": "grpo", "scale_rewards": "batch"}, environ={})
+    with caplog.at_level("WARNING", logger="grouprl"):
+        assert estimator_options(cfg.algorithm, get_estimator("grpo")) == {"scale": "batch"}
+    assert "does not use" not in caplog.text
