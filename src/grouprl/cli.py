@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     # LOGLEVEL sets grouprl's loggers; other libraries stay at WARNING (DEBUG on the root logger
     # would bury grouprl's lines under matplotlib's and urllib3's).
     logging.basicConfig(level="WARNING", format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("grouprl").setLevel(os.environ.get("LOGLEVEL", "WARNING").upper())
+    if os.environ.get("LOGLEVEL"):
+        logging.getLogger("grouprl").setLevel(os.environ["LOGLEVEL"].upper())
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
