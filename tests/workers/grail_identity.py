@@ -17,6 +17,7 @@ from grouprl.rewards.scorer import Scorer
 from grouprl.tasks.slates.rows import prepare_rows
 from grouprl.tasks.slates.synthetic import generate_issue
 from grouprl.train.data_parallel import DataParallel
+from grouprl.train.distributed import end_processes
 
 K = 4
 
@@ -55,3 +56,4 @@ def run(disc_dir: str, out: Path, parallel: DataParallel) -> None:
 
 if __name__ == "__main__":
     run(sys.argv[2], Path(sys.argv[1]), DataParallel.start())
+    end_processes()

