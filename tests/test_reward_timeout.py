@@ -64,3 +64,32 @@ def test_calls_share_a_worker_thread_until_one_hangs():
         call_with_timeout(lambda: (_ for _ in ()).throw(ValueError("bad")), 5.0)  # errors reach the caller
     release.set()
     guard.ABANDONED = before  # the hung call has returned; do not leak the count into other tests
+
+
+def test_a_batch_of_calls_takes_one_hand_off_and_keeps_a_budget_per_call():
+    import threading
+
+    from grouprl.rewards import guard
+    from grouprl.rewards.guard import RewardTimeout, map_with_timeout
+
+    def slow_double(x, delay=0.0):
+        time.sleep(delay)
+        if x < 0:
+            raise ValueError("negative")
+        return threading.current_thread().ident, 2 * x
+
+    # Five calls of 0.15 s each: 0.75 s in all, past a 0.4 s budget, but no single call is.
+    results = map_with_timeout(slow_double, 0.4, [((i,), {"delay": 0.15}) for i in range(5)])
+    assert [v[1] for v, e in results] == [0, 2, 4, 6, 8] and all(e is None for _, e in results)
+    assert len({v[0] for v, _ in results}) == 1 and results[0][0][0] != threading.get_ident()
+    (_, err), = map_with_timeout(slow_double, 0.4, [((-1,), {})])
+    assert isinstance(err, ValueError)  # an error is that call's, the others go on
+    release = threading.Event()
+    before = guard.ABANDONED
+    results = map_with_timeout(lambda x: x if x != 2 else release.wait(30), 0.2, [((i,), {}) for i in range(4)],
+                               name="stuck")
+    assert [v for v, _ in results[:2]] == [0, 1]
+    assert all(isinstance(e, RewardTimeout) and "stuck" in str(e) for _, e in results[2:])  # stuck one + untried
+    assert guard.ABANDONED == before + 1
+    release.set()
+    guard.ABANDONED = before

@@ -32,7 +32,7 @@ import torch
 from grouprl.config import ConfigError
 from grouprl.records import Episode
 from grouprl.rewards import arithmetic, gsm8k
-from grouprl.rewards.guard import RewardTimeout, call_with_timeout, finite_score
+from grouprl.rewards.guard import RewardTimeout, call_with_timeout, finite_score, map_with_timeout
 from grouprl.rewards.kit import score_batch
 from grouprl.rewards.learned import LearnedReward, RewardMixer
 from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
@@ -122,21 +122,11 @@ def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[
 def _plain_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
     """One call per episode, each with the time budget; after a timeout the rest of the batch is
     not tried (a stuck reward costs one budget per batch, not one per sample)."""
+    calls = [((ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth")),
+              {k: v for k, v in ep.row.items() if k != "ground_truth"}) for ep in episodes]
     out: list[RewardPart] = []
-    stuck: str | None = None
-    for ep in episodes:
-        if stuck:
-            out.append(RewardPart(error=stuck))
-            continue
-        extra = {k: v for k, v in ep.row.items() if k != "ground_truth"}
-        try:
-            value = call_with_timeout(fn, timeout, ep.steps[-1].action_text if ep.steps else "",
-                                      ep.row.get("ground_truth"), name=key, **extra)
-        except RewardTimeout as err:
-            stuck = _error(key, err)
-            out.append(RewardPart(error=stuck))
-            continue
-        except Exception as err:  # noqa: BLE001
+    for ep, (value, err) in zip(episodes, map_with_timeout(fn, timeout, calls, name=key)):
+        if err is not None:
             out.append(RewardPart(error=_error(key, err)))
             continue
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
