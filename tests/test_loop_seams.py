@@ -289,3 +289,21 @@ def test_a_config_option_the_estimator_does_not_take_is_named_not_dropped_silent
     with caplog.at_level("WARNING", logger="grouprl"):
         assert estimator_options(cfg.algorithm, get_estimator("grpo")) == {"scale": "batch"}
     assert "does not use" not in caplog.text
+
+
+def test_user_estimator_from_a_package_module(tmp_path, monkeypatch):
+    """``package.module:function`` names an estimator as it names a reward; its options are checked."""
+    from grouprl.algos.advantages import get_estimator
+
+    pkg = tmp_path / "my_estimators"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "signs.py").write_text(ESTIMATOR)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    estimator = get_estimator("my_estimators.signs:sign_advantage")
+    assert estimator.options == ("margin",) and not estimator.step_level
+    scores, groups = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])
+    assert compute_advantages("my_estimators.signs:sign_advantage", scores, groups, margin=0.1).tolist() == \
+        [1.0, -1.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="unknown option 'margn'"):
+        compute_advantages("my_estimators.signs:sign_advantage", scores, groups, margn=0.1)
