@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.rewards.preview import add_rewards_parser, list_rewards, load_samples, preview
+from grouprl.rewards.preview import add_rewards_parser, list_rewards, load_samples, preview, run_scorer
 
 FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_completions.jsonl"
 # Hand-expected gsm8k_final scores for the fixture, line by line:
@@ -122,3 +122,22 @@ def test_rewards_list(capsys):
     assert by_name["gsm8k_final"][1:3] == ("plain", "-")
     assert run_cli(["rewards", "list"]) == 0
     assert "gsm8k_final" in capsys.readouterr().out
+
+
+def test_cli_preview_with_a_recipe_scores_as_training_does(tmp_path):
+    """--config: the recipe's rewards with their options and normalised weights (the run's scorer)."""
+    from grouprl.rewards.registry import get_reward
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("rewards:\n  - {name: gsm8k_final, weight: 3, options: {strict: true}}\n"
+                      "  - {name: format, weight: 1}\n")
+    out = tmp_path / "o.jsonl"
+    assert run_cli(["rewards", "preview", "--config", str(recipe), "--samples", str(FIXTURE), "--out", str(out)]) == 0
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    samples = load_samples(FIXTURE)
+    strict = [get_reward("gsm8k_final")(s["completion"], s["ground_truth"], strict=True) for s in samples]
+    assert [r["scores"]["gsm8k_final"] for r in records] == strict
+    rows, _ = preview(None, FIXTURE, scorer=run_scorer(str(recipe)))
+    for row in rows:  # weights 3 : 1 normalised, as in training
+        assert row["total"] == pytest.approx(0.75 * row["scores"]["gsm8k_final"] + 0.25 * row["scores"]["format"])
+    assert run_cli(["rewards", "preview", "--samples", str(FIXTURE)]) == 2  # neither --reward nor --config

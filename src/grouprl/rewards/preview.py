@@ -127,7 +127,7 @@ def _shorten(text: str, n: int = 60) -> str:
 def preview(reward_names: list[str], samples_path: str | Path, max_samples: int | None = None,
             out_path: str | Path | None = None, weights: list[float] | None = None,
             console=None, sandbox_user_rewards: bool = False,
-            reward_timeout: float = 60.0) -> tuple[list[dict[str, Any]], int]:
+            reward_timeout: float = 60.0, scorer=None) -> tuple[list[dict[str, Any]], int]:
     """Score every sample with every reward; print a table; write ``out_path`` JSONL if given.
 
     Returns ``(rows, n_errors)``: one row per sample (``index``, ``line``, ``scores``, ``reasons``,
@@ -141,6 +141,8 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     from rich.text import Text
 
     console = console or Console()
+    if scorer is not None:  # a run's scorer (--config): its rewards, options, weights, sandbox rule, budget
+        reward_names, weights = list(scorer.keys), list(scorer.weights.values())
     if not reward_names:
         raise ValueError("give at least one reward")
     if weights is not None and len(weights) != len(reward_names):
@@ -148,9 +150,10 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     from grouprl.rewards.scorer import Scorer
 
     # The training scorer, with the preview's weights as given, never stopping on errors (it shows them).
-    scorer = Scorer(list(reward_names), list(weights) if weights is not None else [1.0] * len(reward_names),
-                    normalize_weights=False, max_error_fraction=1.0, sandbox_user_rewards=sandbox_user_rewards,
-                    reward_timeout=reward_timeout)
+    scorer = scorer or Scorer(list(reward_names), list(weights) if weights is not None else [1.0] * len(reward_names),
+                              normalize_weights=False, sandbox_user_rewards=sandbox_user_rewards,
+                              reward_timeout=reward_timeout)
+    scorer.max_error_fraction = 1.0
     keys, fns = scorer.keys, scorer.fns
     entries = load_samples(samples_path, max_samples)
     good = [e for e in entries if "error" not in e]
@@ -266,9 +269,13 @@ def cmd_rewards_preview(args: argparse.Namespace) -> int:
 
     console = Console()
     try:
+        scorer = run_scorer(args.config) if args.config else None
+        if scorer is None and not args.reward:
+            raise ValueError("give --reward (repeatable) or --config RECIPE")
         _, n_errors = preview(args.reward, args.samples, max_samples=args.max_samples, out_path=args.out,
                               weights=args.weight, console=console,
-                              sandbox_user_rewards=args.sandbox_user_rewards, reward_timeout=args.reward_timeout)
+                              sandbox_user_rewards=args.sandbox_user_rewards, reward_timeout=args.reward_timeout,
+                              scorer=scorer)
     except KeyError as err:  # an unknown reward or a bad path/module
         print(f"grouprl: error: {err.args[0] if err.args else err}", file=sys.stderr)
         return 2
@@ -279,6 +286,26 @@ def cmd_rewards_preview(args: argparse.Namespace) -> int:
         print(f"grouprl: {n_errors} sample(s) had errors (shown above)", file=sys.stderr)
         return 1
     return 0
+
+
+def run_scorer(recipe: str):
+    """The scorer a training run of ``recipe`` would build (its rewards, options, weights after
+    normalisation, sandbox rule and time budget), without its learned rewards. A recipe that names
+    its rewards is not loaded any further; one that relies on its task's default rewards loads the task."""
+    from types import SimpleNamespace
+
+    from grouprl.config import build_config
+    from grouprl.rewards.scorer import Scorer
+    from grouprl.tasks import load_task
+    from grouprl.tasks.registry import with_rewards
+
+    cfg = build_config(recipe, {})
+    if cfg.task.rewards:
+        task = with_rewards(cfg, SimpleNamespace(reward_names=[], reward_kwargs={}, reward_weights=[],
+                                                 correct_reward=None))
+    else:
+        task = load_task(cfg)
+    return Scorer.from_config(cfg, task, learned=[])
 
 
 def add_rewards_parser(sub) -> argparse.ArgumentParser:
@@ -293,8 +320,12 @@ def add_rewards_parser(sub) -> argparse.ArgumentParser:
         "preview", help="score a JSONL of samples with reward functions (no model needed)",
         description="Score samples with reward functions and print a table. Each line: "
                     + EXPECTED_FORMS + ". Exit code 1 when any sample errors.")
-    pv.add_argument("--reward", action="append", required=True, metavar="NAME_OR_PATH",
+    pv.add_argument("--reward", action="append", metavar="NAME_OR_PATH",
                     help="built-in name, path/to/file.py:function or package.module:function (repeatable)")
+    pv.add_argument("--config", default=None, metavar="RECIPE",
+                    help="score with the rewards of this training recipe, as training does: their options, "
+                         "normalised weights (the 'total' column), sandbox rule and reward_timeout "
+                         "(instead of --reward/--weight)")
     pv.add_argument("--samples", required=True, metavar="FILE.jsonl", help="samples JSONL (required)")
     pv.add_argument("--sandbox_user_rewards", "--sandbox-user-rewards", dest="sandbox_user_rewards",
                     action="store_true", help="run path/to/file.py:function rewards in the sandbox, as training "
