@@ -84,6 +84,8 @@ def test_a_batch_of_calls_takes_one_hand_off_and_keeps_a_budget_per_call():
     assert len({v[0] for v, _ in results}) == 1 and results[0][0][0] != threading.get_ident()
     (_, err), = map_with_timeout(slow_double, 0.4, [((-1,), {})])
     assert isinstance(err, ValueError)  # an error is that call's, the others go on
+    with pytest.raises(SystemExit):  # not an ordinary error: it reaches the caller, as without a budget
+        map_with_timeout(lambda: (_ for _ in ()).throw(SystemExit(3)), 5.0, [((), {})])
     release = threading.Event()
     before = guard.ABANDONED
     results = map_with_timeout(lambda x: x if x != 2 else release.wait(30), 0.2, [((i,), {}) for i in range(4)],

@@ -53,25 +53,23 @@ class _Worker:
 _workers = threading.local()  # each calling thread its own worker: calls never queue behind another's
 
 
+def _own_worker() -> _Worker:
+    """The calling thread's worker (a fresh one after the last was abandoned)."""
+    worker = getattr(_workers, "worker", None) or _Worker()
+    _workers.worker = worker
+    return worker
+
+
 def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args, name: str = "reward",
                       **kwargs) -> Any:
     """``fn(*args, **kwargs)``, or ``RewardTimeout`` after ``timeout_s`` (None or <= 0: no budget)."""
-    global ABANDONED
     if not timeout_s or timeout_s <= 0:
         return fn(*args, **kwargs)
-    worker = getattr(_workers, "worker", None) or _Worker()
-    _workers.worker = worker
     box: dict[str, Any] = {}
     done = threading.Event()
-    worker.jobs.put((fn, args, kwargs, box, done))
+    _own_worker().jobs.put((fn, args, kwargs, box, done))
     if not done.wait(timeout_s):
-        _workers.worker = None  # it is stuck inside fn for good: the next call gets a fresh thread
-        with _lock:
-            ABANDONED += 1
-            stuck = ABANDONED
-        if stuck > MAX_ABANDONED:
-            raise TooManyStuckRewards(f"{stuck} reward calls never returned (last: {name}); stopping the run")
-        raise RewardTimeout(f"{name}: no result within reward_timeout={timeout_s:g}s")
+        raise _abandon_worker(name, timeout_s)
     if "error" in box:
         raise box["error"]
     return box["value"]
@@ -84,42 +82,50 @@ def map_with_timeout(fn: Callable[..., Any], timeout_s: float | None, calls: lis
     hand-off per batch instead of one per sample: 128 per-sample hand-offs cost 2-10 ms of a tiny
     step), and each call still has its own budget: the clock restarts whenever a call returns. A
     call past its budget and every call after it (not tried) get the same ``RewardTimeout``."""
-    global ABANDONED
     if not timeout_s or timeout_s <= 0:
-        return [_attempt(fn, args, kwargs) for args, kwargs in calls]
+        return [_attempt(fn, args, kwargs, Exception) for args, kwargs in calls]
     results: list[tuple[Any, BaseException | None]] = []
     progress = threading.Condition()
 
     def job() -> None:
         for args, kwargs in calls:
-            result = _attempt(fn, args, kwargs)
+            result = _attempt(fn, args, kwargs, BaseException)  # SystemExit too: re-raised below, not lost
             with progress:
                 results.append(result)
                 progress.notify()
 
-    worker = getattr(_workers, "worker", None) or _Worker()
-    _workers.worker = worker
-    worker.jobs.put((job, (), {}, {}, threading.Event()))
+    _own_worker().jobs.put((job, (), {}, {}, threading.Event()))
     with progress:
         while len(results) < len(calls):
             n = len(results)
             if not progress.wait_for(lambda: len(results) > n, timeout_s):
-                _workers.worker = None  # stuck inside fn for good: the next call gets a fresh thread
-                with _lock:
-                    ABANDONED += 1
-                    stuck = ABANDONED
-                if stuck > MAX_ABANDONED:
-                    raise TooManyStuckRewards(f"{stuck} reward calls never returned (last: {name}); stopping the run")
-                timeout = RewardTimeout(f"{name}: no result within reward_timeout={timeout_s:g}s")
-                return results[:n] + [(None, timeout)] * (len(calls) - n)
-        return list(results)
+                return results[:n] + [(None, _abandon_worker(name, timeout_s))] * (len(calls) - n)
+        done = list(results)
+    for _, err in done:  # as an unbudgeted call would: only ordinary exceptions are a sample's error
+        if err is not None and not isinstance(err, Exception):
+            raise err
+    return done
 
 
-def _attempt(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[Any, BaseException | None]:
+def _attempt(fn: Callable[..., Any], args: tuple, kwargs: dict,
+             catch: type[BaseException]) -> tuple[Any, BaseException | None]:
     try:
         return fn(*args, **kwargs), None
-    except Exception as err:  # noqa: BLE001 - the caller decides what a failing sample is
+    except catch as err:  # noqa: BLE001 - the caller decides what a failing sample is
         return None, err
+
+
+def _abandon_worker(name: str, timeout_s: float) -> RewardTimeout:
+    """This thread's worker is stuck inside a call for good: the next call gets a fresh one. The
+    timeout to report, or ``TooManyStuckRewards`` past ``MAX_ABANDONED`` stuck calls."""
+    global ABANDONED
+    _workers.worker = None
+    with _lock:
+        ABANDONED += 1
+        stuck = ABANDONED
+    if stuck > MAX_ABANDONED:
+        raise TooManyStuckRewards(f"{stuck} reward calls never returned (last: {name}); stopping the run")
+    return RewardTimeout(f"{name}: no result within reward_timeout={timeout_s:g}s")
 
 
 def finite_score(name: str, value: Any) -> tuple[float | None, str | None]:

@@ -66,20 +66,25 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
     # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
     # advantage becomes 0 -- nothing is learned, silently.
     out = run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options)
-    zeros = torch.zeros(len(steps), dtype=torch.float64)
-    returns = discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma)
-    anchor_size = torch.bincount(tensors.anchor)[tensors.anchor]
-    if not estimator.step_level:  # one value per episode, broadcast to its steps
-        advantage = out[tensors.episode]
-        record = AdvantageRecord(tensors.episode, returns, advantage, zeros, advantage, tensors.anchor, anchor_size)
-    elif isinstance(out, torch.Tensor):  # a step-level estimator that gives only the advantage
-        record = AdvantageRecord(tensors.episode, returns, out, zeros, out, tensors.anchor, anchor_size)
-    else:  # a record of parts (gigpo); a part a user's record leaves out takes the plain default
-        part = lambda name, default: getattr(out, name, None) if getattr(out, name, None) is not None \
-            else default  # noqa: E731
-        record = AdvantageRecord(tensors.episode, part("returns", returns), part("episode_advantage", out.advantage),
-                                 part("step_advantage", zeros), out.advantage, tensors.anchor,
-                                 part("anchor_size", anchor_size))
+    # An episode-level estimator gives one value per episode (broadcast to its steps), a step-level one
+    # a value per step or a record of parts (gigpo); a part it leaves out takes its plain default.
+    if not estimator.step_level:
+        advantage, parts = out[tensors.episode], None
+    elif isinstance(out, torch.Tensor):
+        advantage, parts = out, None
+    else:
+        advantage, parts = out.advantage, out
+    returns = getattr(parts, "returns", None)
+    episode_advantage = getattr(parts, "episode_advantage", None)
+    step_advantage = getattr(parts, "step_advantage", None)
+    anchor_size = getattr(parts, "anchor_size", None)
+    record = AdvantageRecord(
+        tensors.episode,
+        discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma) if returns is None else returns,
+        advantage if episode_advantage is None else episode_advantage,
+        torch.zeros(len(steps), dtype=torch.float64) if step_advantage is None else step_advantage,
+        advantage, tensors.anchor,
+        torch.bincount(tensors.anchor)[tensors.anchor] if anchor_size is None else anchor_size)
     if penalty_on_step:
         penalty = torch.tensor([s.penalty for _, s in steps], dtype=torch.float64)
         record.episode_advantage = record.episode_advantage - penalty
