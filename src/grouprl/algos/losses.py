@@ -1,8 +1,17 @@
-"""Token log-probs and the clipped policy-gradient loss. Pure tensor functions."""
+"""Token log-probs, entropies and the policy objective around any registered loss. Pure tensor functions.
+
+The losses themselves live in ``algos/policy_losses.py`` (a registry), the aggregations and KL
+estimators in ``algos/aggregation.py``, the entropy bonus in ``algos/entropy.py``.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from grouprl.algos.aggregation import AGGREGATIONS, aggregate_loss, kl_penalty, micro_batch_weight  # noqa: F401
+from grouprl.algos.policy_losses import LOSSES, Loss
 
 
 def selective_log_softmax(logits: torch.Tensor, token_ids: torch.Tensor, chunk: int = 64) -> torch.Tensor:
@@ -22,11 +31,46 @@ def selective_log_softmax(logits: torch.Tensor, token_ids: torch.Tensor, chunk: 
 @torch.no_grad()
 def entropy_from_logits(logits: torch.Tensor, chunk: int = 64) -> torch.Tensor:
     """H = -sum_v p_v log p_v per position (a metric; no gradient)."""
+    return token_entropy(logits, chunk)
+
+
+def token_entropy(logits: torch.Tensor, chunk: int = 64) -> torch.Tensor:
+    """H = -sum_v p_v log p_v per position, with its gradient (the entropy bonus, ``algos/entropy.py``)."""
     out = []
     for lg in logits.split(chunk):
         logp = torch.log_softmax(lg.float(), dim=-1)
         out.append(-(logp.exp() * logp).sum(-1))
     return torch.cat(out)
+
+
+def policy_objective(loss: Loss, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
+                     mask: torch.Tensor, options: dict[str, Any] | None = None, loss_type: str = "grpo",
+                     beta: float = 0.0, ref_logps: torch.Tensor | None = None, kl_estimator: str = "k3",
+                     max_completion_length: int | None = None, num_items_in_batch: float | None = None,
+                     token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One micro-batch's loss around any registered ``loss``:
+
+        l_t <- w_t * l_t + beta * KL_t        then aggregated by ``loss_type`` (``algos/aggregation.py``)
+
+    ``token_weights`` w ((B, T) or (B, 1), detached): the sampling correction of ``algos/importance.py``
+    when the sampler is not the trainer (on the policy term, not the KL, as TRL). KL_t by
+    ``kl_estimator`` (k1, k2, k3) against ``ref_logps``. Returns the loss and detached statistics.
+    """
+    per_token, stats = loss(logps, old_logps, advantages, mask, **(options or {}))
+    if token_weights is not None:
+        per_token = per_token * token_weights.detach()
+    kl = None
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("policy_loss: beta > 0 needs ref_logps")
+        kl = kl_penalty(logps, ref_logps, kl_estimator)
+        per_token = per_token + beta * kl
+    value = aggregate_loss(per_token, mask, loss_type, max_completion_length, num_items_in_batch)
+    if kl is not None:
+        with torch.no_grad():
+            m = mask.to(kl.dtype)
+            stats["kl"] = (kl * m).sum() / m.sum().clamp(min=1.0)
+    return value, stats
 
 
 def policy_loss(
@@ -43,84 +87,15 @@ def policy_loss(
     num_items_in_batch: float | None = None,
     token_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """PPO clipped surrogate (Schulman et al., 2017) per token, as in GRPO (Shao et al., 2024):
+    """GRPO's loss: :func:`policy_objective` with the ``ppo_clip`` loss and the k3 KL,
 
-        rho_t = exp(log pi(y_t) - log pi_old(y_t))
-        l_t   = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t
-        KL_t  = exp(q - p) - (q - p) - 1,  q = log pi_ref, p = log pi   (k3, Schulman 2020)
+        l_t = -min(rho_t A, clip(rho_t, 1 - eps_low, 1 + eps_high) A) + beta * KL_t
 
-    with eps_high > eps_low the DAPO "clip-higher" (Yu et al., 2025). The per-token terms are
-    aggregated by :func:`aggregate_loss` (``loss_type``).
-
-    ``token_weights`` (detached, (B, T)) multiply the clipped term (not the KL) before aggregation:
-    the truncated importance weights of ``algos.importance`` when the sampler is not the trainer
-    (as TRL does).
-
-    Shapes: logps/old_logps/ref_logps/mask (B, T); advantages (B,). Returns the loss for
-    this micro-batch and detached statistics.
+    Shapes: logps/old_logps/ref_logps/mask (B, T); advantages (B,).
     """
-    mask = mask.to(logps.dtype)
-    log_ratio = logps - old_logps
-    ratio = torch.exp(log_ratio)
-    clipped = torch.clamp(ratio, 1 - epsilon_low, 1 + epsilon_high)
-    adv = advantages.unsqueeze(-1)
-    per_token = -torch.min(ratio * adv, clipped * adv)
-    if token_weights is not None:
-        per_token = per_token * token_weights.detach()
-    kl = None
-    if beta != 0.0:
-        if ref_logps is None:
-            raise ValueError("policy_loss: beta > 0 needs ref_logps")
-        delta = ref_logps - logps
-        kl = torch.exp(delta) - delta - 1
-        per_token = per_token + beta * kl
-
-    loss = aggregate_loss(per_token, mask, loss_type, max_completion_length, num_items_in_batch)
-
-    with torch.no_grad():
-        n = mask.sum().clamp(min=1.0)
-        low = (ratio < 1 - epsilon_low) & (adv < 0)
-        high = (ratio > 1 + epsilon_high) & (adv > 0)
-        stats = {
-            "clip_ratio/low_mean": (low.float() * mask).sum() / n,
-            "clip_ratio/high_mean": (high.float() * mask).sum() / n,
-            "clip_ratio/region_mean": ((low | high).float() * mask).sum() / n,
-        }
-        if kl is not None:
-            stats["kl"] = (kl * mask).sum() / n
-    return loss, stats
+    return policy_objective(LOSSES["ppo_clip"], logps, old_logps, advantages, mask,
+                            {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high}, loss_type, beta, ref_logps,
+                            "k3", max_completion_length, num_items_in_batch, token_weights)
 
 
-LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
-
-
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str,
-                   max_completion_length: int | None = None,
-                   num_items_in_batch: float | None = None) -> torch.Tensor:
-    """One micro-batch's loss from its per-token terms l_t (B, T) and mask (B, T):
-
-    - "grpo":    mean over each sequence's tokens, then over sequences (Shao et al., 2024);
-    - "dapo":    sum over all tokens / ``num_items_in_batch`` (the tokens of the whole
-                 generation batch, so gradient accumulation gives the same result; defaults
-                 to this micro-batch's tokens) (Yu et al., 2025);
-    - "dr_grpo": sum over all tokens / (sequences x ``max_completion_length``) (Liu et al., 2025).
-    """
-    if loss_type == "grpo":
-        return ((per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    if loss_type == "dapo":
-        denom = mask.sum() if num_items_in_batch is None else torch.as_tensor(num_items_in_batch)
-        return (per_token * mask).sum() / denom.clamp(min=1.0)
-    if loss_type == "dr_grpo":
-        if max_completion_length is None:
-            raise ValueError("policy_loss: loss_type 'dr_grpo' needs max_completion_length")
-        return (per_token * mask).sum() / (per_token.size(0) * max_completion_length)
-    raise ValueError(f"policy_loss: loss_type must be 'grpo', 'dapo' or 'dr_grpo', got {loss_type!r}")
-
-
-def micro_batch_weight(loss_type: str, micro_batch_size: int, batch_size: int) -> float:
-    """The factor on a micro-batch's loss so that the accumulated gradient is the whole batch's.
-
-    "grpo" and "dr_grpo" average over the micro-batch's sequences, so each micro-batch counts by
-    its share of the batch (B_m / B); "dapo" already divides by the whole batch's tokens (1).
-    """
-    return 1.0 if loss_type == "dapo" else micro_batch_size / batch_size
+LOSS_TYPES = AGGREGATIONS
