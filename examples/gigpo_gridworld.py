@@ -27,9 +27,9 @@ from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.scorer import Scorer
 from grouprl.tasks import load_task
-from grouprl.train.run import seed_everything
+from grouprl.job.run import seed_everything
 from grouprl.train.trainer import Trainer
-from grouprl.train.warm_start import prepare_tiny
+from grouprl.job.warm_start import prepare_tiny
 
 RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "gridworld_gigpo.yaml"
 

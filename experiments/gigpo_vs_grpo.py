@@ -29,9 +29,9 @@ from grouprl.tasks import load_task
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.rollout.runner import episode_settings
-from grouprl.train.evaluate import evaluate
-from grouprl.train.run import run_training, seed_everything
-from grouprl.train.warm_start import prepare_tiny
+from grouprl.job.evaluate import evaluate
+from grouprl.job.run import run_training, seed_everything
+from grouprl.job.warm_start import prepare_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"

@@ -26,8 +26,8 @@ from grouprl.config import build_config
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.rewards.scorer import Scorer
 from grouprl.tasks import load_task
-from grouprl.train.run import run_training, seed_everything
-from grouprl.train.warm_start import prepare_tiny
+from grouprl.job.run import run_training, seed_everything
+from grouprl.job.warm_start import prepare_tiny
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny" / "slates_grail.yaml"

@@ -69,7 +69,7 @@ def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
     inside a group and GRPO updates are not all zero."""
     from grouprl.config import build_config
     from grouprl.tasks import load_task
-    from grouprl.train.sft import sft_warm_start
+    from grouprl.job.sft import sft_warm_start
 
     task = load_task(build_config(None, {"n_train": 2000, "n_eval": 8}, environ={}))
     return sft_warm_start(str(tiny_arithmetic_dir), task.train_rows, task.messages,
@@ -103,8 +103,8 @@ def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
     move, so rollouts have valid moves that change the state."""
     from grouprl.config import build_config
     from grouprl.tasks import load_task
-    from grouprl.train.warm_start import env_demonstrations
-    from grouprl.train.sft import sft_warm_start
+    from grouprl.job.warm_start import env_demonstrations
+    from grouprl.job.sft import sft_warm_start
 
     cfg = build_config(None, GRID_CLI, environ={})
     task = load_task(cfg)

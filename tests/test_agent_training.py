@@ -23,7 +23,7 @@ def _cfg(tmp_path, model_dir, **over):
 
 @pytest.fixture(scope="module")
 def gigpo_run(tmp_path_factory, warm_grid_dir):
-    from grouprl.train.run import run_training
+    from grouprl.job.run import run_training
 
     tmp = tmp_path_factory.mktemp("gigpo_run")
     cfg = _cfg(tmp, warm_grid_dir)
@@ -144,7 +144,7 @@ def test_reward_functions_score_multi_step_episodes_and_name_steps(tmp_path, war
 
 
 def test_environments_on_ray_workers_train_the_same_way(tmp_path, warm_grid_dir, ray_local):
-    from grouprl.train.run import run_training
+    from grouprl.job.run import run_training
 
     cfg = _cfg(tmp_path, warm_grid_dir, env_workers=2, max_steps=1, n_eval=4)
     summary = run_training(cfg)
@@ -160,7 +160,7 @@ def test_environments_on_ray_workers_train_the_same_way(tmp_path, warm_grid_dir,
 def test_sokoban_and_calculator_train_through_the_same_path(tmp_path, task, extra):
     """An untrained tiny model on the other two environments: one real GiGPO step each, from
     `grouprl train` flags to a checkpoint, with the environment's metrics."""
-    from grouprl.train.run import run_training
+    from grouprl.job.run import run_training
 
     cfg = build_config(None, {"task": task, "output_dir": str(tmp_path / task), "max_steps": 1, "batch_size": 2,
                               "num_generations": 2, "max_episode_steps": 2, "advantage": "gigpo", "n_eval": 2,
@@ -230,7 +230,7 @@ def test_gigpo_gridworld_recipe_learns(tmp_path):
     21.5 % -> 26.3 %). The fast counterpart is test_one_gigpo_update_moves_probability_towards_better_steps."""
     from pathlib import Path
 
-    from grouprl.train.run import run_training
+    from grouprl.job.run import run_training
 
     recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "gridworld_gigpo.yaml"
     run_training(build_config(recipe, {"output_dir": str(tmp_path / "run"), "n_eval": 20}, environ={}))

@@ -7,8 +7,8 @@ import math
 
 from types import SimpleNamespace
 
-from grouprl.train.checkpoint_observers import CheckpointRotation, checkpoints, rotate
-from grouprl.train.periodic_eval import BEST, eval_subset, pass_at_k
+from grouprl.job.checkpoint_observers import CheckpointRotation, checkpoints, rotate
+from grouprl.job.periodic_eval import BEST, eval_subset, pass_at_k
 
 
 def make(out, steps):

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from grouprl.policy.tiny import init_tiny
-from grouprl.train.data_parallel import SINGLE
+from grouprl.train.parallel import SINGLE
 from launch import REPO_ROOT, WORKERS, child_env, torchrun
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
@@ -95,6 +95,8 @@ def test_two_process_tiny_run_logs_once_and_resumes(tmp_path):
                           capture_output=True, text=True, timeout=400, env=child_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert _steps(run) == [1, 2, 3]  # each step logged once, by process 0
+    printed = proc.stdout + proc.stderr
+    assert printed.count("summary written to") == 1 and printed.count("grouprl run summary") == 1  # process 0 alone
     rollouts = _rows(run / "rollouts" / "rollouts.jsonl")
     assert [r["step"] for r in rollouts] == [1] * 8 + [2] * 8 + [3] * 8  # both processes' groups, once each
     assert [r["group"] for r in rollouts[:8]] == [0] * 4 + [1] * 4

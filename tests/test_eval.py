@@ -17,7 +17,7 @@ from grouprl.rewards.gsm8k import extract_final
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.tasks import load_task
-from grouprl.train.evaluate import evaluate as run_evaluate
+from grouprl.job.evaluate import evaluate as run_evaluate
 
 FIELDS = {"index", "question", "completion", "prediction", "ground_truth", "correct", "reward", "new_tokens"}
 CPU = torch.device("cpu")

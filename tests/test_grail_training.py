@@ -16,7 +16,7 @@ from grouprl.policy.tiny import build_tiny_model
 from grouprl.policy.tiny_words import build_tiny_classifier, build_word_tokenizer
 from grouprl.tasks import load_task
 from grouprl.tasks.slates.synthetic import write_dataset
-from grouprl.train.run import run_training
+from grouprl.job.run import run_training
 
 ROOT = Path(__file__).resolve().parents[1]
 QWEN = ROOT / "recipes" / "Qwen2.5-1.5B-Instruct" / "grpo"

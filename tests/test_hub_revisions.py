@@ -92,7 +92,7 @@ def test_a_failed_upload_keeps_its_checkpoint_through_rotation(tmp_path):
     """Rotation spares a checkpoint whose upload failed (its local copy is the only one)."""
     from types import SimpleNamespace
 
-    from grouprl.train.checkpoint_observers import CheckpointRotation, HubPushObserver, checkpoints
+    from grouprl.job.checkpoint_observers import CheckpointRotation, HubPushObserver, checkpoints
 
     server, _ = serve()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"

@@ -215,7 +215,7 @@ def test_a_task_declares_its_own_config_section(tmp_path):
 def test_invalid_penalty_in_returns_or_on_the_invalid_step_alone():
     """grouprl's convention: the penalty is a step reward, so it is discounted into earlier steps'
     returns and lowers the episode score. verl-agent's (invalid_penalty: on_step): neither; the
-    invalid step's own advantage is lowered by the penalty instead."""
+    invalid step's own row is lowered by the penalty before the group statistics instead."""
     from grouprl.algos.advantages import get_estimator
     from grouprl.records import Episode, Step
     from grouprl.rewards.scorer import Scorer
@@ -244,8 +244,10 @@ def test_invalid_penalty_in_returns_or_on_the_invalid_step_alone():
     # steps: e0t0, e0t1, e1t0 (invalid), e1t1; returns with gamma 0.5
     assert rec_in.returns.tolist() == pytest.approx([0.5, 1.0, 0.4, 1.0])
     assert rec_on.returns.tolist() == pytest.approx([0.5, 1.0, 0.5, 1.0])
-    # on_step: equal episodes, so every advantage is 0 except the invalid step's -0.1
-    assert rec_on.advantage.tolist() == pytest.approx([0.0, 0.0, -0.1, 0.0])
+    # on_step, verl-agent's flow: the invalid row's score (0.9) and return (0.4) are lowered before the group
+    # and anchor statistics, so the valid episode's rows gain what the invalid one loses:
+    # A_E = row score - mean of first rows (1, 0.9); A_S = return - anchor mean ({0.5, 0.4}, {1, 1})
+    assert rec_on.advantage.tolist() == pytest.approx([0.05 + 0.05, 0.05, -0.05 - 0.05, 0.05])
     assert rec_in.advantage[2] < 0 and rec_in.advantage[0] > 0  # in_returns: both episodes' steps move
 
 
@@ -259,7 +261,7 @@ def test_a_task_offers_learned_rewards_eval_metrics_and_its_tokenizer_kind(tiny_
     from grouprl.rollout.generation import HFBackend, SamplingParams
     from grouprl.tasks import load_task
     from grouprl.policy.loading import auto_tokenizer
-    from grouprl.train.evaluate import evaluate
+    from grouprl.job.evaluate import evaluate
 
     cfg = build_config(None, {"n_eval": 6}, environ={})
     task = load_task(cfg)

@@ -7,7 +7,7 @@ import torch
 from grouprl.config import build_config
 from grouprl.records import Episode, Step
 from grouprl.train.learner import pack_samples
-from grouprl.train.run import run_name
+from grouprl.job.run import run_name
 
 PAD = 0
 

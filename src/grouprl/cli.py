@@ -61,10 +61,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from grouprl.train.run import run_training
+    from grouprl.job.run import run_training
+    from grouprl.train.parallel import process_info
 
     console = Console()
     summary = run_training(cfg, console)
+    if not process_info().is_main:  # several processes: process 0 alone reports (it alone wrote the files)
+        return 0
     table = Table(title="grouprl run summary")
     table.add_column("field")
     table.add_column("value")
@@ -81,7 +84,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grouprl.rollout.generation import SamplingParams, make_backend
     from grouprl.rollout.runner import episode_settings
     from grouprl.tasks import load_task
-    from grouprl.train.evaluate import evaluate
+    from grouprl.job.evaluate import evaluate
 
     cli = {"model_name_or_path": args.model, "n_eval": args.n}
     if args.task or not args.config:  # a recipe names its own task

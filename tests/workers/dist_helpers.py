@@ -9,16 +9,18 @@ from pathlib import Path
 
 import torch
 
-from grouprl.train import distributed as D
+from grouprl.train import checkpoint as C
+from grouprl.train import parallel as D
 
 
 def ddp_grad(info: D.ProcessInfo, xs: torch.Tensor) -> list[float]:
-    """One DDP backward of mean((w . x)^2) over this rank's rows, weighted by loss_weight."""
+    """One DDP backward of mean((w . x)^2) over this rank's rows, weighted as the learner weighs a
+    mean loss (share of the batch x world size): DDP's gradient average then equals the full-batch mean's."""
     torch.manual_seed(0)
     layer = torch.nn.Linear(3, 1, bias=False)
     model = torch.nn.parallel.DistributedDataParallel(layer)
     global_n = float(D.all_reduce_sum(float(len(xs))))
-    loss = model(xs).pow(2).mean() * D.loss_weight(len(xs), global_n, info.world_size)
+    loss = model(xs).pow(2).mean() * len(xs) / global_n * info.world_size
     loss.backward()
     return layer.weight.grad.flatten().tolist()
 
@@ -35,13 +37,13 @@ def main(out: Path) -> None:
         "rank": r, "world": info.world_size, "is_main": info.is_main,
         "shard": D.shard(rows, info),
         "gathered": D.all_gather_cat(mine[:, 0]).tolist(),
-        "batch_std": float(D.batch_std(mine[:, 0])),
+        "batch_std": float(D.all_gather_cat(mine[:, 0]).std()),
         "token_sum": float(D.all_reduce_sum(float(len(mine)))),
         "metrics": D.mean_metrics({"loss": float(r + 1), "reward": 10.0 * r}),
         # rank 1 skipped every micro-batch (no loss); ratios: the batch's max and min, not their means
         "uneven_metrics": D.mean_metrics({"grad_norm": 1.0 + r, "ratio_max": 1.0 + r, "ratio_min": 0.5 + r,
                                           **({"loss": 4.0} if r == 0 else {})}),
-        "shared_path": D.on_main_then_share(lambda: f"built-by-rank-{D.process_info().rank}"),
+        "shared_path": D.broadcast_object(f"built-by-rank-{D.process_info().rank}" if info.is_main else None),
         "ddp_grad": ddp_grad(info, mine),
     }
     try:
@@ -51,11 +53,13 @@ def main(out: Path) -> None:
         result["uneven"] = str(err)
     # RNG: each rank seeds its own stream, the states are saved, the stream is advanced, restored, replayed.
     torch.manual_seed(1000 + r)
-    D.save_rng_states(out / "rng.pt")
+    states = D.gather_objects(C.rng_state())  # as Trainer.checkpoint gathers them for process 0 to write
+    if info.is_main:
+        C.write_rng_states(out / "rng.pt", states)
     D.barrier()
     first = torch.rand(3).tolist()
-    states = D.read_rng_states(out / "rng.pt")
-    result["restore"] = D.restore_rng_states(states, info, reshard=False, seed=0, step=0)
+    states = C.read_rng_states(out / "rng.pt")
+    result["restore"] = C.restore_rng_states(states, info, reshard=False, seed=0, step=0)
     result["replay_equal"] = torch.rand(3).tolist() == first
     result["n_states"] = len(states)
     (out / f"rank{r}.json").write_text(json.dumps(result))

@@ -16,8 +16,7 @@ from grouprl.rewards.mixer import LearnableMixer
 from grouprl.rewards.scorer import Scorer
 from grouprl.tasks.slates.rows import prepare_rows
 from grouprl.tasks.slates.synthetic import generate_issue
-from grouprl.train.data_parallel import DataParallel
-from grouprl.train.distributed import end_processes
+from grouprl.train.parallel import DataParallel, end_processes
 
 K = 4
 

@@ -13,8 +13,7 @@ from grouprl.config import build_config
 from grouprl.policy.loading import load_policy
 from grouprl.records import Episode, Step
 from grouprl.tasks.base import SingleTurnTask
-from grouprl.train.data_parallel import DataParallel
-from grouprl.train.distributed import end_processes
+from grouprl.train.parallel import DataParallel, end_processes
 from grouprl.train.trainer import Trainer
 
 K = 4
@@ -65,13 +64,15 @@ def run(case: str, model_dir: str, out: Path, parallel: DataParallel) -> None:
         group["eps"] = 1e-6  # bounds Adam's amplification of float noise in near-zero gradients (see parity test)
     before = full_parameters(trainer.learner.model)
     mine = parallel.rows(list(range(len(QUESTIONS))))
-    record = trainer.learn(episodes_for(mine, policy.tokenizer))
+    batch, scores = trainer.gather(episodes_for(mine, policy.tokenizer))  # the step's phases after scoring
+    advantages = trainer.advantages(batch.episodes, scores.episode)
+    update = trainer.update(trainer.samples(batch, advantages))
     after = full_parameters(trainer.learner.model)  # collective under FSDP
     if parallel.is_main:
         tag = "fsdp" if parallel.sharded else f"w{parallel.info.world_size}"
         dtensors = sum(hasattr(p, "full_tensor") for p in trainer.learner.model.parameters())
-        torch.save({"delta": {n: after[n] - before[n] for n in before}, "update": record.update, "dtensors": dtensors,
-                    "advantage": record.advantages.advantage}, out / f"{case}-{tag}.pt")
+        torch.save({"delta": {n: after[n] - before[n] for n in before}, "update": update, "dtensors": dtensors,
+                    "advantage": advantages.advantage}, out / f"{case}-{tag}.pt")
 
 
 def full_parameters(model) -> dict[str, torch.Tensor]:

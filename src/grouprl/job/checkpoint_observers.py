@@ -15,8 +15,8 @@ import re
 import shutil
 from pathlib import Path
 
-from grouprl.train.observer import TrainObserver
-from grouprl.train.periodic_eval import best_step
+from grouprl.job.observer import TrainObserver
+from grouprl.job.periodic_eval import best_step
 
 log = logging.getLogger(__name__)
 _CKPT = re.compile(r"^checkpoint-(\d+)$")

@@ -30,8 +30,8 @@ from grouprl.config import ConfigError
 from grouprl.observe.jsonl import JsonlAppender
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import run_episodes
-from grouprl.train.distributed import broadcast_object
-from grouprl.train.observer import TrainObserver
+from grouprl.train.parallel import broadcast_object
+from grouprl.job.observer import TrainObserver
 
 log = logging.getLogger(__name__)
 BEST = "best_checkpoint.json"

@@ -25,15 +25,14 @@ from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
+from grouprl.job.evaluate import evaluate
+from grouprl.job.run_dir import prepare_run_dir
+from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
+from grouprl.job.warm_start import prepare_tiny, warm_start_alone
 from grouprl.train.advantages import estimator_options
-from grouprl.train import distributed
-from grouprl.train.checkpoint import read_checkpoint_state
-from grouprl.train.data_parallel import DataParallel, warm_start_alone
-from grouprl.train.evaluate import evaluate
-from grouprl.train.run_dir import prepare_run_dir
-from grouprl.train.run_setup import observers, prepare_schedule, prepare_tokenizer
+from grouprl.train.checkpoint import check_world_size, read_checkpoint_state
+from grouprl.train.parallel import DataParallel, broadcast_object, end_processes, shard_slice
 from grouprl.train.trainer import Trainer
-from grouprl.train.warm_start import prepare_tiny
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
     # Refuse to mix two runs; a resumed run's logs are cut back to its step (process 0 alone touches files).
-    resume = prepare_run_dir(cfg) if not parallel.distributed else distributed.broadcast_object(
+    resume = prepare_run_dir(cfg) if not parallel.distributed else broadcast_object(
         prepare_run_dir(cfg) if main else None)
     task = checked_task(cfg)  # data and reward names are checked before any model loads
     try:  # every reward resolved once, before any model loads (a sandboxed file is read, never imported)
@@ -96,18 +95,18 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
 
-    distributed.shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
+    shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
     if resume:
         model_path = resume
         saved = read_checkpoint_state(resume)
-        distributed.check_world_size(saved.get("world_size", 1), parallel.info, cfg.runtime.reshard_on_resume,
-                                     f"--resume_from_checkpoint {resume}")
+        check_world_size(saved.get("world_size", 1), parallel.info, cfg.runtime.reshard_on_resume,
+                         f"--resume_from_checkpoint {resume}")
         base_model = saved.get("extra", {}).get("base_model", resume)
     else:
         check_model_path(cfg.model.model_name_or_path)
         base_model = model_path = cfg.model.model_name_or_path or (
             prepare_tiny(cfg, task, scorer, console) if not parallel.distributed
-            else distributed.broadcast_object(warm_start_alone(cfg) if main else None))
+            else broadcast_object(warm_start_alone(cfg) if main else None))
     device = parallel.device or pick_device(cfg.runtime.device)
     policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
                          reference_path=base_model, revision=None if resume else cfg.loading.model_revision,
@@ -170,5 +169,5 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         sink.close()
     if main:
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    distributed.end_processes()
+    end_processes()
     return summary

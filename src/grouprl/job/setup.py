@@ -8,14 +8,14 @@ import logging
 from grouprl.config import Config, ConfigError
 from grouprl.config_extra import resolve_schedule
 from grouprl.data.chat_format import apply_chat_template
-from grouprl.train.observer import TrainObserver
+from grouprl.job.observer import TrainObserver
 
 log = logging.getLogger(__name__)
 
 
 def prepare_schedule(cfg: Config, task) -> None:
     """Steps from epochs, warmup from its ratio, saves from the strategy (a used output dir is
-    refused or prepared by ``train/run_dir.py``)."""
+    refused or prepared by ``job/run_dir.py``)."""
     schedule = resolve_schedule(cfg, len(task.train_rows))
     log.debug("schedule: %s (from %d training rows)", schedule, len(task.train_rows))
 
@@ -28,9 +28,9 @@ def observers(cfg: Config, sink) -> list[TrainObserver]:
     """Evaluation first (it may save the best step), then hub pushes, then rotation (which spares
     checkpoints still uploading). Several processes: every one evaluates (generation is collective
     under FSDP), process 0 alone pushes and rotates."""
-    from grouprl.train.checkpoint_observers import CheckpointRotation, HubPushObserver
-    from grouprl.train.distributed import process_info
-    from grouprl.train.periodic_eval import PeriodicEval
+    from grouprl.job.checkpoint_observers import CheckpointRotation, HubPushObserver
+    from grouprl.train.parallel import process_info
+    from grouprl.job.periodic_eval import PeriodicEval
 
     found: list[TrainObserver] = []
     if cfg.evaluation.eval_strategy == "steps":

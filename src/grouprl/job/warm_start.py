@@ -7,7 +7,11 @@ admissible moves, or the environment's expert moves) until sampled episodes act 
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +22,8 @@ from grouprl.policy.tiny import init_tiny
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.rollout.prompts import build_messages, format_action
 from grouprl.rollout.runner import EpisodeSettings, episode_settings
-from grouprl.train.evaluate import evaluate
-from grouprl.train.sft import sft_warm_start
+from grouprl.job.evaluate import evaluate
+from grouprl.job.sft import sft_warm_start
 
 ENV_CHECK_EPISODES = 32  # sampled training episodes that decide when an environment's SFT stops
 
@@ -122,3 +126,35 @@ def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> P
 
     return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
                           train.sft_steps, train.sft_learning_rate, train.sft_batch_size, train.seed, stop_when)
+
+
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                 "MASTER_ADDR", "MASTER_PORT")
+
+
+def warm_start_alone(cfg: Config) -> str:
+    """Build and SFT the tiny model in a child process that is no part of the process group.
+
+    Process 0 calls this while the others wait: TRL's SFT trainer, run inside a launched
+    process, would see the group and wait for the others' gradients forever."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in LAUNCHER_VARS and not k.startswith(("TORCHELASTIC_", "ACCELERATE_"))}
+    proc = subprocess.run([sys.executable, "-m", "grouprl.job.warm_start", json.dumps(cfg.model_dump())],
+                          env=env, stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the tiny model's warm start failed (exit {proc.returncode}); see its output above")
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _warm_start_main(dumped: str) -> None:
+    import grouprl.tasks  # noqa: F401 - the registered tasks and their config sections
+    from grouprl.rewards.scorer import Scorer
+    from grouprl.tasks import load_task
+
+    cfg = Config.model_validate(json.loads(dumped))
+    task = load_task(cfg)
+    print(prepare_tiny(cfg, task, Scorer.from_config(cfg, task), Console(stderr=True)))
+
+
+if __name__ == "__main__":  # warm_start_alone's child
+    _warm_start_main(sys.argv[1])

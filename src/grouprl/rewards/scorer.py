@@ -38,7 +38,7 @@ from grouprl.rewards.learned import LearnedReward, RewardMixer
 from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
                                       episode_messages, resolve_reward)
 from grouprl.rewards.registry import is_typed, normalized_weights, weighted_score
-from grouprl.train.distributed import all_gather_cat
+from grouprl.train.parallel import all_gather_cat
 
 log = logging.getLogger(__name__)
 PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}

@@ -1,9 +1,9 @@
 """Checkpoints: model + tokenizer + optimizer + scheduler + RNG + step + data position, and the
 scorer's learned state (learned rewards, mixer) when it has any.
 
-``rng.pt`` holds every process's RNG state (``{"world_size": N, "states": [...]}``, see
-``train/distributed.py``); the process count is also in ``trainer_state.json``. Written by
-process 0 only; the RNG states are gathered from all processes first.
+``rng.pt`` holds every process's RNG state (``{"world_size": N, "states": [...]}``); the process
+count is also in ``trainer_state.json``. Written by process 0 only; the RNG states are gathered
+from all processes first (``train/parallel.py``), and on resume each process takes its own.
 
 Written to a temporary dir and renamed into place, so a crash never leaves a torn checkpoint.
 """
@@ -13,16 +13,19 @@ from __future__ import annotations
 import errno
 import json
 import os
+import random
 import shutil
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
-from grouprl.train.distributed import RNG_FILE, rng_state
+from grouprl.train.parallel import ProcessInfo, ReshardError
 
 STATE = "trainer_state.json"
 LEARNED = "learned_rewards.pt"  # {"learned_rewards": scorer.state_dict()}
+RNG_FILE = "rng.pt"
 
 
 class CheckpointError(RuntimeError):
@@ -48,7 +51,7 @@ def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer,
         torch.save(optimizer_state if optimizer_state is not None else optimizer.state_dict(), tmp / "optimizer.pt")
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         states = rng_states if rng_states is not None else [rng_state()]
-        torch.save({"world_size": len(states), "states": states}, tmp / RNG_FILE)
+        write_rng_states(tmp / RNG_FILE, states)
         (tmp / STATE).write_text(json.dumps({"step": step, "world_size": len(states), **state}, indent=2))
         if scorer is not None and (scorer.learned or scorer.mixer is not None):
             torch.save({"learned_rewards": scorer.state_dict()}, tmp / LEARNED)
@@ -107,3 +110,81 @@ def load_checkpoint(ckpt: str | Path, optimizer, scheduler, scorer=None) -> dict
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
     return state
+
+
+def load_training_state(ckpt: str | Path, learner, scorer, parallel) -> dict[str, Any]:
+    """Optimizer, scheduler and learned state from a checkpoint into the learner; under FSDP each
+    process takes its shard of the full optimizer state (collective)."""
+    if not parallel.sharded:
+        return load_checkpoint(ckpt, learner.optimizer, learner.scheduler, scorer)
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+    state = load_checkpoint(ckpt, _NoOptimizer(), learner.scheduler, scorer)
+    full = torch.load(Path(ckpt) / "optimizer.pt", weights_only=False)
+    set_optimizer_state_dict(learner.model, learner.optimizer, full, options=StateDictOptions(full_state_dict=True))
+    return state
+
+
+class _NoOptimizer:
+    """Stands in for the optimizer when its (full) state is loaded separately, shard by shard."""
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+
+# --- RNG state per process -----------------------------------------------------------------
+
+def rng_state() -> dict[str, Any]:
+    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def seed_process(seed: int, step: int, rank: int) -> None:
+    """A fresh, reproducible stream for (seed, step, rank): used when resuming with another count."""
+    mixed = (seed * 1_000_003 + step * 7919 + rank) % (2**31 - 1)
+    random.seed(mixed)
+    np.random.seed(mixed)
+    torch.manual_seed(mixed)
+
+
+def write_rng_states(path: str | Path, states: list[dict[str, Any]]) -> None:
+    """Every process's RNG state (gathered), as ``{"world_size", "states"}``."""
+    torch.save({"world_size": len(states), "states": states}, Path(path))
+
+
+def read_rng_states(path: str | Path) -> list[dict[str, Any]]:
+    """The per-process states of a checkpoint; a single-process checkpoint of the older format
+    (one bare state) reads as one process."""
+    saved = torch.load(Path(path), weights_only=False)
+    return saved["states"] if "states" in saved else [saved]
+
+
+def check_world_size(saved: int, info: ProcessInfo, reshard: bool, where: str = "checkpoint") -> None:
+    """Refuse to resume a checkpoint of ``saved`` processes with another count, unless ``reshard``."""
+    if saved != info.world_size and not reshard:
+        raise ReshardError(
+            f"{where} was written by {saved} process(es), this run has {info.world_size}: the sampling "
+            f"RNG streams of each process cannot be split or merged exactly. Relaunch with {saved} "
+            f"process(es), or set reshard_on_resume: true to continue the same data order with fresh "
+            f"per-process streams seeded from (seed, step, rank)")
+
+
+def restore_rng_states(states: list[dict[str, Any]], info: ProcessInfo, reshard: bool, seed: int, step: int,
+                       where: str = "checkpoint") -> str:
+    """Resume each process's RNG stream. Same process count: exact. Another count: the data
+    position still continues exactly (it is global), but per-process sampling streams cannot be
+    split or merged, so refuse unless ``reshard`` asks for fresh (seed, step, rank) streams."""
+    if len(states) == info.world_size:
+        set_rng_state(states[info.rank])
+        return "restored"
+    check_world_size(len(states), info, reshard, where)
+    seed_process(seed, step, info.rank)
+    return "reseeded"

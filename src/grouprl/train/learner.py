@@ -2,7 +2,7 @@
 
 The learner owns everything a distributed wrapper (accelerate: DDP, FSDP) needs to own: the
 optimizer and scheduler, the micro-batch split, the loss aggregation across micro-batches,
-gradient clipping and the optimizer step. With several processes (``train/data_parallel.py``)
+gradient clipping and the optimizer step. With several processes (``train/parallel.py``)
 the sample and token counts a loss averages over are the whole batch's, each loss is weighted
 so that DDP's gradient average equals the single-process gradient, and gradients are
 all-reduced once per optimizer step. One step's rollout batch is reused for
@@ -27,7 +27,7 @@ from grouprl.policy.grouped_scoring import (auto_grouped_logps, grouped_completi
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
-from grouprl.train.data_parallel import SINGLE, DataParallel
+from grouprl.train.parallel import SINGLE, DataParallel
 
 log = logging.getLogger(__name__)
 

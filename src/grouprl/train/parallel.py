@@ -1,35 +1,173 @@
-"""Data-parallel training: what each process of a multi-process run does differently.
+"""Data-parallel training: every collective, and what each process of a multi-process run does differently.
 
 Launched by ``accelerate launch`` or ``torchrun`` (see docs/scaling.md), every process:
 
 - draws the same B rows from the one seeded sampler and generates and scores its contiguous
-  share of B / N groups (a group never spans processes);
+  share of B / N groups (a group never spans processes, so every group statistic stays local and exact);
 - gathers the step's episodes, so that advantages (any estimator, ``scale_rewards: batch``
   included), learned-reward updates and logged metrics are computed on the whole batch exactly
   as one process would, and keeps its own share of the advantages;
-- trains through a DDP (or FSDP2) wrapper whose gradient average, with the loss weights from
-  :func:`grouprl.train.distributed.loss_weight`, equals the single-process gradient.
+- trains through a DDP (or FSDP2) wrapper whose gradient average, with the learner's loss
+  weights, equals the single-process gradient.
 
 Process 0 alone writes logs, rollouts, trajectories and checkpoints. One process (no launcher)
-gets :data:`SINGLE`, whose every method is the identity.
+gets :data:`SINGLE`: no process group, and every helper here is the identity, so the
+single-process path runs the same code.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import subprocess
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence, TypeVar
 
 import torch
+import torch.distributed as dist
 
 from grouprl.config import ConfigError
 from grouprl.records import Episode
-from grouprl.train import distributed as D
 
+T = TypeVar("T")
+
+
+class ReshardError(ConfigError):
+    """A batch that cannot be split over the processes, or a checkpoint from another process count."""
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def _active() -> bool:
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+def process_info() -> ProcessInfo:
+    """This process's place: from the initialised process group, else the launcher's environment
+    (``RANK``/``WORLD_SIZE``/``LOCAL_RANK``, set by torchrun and accelerate), else one process."""
+    if dist.is_available() and dist.is_initialized():
+        return ProcessInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)))
+    env = os.environ
+    return ProcessInfo(int(env.get("RANK", 0)), int(env.get("WORLD_SIZE", 1)), int(env.get("LOCAL_RANK", 0)))
+
+
+def init_processes(cpu: bool | None = None) -> ProcessInfo:
+    """Join the launcher's process group through accelerate (gloo on CPU, nccl on CUDA).
+
+    A plain ``python -m grouprl.cli train`` (no ``WORLD_SIZE``) starts no group at all."""
+    if int(os.environ.get("WORLD_SIZE", 1)) > 1 and not dist.is_initialized():
+        from accelerate import PartialState
+
+        PartialState(cpu=not torch.cuda.is_available() if cpu is None else cpu)
+    return process_info()
+
+
+def end_processes() -> None:
+    """Leave the process group: wait for every process, then destroy the group. A gloo group left to
+    the interpreter's exit aborted a process now and then ("terminate called without an active
+    exception", exit -6, after its work was done: 2 of 12 two-process test runs)."""
+    if _active():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+# --- sharding ------------------------------------------------------------------------------
+
+def shard_slice(n_groups: int, info: ProcessInfo) -> slice:
+    """This process's contiguous share of ``n_groups`` groups; refuses an uneven split, because
+    unequal shares would change the weight each process's samples get in the averaged update."""
+    if n_groups % info.world_size:
+        raise ReshardError(f"batch_size: {n_groups} groups per step cannot be split evenly over "
+                           f"{info.world_size} processes; use a multiple of {info.world_size}")
+    per = n_groups // info.world_size
+    return slice(info.rank * per, (info.rank + 1) * per)
+
+
+def shard(items: Sequence[T], info: ProcessInfo) -> list[T]:
+    """The process's share of a step's rows (every process draws the same rows in the same order
+    from one seeded sampler, so the data position is global and identical everywhere)."""
+    return list(items[shard_slice(len(items), info)])
+
+
+# --- collectives ---------------------------------------------------------------------------
+
+def all_reduce_sum(value: torch.Tensor | float) -> torch.Tensor:
+    """Sum over processes (a copy; the input is untouched)."""
+    t = torch.as_tensor(value, dtype=torch.float64 if not torch.is_tensor(value) else None).clone()
+    if _active():
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t
+
+
+def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
+    """Concatenate every process's tensor along dim 0, in rank order (shares may differ in length).
+
+    Exact: values are copied, never summed, so e.g. the std of the result is the std the single
+    process would compute on the whole batch."""
+    if not _active():
+        return t.clone()
+    world = dist.get_world_size()
+    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
+    dist.all_gather(sizes, torch.tensor([t.shape[0]], dtype=torch.long))
+    longest = int(max(int(s) for s in sizes))
+    padded = torch.zeros((longest, *t.shape[1:]), dtype=t.dtype)
+    padded[: t.shape[0]] = t
+    parts = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded)
+    return torch.cat([p[: int(s)] for p, s in zip(parts, sizes)])
+
+
+def gather_objects(obj: T) -> list[T]:
+    """Every process's ``obj`` (picklable), in rank order, on every process."""
+    if not _active():
+        return [obj]
+    out: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
+    """Process ``src``'s ``obj`` on every process (e.g. the path of a model only rank 0 built)."""
+    if not _active():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=src)
+    return box[0]
+
+
+def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """Per-process metrics combined: the mean over the processes that report a key (one whose
+    micro-batches were all skipped as non-finite reports fewer), the max of ``*_max`` keys and
+    the min of ``*_min`` keys."""
+    if not _active():
+        return dict(metrics)
+    everyone = gather_objects({k: float(v) for k, v in metrics.items()})
+    out: dict[str, float] = {}
+    for key in sorted({k for m in everyone for k in m}):
+        values = [m[key] for m in everyone if key in m]
+        out[key] = max(values) if key.endswith("_max") else min(values) if key.endswith("_min") \
+            else sum(values) / len(values)
+    return out
+
+
+def barrier() -> None:
+    if _active():
+        dist.barrier()
+
+
+# --- the run's processes -------------------------------------------------------------------
 
 def fsdp_requested() -> bool:
     """``accelerate launch --config_file recipes/accelerate_configs/fsdp.yaml`` sets this."""
@@ -57,7 +195,7 @@ def shard_fully(model: torch.nn.Module) -> torch.nn.Module:
 
 @dataclass
 class DataParallel:
-    info: D.ProcessInfo = field(default_factory=D.ProcessInfo)
+    info: ProcessInfo = field(default_factory=ProcessInfo)
     accelerator: Any = None  # accelerate.Accelerator when several processes run
     fsdp: bool = False
 
@@ -70,7 +208,7 @@ class DataParallel:
             raise ConfigError("accelerate config: DeepSpeed (zero3.yaml) is not driven by grouprl's trainer; "
                               "use recipes/accelerate_configs/fsdp.yaml (FSDP2 full shard: parameters, "
                               "gradients and optimizer state split across processes) or ddp.yaml")
-        info = D.init_processes()
+        info = init_processes()
         if not info.distributed:
             return cls(info)
         from accelerate import Accelerator
@@ -147,25 +285,10 @@ class DataParallel:
         return (get_model_state_dict(learner.model, options=options),
                 get_optimizer_state_dict(learner.model, learner.optimizer, options=options))
 
-    def load_checkpoint(self, ckpt, learner, scorer) -> dict[str, Any]:
-        """Optimizer, scheduler and learned state from a checkpoint; under FSDP each process takes its
-        shard of the full optimizer state."""
-        from grouprl.train.checkpoint import load_checkpoint
-
-        if not self.sharded:
-            return load_checkpoint(ckpt, learner.optimizer, learner.scheduler, scorer)
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        state = load_checkpoint(ckpt, _NoOptimizer(), learner.scheduler, scorer)
-        full = torch.load(os.path.join(ckpt, "optimizer.pt"), weights_only=False)
-        set_optimizer_state_dict(learner.model, learner.optimizer, full,
-                                 options=StateDictOptions(full_state_dict=True))
-        return state
-
     # --- the batch ---------------------------------------------------------------------------
     def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """This process's share of the step's rows."""
-        return D.shard(rows, self.info)
+        return shard(rows, self.info)
 
     def globalize(self, episodes: list[Episode], groups_per_process: int) -> "GlobalBatch":
         """Renumber this process's groups as in the whole batch, then gather every process's episodes."""
@@ -173,7 +296,7 @@ class DataParallel:
             ep.group_id += self.info.rank * groups_per_process
         if not self.distributed:
             return GlobalBatch(episodes, 0, len(episodes))
-        shares = D.gather_objects(episodes)
+        shares = gather_objects(episodes)
         start = sum(len(s) for s in shares[: self.info.rank])
         everything = [ep for share in shares for ep in share]
         # Our own share stays the objects we hold (later phases write onto them).
@@ -183,14 +306,14 @@ class DataParallel:
     def micro_batches(self, local_samples: int, accumulation: int) -> int:
         """One micro-batch count for every process (FSDP needs equal forward counts): the configured
         accumulation, at most the smallest share's sample count."""
-        smallest = min(D.gather_objects(local_samples)) if self.distributed else local_samples
+        smallest = min(gather_objects(local_samples)) if self.distributed else local_samples
         return max(1, min(accumulation, smallest))
 
     def total(self, value: float) -> float:
-        return float(D.all_reduce_sum(float(value)))
+        return float(all_reduce_sum(float(value)))
 
     def mean_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
-        return D.mean_metrics(metrics)
+        return mean_metrics(metrics)
 
 
 @dataclass
@@ -211,47 +334,4 @@ class GlobalBatch:
         return slice(before, before + sum(len(ep.steps) for ep in self.local))
 
 
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                 "MASTER_ADDR", "MASTER_PORT")
-
-
-def warm_start_alone(cfg) -> str:
-    """Build and SFT the tiny model in a child process that is no part of the process group.
-
-    Process 0 calls this while the others wait: TRL's SFT trainer, run inside a launched
-    process, would see the group and wait for the others' gradients forever."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARS and not k.startswith(("TORCHELASTIC_", "ACCELERATE_"))}
-    proc = subprocess.run([sys.executable, "-m", "grouprl.train.data_parallel", json.dumps(cfg.model_dump())],
-                          env=env, stdout=subprocess.PIPE, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the tiny model's warm start failed (exit {proc.returncode}); see its output above")
-    return proc.stdout.strip().splitlines()[-1]
-
-
-def _warm_start_main(dumped: str) -> None:
-    from rich.console import Console
-
-    import grouprl.tasks  # noqa: F401 - the registered tasks and their config sections
-    from grouprl.config import Config
-    from grouprl.rewards.scorer import Scorer
-    from grouprl.tasks import load_task
-    from grouprl.train.warm_start import prepare_tiny
-
-    cfg = Config.model_validate(json.loads(dumped))
-    task = load_task(cfg)
-    print(prepare_tiny(cfg, task, Scorer.from_config(cfg, task), Console(stderr=True)))
-
-
-class _NoOptimizer:
-    """Stands in for the optimizer when its (full) state is loaded separately, shard by shard."""
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-
 SINGLE = DataParallel()
-
-
-if __name__ == "__main__":  # warm_start_alone's child
-    _warm_start_main(sys.argv[1])

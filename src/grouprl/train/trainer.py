@@ -1,12 +1,13 @@
-"""The training loop: rollout -> score -> advantages -> update, one step per rollout batch.
+"""The training loop: rollout -> score -> gather -> advantages -> update, one step per rollout batch.
 
 A step is ``batch_size`` groups x ``num_generations`` episodes; with several processes each
-generates and scores its share of the groups and :meth:`Trainer.learn` works on the gathered
-batch (``train/data_parallel.py``). Each phase is a method that
+generates and scores its share of the groups, the gather phase collects every process's
+episodes, advantages are computed on the whole batch and each process updates on its own share
+(``train/parallel.py``; one process: the gather is the identity). Each phase is a method that
 returns a record; :meth:`Trainer.train_step` calls them in order and times each. Observers
-(metrics sinks, rollout/trajectory JSONL) read the records the step returns. The estimator
-(grpo, dr_grpo, rloo, gigpo or a user's) comes from the registry, so this one trainer trains
-all of them.
+(``job/observer.py``: evaluation, checkpoint rotation, hub uploads) read the records the step
+returns. The estimator (grpo, dr_grpo, rloo, gigpo or a user's) comes from the registry, so this
+one trainer trains all of them.
 """
 
 from __future__ import annotations
@@ -33,9 +34,9 @@ from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
 from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options
-from grouprl.train import distributed
-from grouprl.train.checkpoint import save_checkpoint
-from grouprl.train.data_parallel import SINGLE, DataParallel
+from grouprl.train.checkpoint import (RNG_FILE, load_training_state, read_rng_states, restore_rng_states, rng_state,
+                                      save_checkpoint)
+from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
 from grouprl.train.step_metrics import batch_metrics
 from grouprl.user_code import import_callable
@@ -81,9 +82,9 @@ class Trainer:
                  backend: GenerationBackend | None = None, console=None, observers: list | None = None,
                  parallel: DataParallel = SINGLE):
         self.cfg, self.policy, self.task, self.console, self.parallel = cfg, policy, task, console, parallel
-        self.observers = list(observers or [])  # train/observer.py: after_step, after_checkpoint, after_train
+        self.observers = list(observers or [])  # job/observer.py: after_step, after_checkpoint, after_train
         self._saved_step = -1
-        distributed.shard_slice(cfg.rollout.batch_size, parallel.info)  # refuse an uneven split before any work
+        shard_slice(cfg.rollout.batch_size, parallel.info)  # refuse an uneven split before any work
         self.out = Path(cfg.train.output_dir)
         self.scorer = scorer or Scorer.from_config(cfg, task)
         self.backend = backend or make_backend(policy, cfg)
@@ -99,7 +100,7 @@ class Trainer:
         self.step = 0
         self.run_state: dict[str, Any] = {}  # carried by checkpoints: the base model, the eval before RL
 
-    # --- the four phases ------------------------------------------------------------------
+    # --- the five phases, in train_step's order ----------------------------------------------
     def rollout(self) -> list[Episode]:
         # Every process draws the same rows (the data position is global) and keeps its share.
         rows = self.parallel.rows(self.sampler.next(self.cfg.rollout.batch_size))
@@ -110,9 +111,24 @@ class Trainer:
     def score(self, episodes: list[Episode]) -> Scores:
         return self.scorer.score(episodes)
 
+    def gather(self, episodes: list[Episode], scores: Scores | None = None) -> tuple[GlobalBatch, Scores]:
+        """Every process's episodes of this step, and the whole batch's scores and score metrics (one
+        process: its own episodes, unchanged)."""
+        batch = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations)
+        everything = torch.tensor([ep.score for ep in batch.episodes], dtype=torch.float64)  # 1e39 stays finite
+        metrics = self.parallel.mean_metrics(scores.metrics if scores is not None else {})
+        if "reward_errors" in metrics:  # a count: the whole batch's
+            metrics["reward_errors"] = float(sum(bool(ep.reward_errors) for ep in batch.episodes))
+        return batch, Scores(everything, scores.parts if scores is not None else {}, metrics)
+
     def advantages(self, episodes: list[Episode], scores: torch.Tensor) -> AdvantageRecord:
         return compute_advantage_record(episodes, scores, self.cfg.algorithm, self.estimator, self.estimator_options,
                                         self.state_key, self.cfg.rollout.invalid_penalty == "on_step")
+
+    def samples(self, batch: GlobalBatch, advantages: AdvantageRecord) -> StepSamples:
+        """This process's share of the batch as training samples, with its share of the advantages."""
+        return pack_samples(batch.local, advantages.advantage[batch.local_steps()],
+                            self.policy.tokenizer.pad_token_id, self.cfg.algorithm.mask_truncated_completions)
 
     def update(self, samples: StepSamples) -> UpdateStats:
         stats = self.learner.update(samples)
@@ -126,27 +142,13 @@ class Trainer:
             episodes = self.rollout()
         with phase("score_time"):
             scores = self.score(episodes)
-        return self.learn(episodes, scores, seconds)
-
-    def learn(self, episodes: list[Episode], scores: Scores | None = None,
-              seconds: dict[str, float] | None = None) -> StepRecord:
-        """Advantages on the whole batch (every process's episodes, gathered), then the update on
-        this process's share. One process: its episodes are the whole batch."""
-        seconds = {} if seconds is None else seconds
-        phase = _timer(seconds)
-        batch = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations)
-        everything = torch.tensor([ep.score for ep in batch.episodes], dtype=torch.float64)  # 1e39 stays finite
+        batch, scores = self.gather(episodes, scores)
         with phase("advantage_time"):
-            advantages = self.advantages(batch.episodes, everything)
-        samples = pack_samples(batch.local, advantages.advantage[batch.local_steps()],
-                               self.policy.tokenizer.pad_token_id, self.cfg.algorithm.mask_truncated_completions)
+            advantages = self.advantages(batch.episodes, scores.episode)
+        samples = self.samples(batch, advantages)
         with phase("update_time"):
             stats = self.update(samples)
-        metrics = self.parallel.mean_metrics(scores.metrics if scores is not None else {})
-        if "reward_errors" in metrics:  # a count: the whole batch's
-            metrics["reward_errors"] = float(sum(bool(ep.reward_errors) for ep in batch.episodes))
-        whole = Scores(everything, scores.parts if scores is not None else {}, metrics)
-        return StepRecord(batch.episodes, whole, advantages, samples, stats, seconds)
+        return StepRecord(batch.episodes, scores, advantages, samples, stats, seconds)
 
     def metrics(self, record: StepRecord) -> dict[str, float]:
         """What metrics.jsonl records for a step."""
@@ -168,11 +170,11 @@ class Trainer:
     def resume(self, ckpt: str) -> None:
         """Every process: the same optimizer/scheduler/learned state, its own RNG stream (another
         process count: refused, or fresh streams with ``reshard_on_resume``), the global data position."""
-        state = self.parallel.load_checkpoint(ckpt, self.learner, self.scorer)
+        state = load_training_state(ckpt, self.learner, self.scorer, self.parallel)
         self.step = state["step"]
-        how = distributed.restore_rng_states(distributed.read_rng_states(Path(ckpt) / distributed.RNG_FILE),
-                                             self.parallel.info, self.cfg.runtime.reshard_on_resume,
-                                             self.cfg.train.seed, self.step, where=f"checkpoint {ckpt}")
+        how = restore_rng_states(read_rng_states(Path(ckpt) / RNG_FILE), self.parallel.info,
+                                 self.cfg.runtime.reshard_on_resume, self.cfg.train.seed, self.step,
+                                 where=f"checkpoint {ckpt}")
         if how == "reseeded" and self.console is not None:
             self.console.log(f"resumed {ckpt} with {self.parallel.info.world_size} process(es): same data order, "
                              "fresh per-process RNG streams (reshard_on_resume)")
@@ -187,14 +189,14 @@ class Trainer:
         path = self.out / f"checkpoint-{self.step}"
         if self._saved_step == self.step:
             return path
-        rng_states = distributed.gather_objects(distributed.rng_state())
+        rng_states = gather_objects(rng_state())
         model_state, optimizer_state = self.parallel.full_state(self.learner)
         if self.parallel.is_main:
             path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer,
                                    self.learner.optimizer, self.learner.scheduler,
                                    {"data_position": self.sampler.position, "extra": self.run_state}, self.scorer,
                                    rng_states, model_state, optimizer_state)
-        distributed.barrier()
+        barrier()
         self._saved_step = self.step
         if self.parallel.is_main:
             for observer in self.observers:

@@ -1,0 +1,1 @@
+"""The whole run around the loop: the run folder, setup, the warm start, evaluation, observers."""
