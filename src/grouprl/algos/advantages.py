@@ -89,6 +89,9 @@ class StepTensors:
     episode: torch.Tensor  # (S,) long: index of the step's episode in ``scores``
     rewards: torch.Tensor  # (S,) float: step reward r_t
     anchor: torch.Tensor  # (S,) long: anchor-group id (see algos/anchors.py)
+    # (S,) float: the invalid-action penalty p_t charged to the step alone (``invalid_penalty: on_step``);
+    # None: no such charge (the penalty, if any, is already a step reward in ``rewards``)
+    penalty: torch.Tensor | None = None
 
 
 def group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -193,6 +196,12 @@ def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensor
 
     F = std + epsilon (``norm="mean_std_norm"``) or 1 (``"mean_norm"``, the default; the
     paper's and verl-agent's unbiased mode). Combined (Eq. 7): A = A_E + omega * A_S.
+
+    A penalty charged to a step alone (``steps.penalty``, ``invalid_penalty: on_step``) follows
+    verl-agent's ``apply_invalid_action_penalty`` then ``episode_norm_reward`` / ``step_norm_reward``:
+    the step's row carries the score R_i - p_t and the return R_t - p_t *before* the group
+    statistics, so with ``episode_stats="episode"`` an episode's first row (its score as verl-agent
+    counts it) and with ``"per_step"`` every penalised row moves the group's mean and std.
     """
     if norm not in ("mean_norm", "mean_std_norm"):
         raise ValueError(f"gigpo: norm must be 'mean_norm' or 'mean_std_norm', got {norm!r}")
@@ -204,12 +213,21 @@ def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensor
         centred = values - mean
         return (centred / (std + epsilon) if norm == "mean_std_norm" else centred), count
 
-    if episode_stats == "episode":
-        episode_adv = normalize(scores, group_ids)[0][steps.episode]
+    penalty = torch.zeros_like(steps.rewards) if steps.penalty is None else steps.penalty.to(steps.rewards.dtype)
+    row_scores = scores[steps.episode] - penalty.to(scores.dtype)
+    if episode_stats == "episode":  # the statistics of each episode's first row, applied to every row
+        first = torch.ones_like(steps.episode, dtype=torch.bool)
+        first[1:] = steps.episode[1:] != steps.episode[:-1]
+        mean, std, _ = group_stats(row_scores[first], group_ids[steps.episode[first]])
+        episode_of_first = torch.zeros(scores.numel(), dtype=torch.long)
+        episode_of_first[steps.episode[first]] = torch.arange(int(first.sum()))
+        at = episode_of_first[steps.episode]
+        centred = row_scores - mean[at]
+        episode_adv = centred / (std[at] + epsilon) if norm == "mean_std_norm" else centred
     else:
-        episode_adv = normalize(scores[steps.episode], group_ids[steps.episode])[0]
+        episode_adv = normalize(row_scores, group_ids[steps.episode])[0]
     returns = discounted_returns(steps.rewards, steps.episode, gamma)
-    step_adv, anchor_size = normalize(returns, steps.anchor)
+    step_adv, anchor_size = normalize(returns - penalty, steps.anchor)
     step_adv = torch.where(anchor_size > 1, step_adv, torch.zeros_like(step_adv))
     return GiGPOParts(returns, episode_adv, step_adv, anchor_size,
                       episode_adv + step_advantage_weight * step_adv)

@@ -32,7 +32,8 @@ def anchor_group_ids(group_ids: Sequence[int], states: Sequence[Any], mode: str 
     ``mode="exact"``: states (or ``state_key(state)``) are equal. ``mode="similarity"``: the
     text of the state (``str`` of it, or of ``state_key(state)``) has a difflib ratio
     ``2*M/T >= threshold`` with the first state of an existing anchor group (greedy, in
-    step order), else it starts a new one.
+    step order), else it starts a new one. The new text is difflib's first argument and the
+    group's first text its second, as in verl-agent (the ratio is not symmetric).
     """
     if len(group_ids) != len(states):
         raise ValueError(f"anchor_group_ids: {len(group_ids)} group ids for {len(states)} states")
@@ -52,7 +53,7 @@ def anchor_group_ids(group_ids: Sequence[int], states: Sequence[Any], mode: str 
             text = key if isinstance(key, str) else str(key)
             reps = representatives.setdefault(g, [])
             for rep_text, anchor in reps:
-                if rep_text == text or SequenceMatcher(None, rep_text, text, autojunk=False).ratio() >= threshold:
+                if rep_text == text or SequenceMatcher(None, text, rep_text, autojunk=False).ratio() >= threshold:
                     ids.append(anchor)
                     break
             else:

@@ -54,15 +54,19 @@ def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
 def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algorithm, estimator: Estimator,
                              options: dict[str, Any], state_key: Callable | None = None,
                              penalty_on_step: bool = False) -> AdvantageRecord:
-    """Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid
-    step's penalty subtracted from its own episode-level advantage and advantage: A_t <- A_t - p_t."""
+    """Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid step's
+    penalty charged to that step alone: a step-level estimator receives it as ``steps.penalty`` (gigpo
+    follows verl-agent's flow, see ``gigpo_parts``); an episode-level one's advantage is lowered by it,
+    A_t <- A_t - p_t."""
     groups = torch.tensor([ep.group_id for ep in episodes])
     steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
     anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
                                algorithm.anchor_mode, algorithm.similarity_threshold, state_key)
     tensors = StepTensors(episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
                           rewards=torch.tensor([s.reward for _, s in steps], dtype=torch.float64),
-                          anchor=torch.tensor(anchors, dtype=torch.long))
+                          anchor=torch.tensor(anchors, dtype=torch.long),
+                          penalty=torch.tensor([s.penalty for _, s in steps], dtype=torch.float64)
+                          if penalty_on_step else None)
     # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
     # advantage becomes 0 -- nothing is learned, silently.
     out = run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options)
@@ -85,10 +89,9 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
         torch.zeros(len(steps), dtype=torch.float64) if step_advantage is None else step_advantage,
         advantage, tensors.anchor,
         torch.bincount(tensors.anchor)[tensors.anchor] if anchor_size is None else anchor_size)
-    if penalty_on_step:
-        penalty = torch.tensor([s.penalty for _, s in steps], dtype=torch.float64)
-        record.episode_advantage = record.episode_advantage - penalty
-        record.advantage = record.advantage - penalty
+    if penalty_on_step and not estimator.step_level:
+        record.episode_advantage = record.episode_advantage - tensors.penalty
+        record.advantage = record.advantage - tensors.penalty
     if log.isEnabledFor(logging.DEBUG):
         log_groups(episodes, scores, record)
     return record
