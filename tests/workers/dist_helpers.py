@@ -1,4 +1,4 @@
-"""Run by tests/test_distributed.py under ``torchrun --nproc_per_node 2``: exercises the process-group
+"""Run by tests/train/test_distributed.py under ``torchrun --nproc_per_node 2``: exercises the process-group
 helpers on a real gloo group and writes what each rank saw to OUT/rank{R}.json for the test to check."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""GRAIL's discriminator and mixer under data parallelism, as run by tests/test_data_parallel.py: each
+"""GRAIL's discriminator and mixer under data parallelism, as run by tests/train/test_data_parallel.py: each
 process scores its share of a batch with the real Scorer (slate_accuracy + GAIL discriminator + learnable
 mixer); after the update both must be identical on every process and equal to one process on the whole
 batch. Writes the learned state per rank to OUT/grail-w<N>-r<R>.pt."""

@@ -1,4 +1,4 @@
-"""One update on fixed rollouts, as run by tests/test_data_parallel.py: in the test process (one
+"""One update on fixed rollouts, as run by tests/train/test_data_parallel.py: in the test process (one
 process, the whole batch) and under ``torchrun --nproc_per_node 2`` (each process half the groups).
 Writes each parameter's change (rank 0) and the logged update statistics to OUT/<case>-w<N>.pt."""
 

@@ -88,7 +88,7 @@ def _shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.devic
     batch dimension so that row i holds its prompt's keys and values; ``generate`` then processes
     only the last prompt token and decodes as usual. Position ids are the ones ``generate`` derives
     from the left-padded mask, so the result is the same computation (greedy outputs are identical;
-    tests/test_generation_prefill.py). Returns None when there is nothing to share.
+    tests/rollout/test_generation.py). Returns None when there is nothing to share.
     """
     from transformers import DynamicCache
 

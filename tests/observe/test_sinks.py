@@ -14,7 +14,7 @@ import pytest
 from grouprl.config import ConfigError, build_config
 from grouprl.observe.sinks import MetricsSink
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 METRICS = [{"reward": 0.25, "loss": -0.5, "rewards/accuracy/mean": 0.2},
            {"reward": 0.5, "loss": -0.25, "rewards/accuracy/mean": 0.4},
            {"reward": 0.75, "loss": 0.125, "rewards/accuracy/mean": 0.6}]

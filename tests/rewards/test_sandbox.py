@@ -19,7 +19,7 @@ import pytest
 from grouprl.rewards import sandbox
 from grouprl.rewards.sandbox import SandboxFallbackWarning, run_in_sandbox, run_many
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(code: str, **kw):

@@ -1,5 +1,5 @@
 """slurm/train.slurm against a real SLURM: munged, slurmctld and slurmd started on localhost for
-this module (tests/slurm_local.py), jobs submitted with sbatch, waited for, outputs checked.
+this module (tests/infra/slurm_local.py), jobs submitted with sbatch, waited for, outputs checked.
 Skips only where the SLURM/munge binaries are not installed (.ci/install-system-deps installs them)."""
 
 from __future__ import annotations

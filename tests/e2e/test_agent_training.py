@@ -183,7 +183,7 @@ def test_example_script_runs_and_updates_weights(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, str(root / "examples" / "gigpo_gridworld.py"), "--steps", "1",
                            "--sft_steps", "10", "--out", str(tmp_path / "ex")], capture_output=True, text=True,
                           timeout=600, env={**__import__("os").environ, "COLUMNS": "200"})
@@ -232,7 +232,7 @@ def test_gigpo_gridworld_recipe_learns(tmp_path):
 
     from grouprl.job.run import run_training
 
-    recipe = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "gridworld_gigpo.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny" / "gridworld_gigpo.yaml"
     run_training(build_config(recipe, {"output_dir": str(tmp_path / "run"), "n_eval": 20}, environ={}))
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     first = sum(m["success_rate"] for m in metrics[:30]) / 30

@@ -13,7 +13,7 @@ import yaml
 
 from grouprl.config import build_config
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "rewards.md"
 
 

@@ -115,7 +115,7 @@ def test_reward_returning_a_string_names_the_reward(tiny_arithmetic_dir, tmp_pat
 def test_debug_shows_the_long_form(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("train: [unclosed\n")
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     p = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--config", str(recipe)], capture_output=True,
                        text=True, env={**os.environ, "LOGLEVEL": "DEBUG", "PYTHONPATH": str(src)}, timeout=120)
     assert p.returncode == 2 and "Traceback" in p.stderr and "YAML syntax error" in p.stderr

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
-from test_grail_discriminator import answer, disc_dir, episode, rows, wrong  # noqa: F401 - shared fixtures, builders
+from test_discriminator import answer, disc_dir, episode, rows, wrong  # noqa: F401 - shared fixtures, builders
 
 
 def _free_port() -> int:

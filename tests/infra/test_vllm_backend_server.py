@@ -33,8 +33,8 @@ from grouprl.rollout.generation import SamplingParams  # noqa: E402
 from grouprl.tasks import load_task  # noqa: E402
 from grouprl.train.trainer import Trainer  # noqa: E402
 
-LOGPROB_TOL = 1e-3  # as tests/test_vllm_backend.py: fp32 engine vs fp32 trainer, measured max |diff| ~5e-5
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+LOGPROB_TOL = 1e-3  # as tests/infra/test_vllm_backend.py: fp32 engine vs fp32 trainer, measured max |diff| ~5e-5
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _free_port() -> int:

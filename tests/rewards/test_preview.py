@@ -10,7 +10,7 @@ import pytest
 
 from grouprl.rewards.preview import add_rewards_parser, list_rewards, load_samples, preview, run_scorer
 
-FIXTURE = Path(__file__).parent / "fixtures" / "gsm8k_completions.jsonl"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k_completions.jsonl"
 # Hand-expected gsm8k_final scores for the fixture, line by line:
 # 1 Janet (Final: 18, gold 18) | 2 robe (Final: 3, answer "3") | 3 Josh (Final: 70,000 vs 70000)
 # 4 Kylar (Final: 80, gold 64: wrong number) | 5 James (text after the Final line: format missing)

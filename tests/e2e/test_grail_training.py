@@ -18,7 +18,7 @@ from grouprl.tasks import load_task
 from grouprl.tasks.slates.synthetic import write_dataset
 from grouprl.job.run import run_training
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 QWEN = ROOT / "recipes" / "Qwen2.5-1.5B-Instruct" / "grpo"
 RECIPES = [QWEN / f"config_{n}.yaml" for n in ("grpo_gun", "grpo_wage", "grail_gun", "grail_wage")]
 TINY_RECIPE = ROOT / "recipes" / "tiny" / "slates_grail.yaml"
