@@ -43,6 +43,11 @@ def token_entropy(logits: torch.Tensor, chunk: int = 64) -> torch.Tensor:
     return torch.cat(out)
 
 
+def scored_entropy(logits: torch.Tensor, with_entropy: bool | str) -> torch.Tensor:
+    """The scorers' entropy: ``with_entropy="grad"`` keeps its gradient (the entropy bonus), else a detached metric."""
+    return token_entropy(logits) if with_entropy == "grad" else entropy_from_logits(logits.detach())
+
+
 def policy_objective(loss: Loss, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
                      mask: torch.Tensor, options: dict[str, Any] | None = None, loss_type: str = "grpo",
                      beta: float = 0.0, ref_logps: torch.Tensor | None = None, kl_estimator: str = "k3",

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.algos.losses import entropy_from_logits, selective_log_softmax
+from grouprl.algos.losses import scored_entropy, selective_log_softmax
 from grouprl.policy.scoring import TokenBatch
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
@@ -166,7 +166,7 @@ def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
     where = tuple(layout.where.to(device))
     logps = logps.index_put(where, selective_log_softmax(logits, layout.targets.to(device)))
     if with_entropy:
-        entropy = entropy.index_put(where, entropy_from_logits(logits.detach()))
+        entropy = entropy.index_put(where, scored_entropy(logits, with_entropy))
     return logps, entropy
 
 
@@ -231,7 +231,7 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0,
     where = (kept[rows], cols)
     logps = logps.index_put(where, selective_log_softmax(logits, completion[real]))
     if with_entropy:
-        entropy = entropy.index_put(where, entropy_from_logits(logits.detach()))
+        entropy = entropy.index_put(where, scored_entropy(logits, with_entropy))
     return logps, entropy
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.algos.losses import entropy_from_logits, selective_log_softmax
+from grouprl.algos.losses import scored_entropy, selective_log_softmax
 
 
 @dataclass
@@ -54,7 +54,8 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
 
     Only the last T+1 positions go through the LM head (``logits_to_keep``), and the
     log-softmax is taken per chunk, so no full (B, L, V) float32 tensor is ever built.
-    Positions follow the attention mask, as in ``generate``.
+    Positions follow the attention mask, as in ``generate``. ``with_entropy``: True, the
+    per-position entropy as a detached metric; "grad", with its gradient (the entropy bonus).
     """
     input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
     attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
@@ -66,5 +67,5 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
         logits = logits / temperature
     flat = logits.reshape(-1, logits.size(-1))
     logps = selective_log_softmax(flat, batch.completion_ids.reshape(-1)).view(-1, T)
-    entropy = entropy_from_logits(flat.detach()).view(-1, T) if with_entropy else None
+    entropy = scored_entropy(flat, with_entropy).view(-1, T) if with_entropy else None
     return logps, entropy
