@@ -1,4 +1,4 @@
-"""Sandbox throughput: run N small Python samples through grouprl.rewards.sandbox.
+"""Sandbox throughput: run N small Python samples through grouprl.rewards.sandbox.runner.
 
     python bench/sandbox.py [--n 200] [--workers 4]
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from grouprl.rewards.sandbox import run_many
+from grouprl.rewards.sandbox.runner import run_many
 
 TEMPLATES = [
     "n = {i}\nassert sum(range(n + 1)) == n * (n + 1) // 2\nprint(n)",

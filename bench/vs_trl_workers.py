@@ -187,7 +187,7 @@ def worker_trl(args) -> dict:
 
     from grouprl.config import build_config
     from grouprl.policy.loading import load_tokenizer
-    from grouprl.rewards.arithmetic import arithmetic_digits
+    from grouprl.rewards.builtin.arithmetic import arithmetic_digits
     from grouprl.tasks import load_task
 
     torch.set_num_threads(args.threads)

@@ -143,7 +143,7 @@ def trajectory(env, seed: int, actions: list[str]) -> list:
 @pytest.fixture(scope="module")
 def bwrap():
     """Skip the module's sandbox tests where bubblewrap cannot start (CI installs it)."""
-    from grouprl.rewards import sandbox
+    from grouprl.rewards.sandbox import runner as sandbox
 
     usable, reason = sandbox.bwrap_available()
     if not usable:

@@ -266,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     im.set_defaults(func=cmd_init_model)
 
     from grouprl.generate.cli import add_generate_parser
-    from grouprl.rewards.preview import add_rewards_parser
+    from grouprl.reward_preview import add_rewards_parser
 
     add_rewards_parser(sub)
     add_generate_parser(sub)

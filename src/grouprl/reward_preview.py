@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 from grouprl.records import Episode, Step
 from grouprl.rewards import registry
-from grouprl.rewards.gsm8k import extract_gold
+from grouprl.rewards.builtin.gsm8k import extract_gold
 from grouprl.rewards.kit import conversation
 
 __all__ = ["preview", "list_rewards", "load_samples", "add_rewards_parser", "cmd_rewards_list",

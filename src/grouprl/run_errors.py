@@ -7,7 +7,7 @@ anything else is an internal error and keeps its traceback.
 from __future__ import annotations
 
 from grouprl.rewards.guard import TooManyStuckRewards
-from grouprl.rewards.pipeline import RewardFailure
+from grouprl.rewards.guard import RewardFailure
 from grouprl.rollout.backends.vllm_client import VLLMServerError
 from grouprl.hub.revisions import HubRevisionError
 from grouprl.train.checkpoint import CheckpointError

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from grouprl.records import EvaluateResult
-from grouprl.rewards.builtin_structured import BUILTIN_STRUCTURED, code_execution, json_schema, tool_call_match
+from grouprl.rewards.builtin.structured import BUILTIN_STRUCTURED, code_execution, json_schema, tool_call_match
 
 
 def convo(completion: str, **assistant_fields) -> list[dict]:

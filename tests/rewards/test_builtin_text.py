@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from grouprl.rewards.builtin_text import (
+from grouprl.rewards.builtin.text import (
     BUILTIN_TEXT, cosine_length, format_reward, length_reward, math_accuracy, reasoning_steps,
     repetition_penalty, soft_overlong, tag_count, with_options,
 )

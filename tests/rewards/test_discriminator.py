@@ -8,9 +8,9 @@ import torch
 
 from grouprl.policy.tiny_words import build_tiny_classifier
 from grouprl.records import Episode, Step
-from grouprl.rewards.discriminator import GailDiscriminator, build_examples
-from grouprl.rewards.discriminator_text import choice_cut_rate, example_for
-from grouprl.rewards.mixer import LearnableMixer
+from grouprl.rewards.learned.discriminator import GailDiscriminator, build_examples
+from grouprl.rewards.learned.discriminator_text import choice_cut_rate, example_for
+from grouprl.rewards.learned.mixer import LearnableMixer
 from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
 from grouprl.tasks.slates.rows import prepare_rows
 from grouprl.tasks.slates.settings import build_discriminator, build_mixer, grail_settings

@@ -21,7 +21,7 @@ def _free_port() -> int:
 def _worker(rank: int, port: int, disc_dir: str, rows: list, out: str) -> None:
     import torch.distributed as dist
 
-    from grouprl.rewards.discriminator import GailDiscriminator
+    from grouprl.rewards.learned.discriminator import GailDiscriminator
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
@@ -42,7 +42,7 @@ def test_discriminator_copies_stay_identical_across_processes(rows, disc_dir, tm
     assert a["metrics"]["disc/positives"] == 8 == b["metrics"]["disc/positives"]  # both saw all 8 rows
     assert all(torch.equal(v, b["model"][k]) for k, v in a["model"].items())
     # and they moved from the start: an update happened
-    from grouprl.rewards.discriminator import GailDiscriminator
+    from grouprl.rewards.learned.discriminator import GailDiscriminator
 
     start = GailDiscriminator(str(disc_dir), device="cpu", seed=0).model.state_dict()
     assert not all(torch.equal(v, start[k]) for k, v in a["model"].items())

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.rewards.preview import add_rewards_parser, list_rewards, load_samples, preview, run_scorer
+from grouprl.reward_preview import add_rewards_parser, list_rewards, load_samples, preview, run_scorer
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gsm8k_completions.jsonl"
 # Hand-expected gsm8k_final scores for the fixture, line by line:
@@ -101,8 +101,8 @@ def test_preview_messages_form_and_typed_reward(tmp_path):
                                "properties": {"age": {"type": "integer"}}}}
     bad = dict(sample, messages=[sample["messages"][0], {"role": "assistant", "content": '{"name": "Bo"}'}])
     path.write_text(json.dumps(sample) + "\n" + json.dumps(bad) + "\n")
-    rows, n_errors = preview(["grouprl.rewards.builtin_structured:json_schema"], path)
-    key = "grouprl.rewards.builtin_structured:json_schema"
+    rows, n_errors = preview(["grouprl.rewards.builtin.structured:json_schema"], path)
+    key = "grouprl.rewards.builtin.structured:json_schema"
     assert n_errors == 0
     assert [r["scores"][key] for r in rows] == [1.0, 0.0]
     assert "'age' is a required property" in rows[1]["reasons"][key]

@@ -9,7 +9,7 @@ import py_compile
 import pytest
 
 from grouprl.cli import main
-from grouprl.rewards import sandbox
+from grouprl.rewards.sandbox import runner as sandbox
 
 # 1.0 only inside the sandbox: there the project's files are not visible.
 PROBE = ("import os\ndef fn(completion, ground_truth, **kw):\n"

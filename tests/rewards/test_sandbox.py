@@ -1,4 +1,4 @@
-"""Real attacks through the real sandbox (src/grouprl/rewards/sandbox.py).
+"""Real attacks through the real sandbox (src/grouprl/rewards/sandbox/runner.py).
 
 Every test except the forced-fallback one needs bubblewrap; they skip (with the reason)
 only when bwrap is missing or cannot start here. Install it with .ci/install-system-deps.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.rewards import sandbox
-from grouprl.rewards.sandbox import SandboxFallbackWarning, run_in_sandbox, run_many
+from grouprl.rewards.sandbox import runner as sandbox
+from grouprl.rewards.sandbox.runner import SandboxFallbackWarning, run_in_sandbox, run_many
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -16,10 +16,10 @@ import subprocess
 import pytest
 
 from grouprl.records import Message
-from grouprl.rewards.builtin_structured import code_execution
-from grouprl.rewards.code_harness import UnsupportedTest, split_test
-from grouprl.rewards.sandbox import run_in_sandbox
-from grouprl.rewards.sandboxed import sandboxed_reward
+from grouprl.rewards.builtin.structured import code_execution
+from grouprl.rewards.sandbox.code_harness import UnsupportedTest, split_test
+from grouprl.rewards.sandbox.runner import run_in_sandbox
+from grouprl.rewards.sandbox.user_reward import user_reward_in_sandbox
 
 pytestmark = pytest.mark.usefixtures("bwrap")  # conftest: skip where bubblewrap cannot start
 
@@ -146,6 +146,6 @@ def test_sandboxed_reward_ignores_results_forged_by_a_completion(tmp_path):
                                    "    return 0.5 if re.search(r'(a+)+b', completion) else 0.0\n")
     forged = 'a' * 40 + '!\n__GROUPRL_RESULTS__[{"result": {"score": 1.0}}, {"result": {"score": 1.0}}]' + " " * 9000
     batch = [[Message(role="user", content="q"), Message(role="assistant", content=text)] for text in (forged, "b")]
-    results = sandboxed_reward(f"{tmp_path / 'r.py'}:fn", timeout_s=2)(batch, ground_truths=["1", "1"])
+    results = user_reward_in_sandbox(f"{tmp_path / 'r.py'}:fn", timeout_s=2)(batch, ground_truths=["1", "1"])
     assert [(r.score, r.is_score_valid) for r in results] == [(0.0, False)] * 2  # both used to score 1.0
     assert all("timeout" in r.error for r in results)

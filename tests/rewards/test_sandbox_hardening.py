@@ -1,7 +1,7 @@
 """Sandbox isolation attacks from the hardening campaign (issue 9), run for real with bwrap.
 
 The non-root cases run the trainer side as user ``nobody`` (``setpriv`` and a Python nobody can
-run; ``grouprl.rewards.sandbox`` needs only the standard library); they skip when we are not
+run; ``grouprl.rewards.sandbox.runner`` needs only the standard library); they skip when we are not
 root (then the whole suite already runs as a normal user) or no such Python exists.
 """
 
@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.rewards import sandbox
-from grouprl.rewards.cgroup import SandboxCgroup
-from grouprl.rewards.sandbox import run_in_sandbox
+from grouprl.rewards.sandbox import runner as sandbox
+from grouprl.rewards.sandbox.cgroup import SandboxCgroup
+from grouprl.rewards.sandbox.runner import run_in_sandbox
 
 REPO_SRC = Path(__file__).resolve().parents[2] / "src"
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -50,7 +50,7 @@ def nobody_python() -> str | None:
     """A Python that user nobody can run (ours may live under root's 0700 home)."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         return None
-    check = (NO_PACKAGE_INIT + "import os, sys, grouprl.rewards.sandbox\n"
+    check = (NO_PACKAGE_INIT + "import os, sys, grouprl.rewards.sandbox.runner\n"
              "assert os.access(os.path.realpath(sys.executable), os.R_OK) and os.path.isdir(sys.base_prefix)")
     for cand in (SYSTEM_PYTHON, "/usr/local/bin/python3"):
         ok = subprocess.run([*NOBODY, cand, "-c", check], cwd="/",
@@ -90,7 +90,7 @@ def test_trainer_secrets_invisible_when_not_root():
     # bwrap is pid 1 of the sandbox and runs as the trainer's uid: its /proc/1/environ is readable.
     out = as_nobody(f"""
         import json
-        from grouprl.rewards.sandbox import run_in_sandbox
+        from grouprl.rewards.sandbox.runner import run_in_sandbox
         r = run_in_sandbox({ENVIRON_DUMP!r}, backend="bwrap", python=PYTHON)
         print(json.dumps({{"ok": r.ok, "stdout": r.stdout, "err": r.stderr[-500:], "infra": r.infra_error}}))
     """, env={"HF_TOKEN": "hf_nobody_secret_456", "WANDB_API_KEY": "wandb_secret_789"})
@@ -104,7 +104,7 @@ def test_many_tasks_of_a_normal_user_do_not_break_the_sandbox():
     # bwrap fail with EAGAIN (every program scored 0.0).
     out = as_nobody("""
         import json, threading
-        from grouprl.rewards.sandbox import run_in_sandbox
+        from grouprl.rewards.sandbox.runner import run_in_sandbox
         stop = threading.Event()
         threads = [threading.Thread(target=stop.wait) for _ in range(150)]
         for t in threads: t.start()
@@ -119,7 +119,7 @@ def test_sandbox_that_cannot_start_is_an_infrastructure_error_when_not_root():
     # After a passing probe, the user's hard process limit leaves no room: bwrap cannot start.
     out = as_nobody("""
         import json, resource, threading
-        from grouprl.rewards import sandbox
+        from grouprl.rewards.sandbox import runner as sandbox
         assert sandbox.bwrap_available(PYTHON)[0]
         stop = threading.Event()
         threads = [threading.Thread(target=stop.wait) for _ in range(20)]
@@ -147,7 +147,7 @@ def test_nested_user_namespaces_blocked():
     assert r.stdout.splitlines()[0].startswith("-1 ") and r.stdout.splitlines()[1] != "0"
     out = as_nobody(f"""
         import json
-        from grouprl.rewards.sandbox import run_in_sandbox
+        from grouprl.rewards.sandbox.runner import run_in_sandbox
         r = run_in_sandbox({code!r}, backend="bwrap", python=PYTHON)
         print(json.dumps({{"ok": r.ok, "stdout": r.stdout}}))
     """)
@@ -243,7 +243,7 @@ def test_scratch_size_is_capped():
 def test_unremovable_fallback_scratch_is_removed_when_not_root():
     out = as_nobody("""
         import json, os, tempfile
-        from grouprl.rewards.sandbox import remove_tree
+        from grouprl.rewards.sandbox.runner import remove_tree
         d = tempfile.mkdtemp(prefix="grouprl-sbx-")
         os.makedirs(os.path.join(d, "a", "b"))
         open(os.path.join(d, "a", "b", "f"), "w").write("x")

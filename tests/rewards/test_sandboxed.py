@@ -10,7 +10,7 @@ import py_compile
 
 import pytest
 
-from grouprl.rewards.pipeline import resolve_reward
+from grouprl.rewards.resolve import resolve_reward
 
 BODY = "import pathlib\npathlib.Path({marker!r}).write_text('imported')\ndef fn(completion, truth):\n    return 1.0\n"
 

@@ -11,7 +11,7 @@ import pytest
 
 from grouprl.cli import main
 from grouprl.records import Episode, Step
-from grouprl.rewards.pipeline import RewardFailure
+from grouprl.rewards.guard import RewardFailure
 from grouprl.rewards.scorer import Scorer
 from grouprl.rewards.registry import get_reward
 
@@ -63,7 +63,7 @@ def score_episodes(episodes, names, weights, correct, normalize_weights=True, ma
 def test_names_resolve_to_builtins_files_and_modules(user_file):
     assert get_reward("gsm8k_final").__name__ == "gsm8k_final"
     assert get_reward(f"{user_file}:short_answer").reward_id == "short_answer"
-    assert get_reward("grouprl.rewards.arithmetic:arithmetic_exact")("12", "12") == 1.0
+    assert get_reward("grouprl.rewards.builtin.arithmetic:arithmetic_exact")("12", "12") == 1.0
     with pytest.raises(KeyError, match="has no function 'nope'"):
         get_reward(f"{user_file}:nope")
     with pytest.raises(KeyError, match="cannot import module"):
@@ -180,7 +180,7 @@ SNOOPY = textwrap.dedent('''
 
 
 def test_user_rewards_run_in_the_sandbox(tmp_path):
-    from grouprl.rewards.sandbox import bwrap_available
+    from grouprl.rewards.sandbox.runner import bwrap_available
 
     usable, why = bwrap_available()
     if not usable:
@@ -201,9 +201,9 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
         assert metrics["reward_errors"] == 1.0
         # In the sandbox the function could neither read the secret nor reach the network ...
         from grouprl.rewards.registry import get_reward
-        from grouprl.rewards.sandboxed import sandboxed_reward
+        from grouprl.rewards.sandbox.user_reward import user_reward_in_sandbox
 
-        boxed = sandboxed_reward(f"{path}:snoopy")([[{"role": "assistant", "content": "x"}]],
+        boxed = user_reward_in_sandbox(f"{path}:snoopy")([[{"role": "assistant", "content": "x"}]],
                                                    secret_path=[str(secret)])
         assert boxed[0].reason == "leaked=False online=False", boxed[0]
         # ... while in-process the same function reads it.
@@ -216,7 +216,7 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
 
 def side_effect_reward_file(tmp_path, name: str):
     """A reward file whose import writes a marker: the marker exists only if it ran in-process."""
-    from grouprl.rewards.sandbox import bwrap_available
+    from grouprl.rewards.sandbox.runner import bwrap_available
 
     usable, why = bwrap_available()
     if not usable:

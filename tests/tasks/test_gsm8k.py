@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from grouprl.rewards.gsm8k import extract_final, extract_gold, gsm8k_final, normalize_number
+from grouprl.rewards.builtin.gsm8k import extract_final, extract_gold, gsm8k_final, normalize_number
 from grouprl.rewards.registry import get_reward
 
 

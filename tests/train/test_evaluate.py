@@ -12,8 +12,8 @@ import torch
 from grouprl import cli
 from grouprl.config import build_config
 from grouprl.policy.loading import load_policy, load_tokenizer
-from grouprl.rewards.arithmetic import arithmetic_digits, parse_answer
-from grouprl.rewards.gsm8k import extract_final
+from grouprl.rewards.builtin.arithmetic import arithmetic_digits, parse_answer
+from grouprl.rewards.builtin.gsm8k import extract_final
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.tasks import load_task
@@ -25,7 +25,8 @@ CPU = torch.device("cpu")
 
 def evaluate(model, tokenizer, task, rows, params, device, out):
     """evaluate() with the HF backend and the task's scorer (the defaults a run builds)."""
-    scorer = Scorer(task.reward_names, task.reward_weights, task.correct_reward, reward_kwargs=task.reward_kwargs)
+    scorer = Scorer(task.reward_names, task.reward_weights, task.correct_reward, reward_kwargs=task.reward_kwargs,
+                    predict=task.predict)
     return run_evaluate(HFBackend(model, tokenizer, device), tokenizer, task, rows, params, scorer, out)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 
 from grouprl.records import Episode, Step
-from grouprl.rewards.discriminator import GailDiscriminator
-from grouprl.rewards.mixer import LearnableMixer
+from grouprl.rewards.learned.discriminator import GailDiscriminator
+from grouprl.rewards.learned.mixer import LearnableMixer
 from grouprl.rewards.scorer import Scorer
 from grouprl.tasks.slates.rows import prepare_rows
 from grouprl.tasks.slates.synthetic import generate_issue

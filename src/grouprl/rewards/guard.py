@@ -146,3 +146,7 @@ def finite_score(name: str, value: Any) -> tuple[float | None, str | None]:
 def _short(value: Any, n: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class RewardFailure(RuntimeError):
+    """More of a batch's samples failed in reward functions than the run allows."""

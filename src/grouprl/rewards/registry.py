@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Callable
 
-from grouprl.rewards.arithmetic import arithmetic_digits, arithmetic_exact
-from grouprl.rewards.builtin_structured import BUILTIN_STRUCTURED
-from grouprl.rewards.builtin_text import BUILTIN_TEXT
-from grouprl.rewards.gsm8k import gsm8k_final
-from grouprl.rewards.slate_accuracy import slate_accuracy, slate_click, slate_opinion
+from grouprl.rewards.builtin.arithmetic import arithmetic_digits, arithmetic_exact
+from grouprl.rewards.builtin.structured import BUILTIN_STRUCTURED
+from grouprl.rewards.builtin.text import BUILTIN_TEXT
+from grouprl.rewards.builtin.gsm8k import gsm8k_final
+from grouprl.rewards.builtin.slate_accuracy import slate_accuracy, slate_click, slate_opinion
 from grouprl.rewards.trl_signature import as_typed_reward, takes_trl_signature
 from grouprl.user_code import import_callable
 

@@ -24,24 +24,23 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from grouprl.config import ConfigError
 from grouprl.records import Episode
-from grouprl.rewards import arithmetic, gsm8k
-from grouprl.rewards.guard import RewardTimeout, call_with_timeout, finite_score, map_with_timeout
+from grouprl.rewards.guard import RewardFailure, RewardTimeout, call_with_timeout, finite_score, map_with_timeout
 from grouprl.rewards.kit import score_batch
-from grouprl.rewards.learned import LearnedReward, RewardMixer
-from grouprl.rewards.pipeline import (RewardFailure, align_step_rewards, bind_options, check_step_outputs,
-                                      episode_messages, resolve_reward)
+from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
+from grouprl.rewards.learned.model_rewards import build_reward, split_learned
+from grouprl.rewards.resolve import resolve_reward
+from grouprl.rewards.step_rewards import align_step_rewards, check_step_outputs, episode_messages
 from grouprl.rewards.registry import is_typed, normalized_weights, weighted_score
-from grouprl.train.parallel import all_gather_cat
 
 log = logging.getLogger(__name__)
-PREDICTORS = {"gsm8k_final": gsm8k.extract_final, "arithmetic_exact": arithmetic.parse_answer}
 
 
 @dataclass
@@ -145,22 +144,27 @@ class Scorer:
                  reward_kwargs: dict[str, dict] | None = None, sandbox_user_rewards: bool = False,
                  default_step_reward: float = 0.0, learned: list[LearnedReward] | None = None,
                  learned_weights: list[float] | None = None, mixer: RewardMixer | None = None,
-                 reward_timeout: float = 0.0, penalty_in_rewards: bool = True):
+                 reward_timeout: float = 0.0, penalty_in_rewards: bool = True,
+                 predict: Callable[[str], Any] | None = None, run_dir: str | None = None):
         if len(weights) != len(reward_names):
             raise ValueError(f"{len(weights)} weight(s) for {len(reward_names)} reward(s)")
-        self.keys = unique_keys(list(reward_names))
-        self.fns = {key: bind_options(resolve_reward(name, sandbox_user_rewards), (reward_kwargs or {}).get(name))
-                    for key, name in zip(self.keys, reward_names)}
-        self.weights = dict(zip(self.keys, normalized_weights(weights, normalize_weights)))
+        # Model rewards (reward models, judges; run_dir holds a judge's cache) are built here; a learned
+        # reward named in ``rewards`` joins the learned ones with its (normalised) weight.
+        built = {key: build_reward(name, (reward_kwargs or {}).get(name), sandbox_user_rewards, run_dir)
+                 for key, name in zip(unique_keys(list(reward_names)), reward_names)}
+        all_weights = dict(zip(built, normalized_weights(weights, normalize_weights)))
+        self.fns, named_learned = split_learned(built)
+        self.keys = list(self.fns)
+        self.weights = {key: all_weights[key] for key in self.keys}
         self.judge_key = correct_reward if correct_reward in self.keys else None
         # The judge is one of the rewards (its score is read), or resolved under the same sandbox rule:
         # with sandbox_user_rewards a user file named here is never imported into this process.
         self.judge = (self.fns[correct_reward] if self.judge_key is not None
                       else resolve_reward(correct_reward, sandbox_user_rewards) if correct_reward else None)
-        self.predictor = PREDICTORS.get(correct_reward or "")
+        self.predict = predict  # the task's answer parser (``task.predict``): what a completion answered
         self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
-        self.learned = list(learned or [])
-        self.learned_weights = list(learned_weights or [1.0] * len(self.learned))
+        self.learned = list(learned or []) + list(named_learned.values())
+        self.learned_weights = list(learned_weights or [1.0] * len(learned or [])) + [all_weights[k] for k in named_learned]
         self.mixer = mixer
         self._evaluating = False  # inside eval_mode(): learned rewards score, never update or gather
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
@@ -178,13 +182,24 @@ class Scorer:
         return cls(task.reward_names, task.reward_weights, task.correct_reward, task_config.normalize_weights,
                    task_config.max_reward_error_fraction, task.reward_kwargs, task_config.sandbox_user_rewards,
                    task_config.default_step_reward, learned, learned_weights, mixer, task_config.reward_timeout,
-                   cfg.rollout.invalid_penalty == "in_returns")
+                   cfg.rollout.invalid_penalty == "in_returns", getattr(task, "predict", None), cfg.train.output_dir)
 
     # --- scoring ---------------------------------------------------------------------------
     def reward_parts(self, episodes: list[Episode]) -> dict[str, list[RewardPart]]:
         t = self.reward_timeout
-        return {key: _typed_parts(key, fn, episodes, t) if is_typed(fn) else _plain_parts(key, fn, episodes, t)
-                for key, fn in self.fns.items()}
+
+        def parts(key: str, fn) -> list[RewardPart]:
+            return _typed_parts(key, fn, episodes, t) if is_typed(fn) else _plain_parts(key, fn, episodes, t)
+
+        # Rewards that wait on a server (judges) run in their own thread while the others compute here.
+        waiting = [key for key, fn in self.fns.items() if getattr(fn, "waits_on_network", False)]
+        if not waiting or len(self.fns) == 1:
+            return {key: parts(key, fn) for key, fn in self.fns.items()}
+        with ThreadPoolExecutor(len(waiting), thread_name_prefix="reward-io") as pool:
+            pending = {key: pool.submit(parts, key, self.fns[key]) for key in waiting}
+            done = {key: parts(key, fn) for key, fn in self.fns.items() if key not in pending}
+            done.update({key: future.result() for key, future in pending.items()})
+        return {key: done[key] for key in self.keys}
 
     def score(self, episodes: list[Episode]) -> Scores:
         """Score a batch; fills each episode's ``score``, ``reward_parts``/``_errors``/``_reasons``,
@@ -213,7 +228,7 @@ class Scorer:
                 ep.correct = ep.reward_parts[self.judge_key] == 1.0
             else:
                 ep.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
-            ep.prediction = self.predictor(answer) if self.predictor else None
+            ep.prediction = self.predict(answer) if self.predict is not None else None
         fraction = failed / max(len(episodes), 1)
         if failed:
             log.warning("reward errors on %d of %d samples, e.g. %s", failed, len(episodes),
@@ -255,9 +270,9 @@ class Scorer:
         for reward in self.learned:
             metrics.update(reward.update(episodes))
         if self.mixer is not None:
-            # Several processes: one update on the whole batch's B and D, the same on every process,
-            # so the mixer stays identical everywhere (the discriminator gathers its examples itself).
-            metrics.update(self.mixer.update(all_gather_cat(base), all_gather_cat(learned)))
+            # This process's B and D: the mixer gathers every process's itself (as the discriminator gathers
+            # its examples), so it stays identical everywhere.
+            metrics.update(self.mixer.update(base, learned))
         return metrics
 
     # --- modes and state -------------------------------------------------------------------

@@ -9,6 +9,7 @@ import random
 from typing import Any
 
 from grouprl.config import Config
+from grouprl.rewards.builtin.arithmetic import parse_answer
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
 
@@ -68,4 +69,4 @@ def build_arithmetic(cfg: Config) -> SingleTurnTask:
                                     task_config.arithmetic_digits, task_config.arithmetic_operands,
                                     task_config.arithmetic_operators, task_config.arithmetic_reverse_answer)
     return SingleTurnTask("arithmetic", train, held_out, task_config.system_prompt, ["arithmetic_digits"],
-                          "arithmetic_exact", corpus_extra=ALPHABET)
+                          "arithmetic_exact", corpus_extra=ALPHABET, predict=parse_answer)

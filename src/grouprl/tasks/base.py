@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from grouprl.records import Observation, StepResult, stable_id
 
@@ -25,6 +25,8 @@ class SingleTurnTask:
     reward_weights: list[float] = field(default_factory=list)
     reward_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> keyword arguments bound to it
     corpus_extra: str = ""  # characters the tiny tokenizer needs beyond the rows' (arithmetic: every digit)
+    # The answer a completion gives, as logged and shown beside the ground truth (None: not parsed).
+    predict: Callable[[str], Any] | None = None
 
     def messages(self, row: dict[str, Any]) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.config import Config
-from grouprl.rewards.gsm8k import extract_gold
+from grouprl.rewards.builtin.gsm8k import extract_final, extract_gold
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
 
@@ -76,4 +76,4 @@ def build_gsm8k(cfg: Config) -> SingleTurnTask:
     if task_config.n_train:
         train = train[: task_config.n_train]
     system = SYSTEM_PROMPT if task_config.system_prompt is None else task_config.system_prompt
-    return SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final")
+    return SingleTurnTask("gsm8k", train, held_out, system, ["gsm8k_final"], "gsm8k_final", predict=extract_final)

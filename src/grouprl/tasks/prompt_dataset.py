@@ -49,7 +49,7 @@ SOLUTION_COLUMNS = ("solution", "answer", "ground_truth")
 
 
 def _math_gold(value: Any) -> str | None:
-    from grouprl.rewards.answers import parse_gold
+    from grouprl.rewards.builtin.answers import parse_gold
 
     return None if parse_gold(value) else "math-verify finds no answer in it (math_accuracy could not use it)"
 

@@ -28,7 +28,7 @@ from grouprl.observe.sinks import MetricsSink
 from grouprl.observe.step_logs import rollout_records, write_trajectories
 from grouprl.policy.loading import Policy
 from grouprl.records import Episode
-from grouprl.rewards import sandbox
+from grouprl.rewards.sandbox import runner as sandbox
 from grouprl.rewards.scorer import Scorer, Scores
 from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from grouprl.rewards.slate_accuracy import parse_slate_answer, slate_accuracy, slate_click, slate_opinion
+from grouprl.rewards.builtin.slate_accuracy import parse_slate_answer, slate_accuracy, slate_click, slate_opinion
 from grouprl.tasks.slates import schema
 from grouprl.tasks.slates.prompt import NO_HISTORY, NO_PROFILE, build_prompt
 from grouprl.tasks.slates.rows import prepare_rows, to_task_row

@@ -1,6 +1,6 @@
 """Length-shaped built-in rewards: Kimi 1.5 length, cosine length, n-gram repetition, DAPO overlong.
 
-Split from ``builtin_text`` by responsibility; they share the answer helpers in ``answers``.
+Split from ``builtin/text.py`` by responsibility; they share the answer helpers in ``answers``.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 from typing import Any
 
 from grouprl.records import EvaluateResult, Message
-from grouprl.rewards.answers import completion_text, is_correct, metric, option_or, shorten
+from grouprl.rewards.builtin.answers import completion_text, is_correct, metric, option_or, shorten
 from grouprl.rewards.kit import reward_function
 
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from grouprl.records import EvaluateResult, Message, MetricResult
 from grouprl.rewards.kit import reward_function
-from grouprl.rewards import code_harness
-from grouprl.rewards.sandbox import run_in_sandbox, run_many
+from grouprl.rewards.sandbox import code_harness
+from grouprl.rewards.sandbox.runner import run_in_sandbox, run_many
 
 __all__ = ["json_schema", "tool_call_match", "code_execution", "BUILTIN_STRUCTURED",
            "extract_json", "extract_python_block"]
@@ -280,7 +280,7 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
     solution runs with only the calls the asserts make, its values come back as plain data, and a
     separate judge sandbox (no solution code, a per-run secret) checks them; an early exit
     (``os._exit``, ``sys.exit``, ``atexit``) or a non-plain value fails the case, and a test the
-    harness cannot split safely is an error. Each case runs through ``sandbox.run_many``
+    harness cannot split safely is an error. Each case runs through ``sandbox/runner.run_many``
     (``workers``, ``timeout`` seconds, ``memory_mb``); a timeout or memory kill fails that case
     and is named in ``reason``. A sandbox that could not start the program is an error, not 0.0.
     ``binary=True``: 1.0 if the fraction >= ``threshold`` else 0.0. No code block scores 0.0.

@@ -21,9 +21,9 @@ import re
 from typing import Any, Callable
 
 from grouprl.records import EvaluateResult, Message
-from grouprl.rewards.answers import (completion_text, is_correct, metric, option_or, parse_answer, parse_gold, shorten,
+from grouprl.rewards.builtin.answers import (completion_text, is_correct, metric, option_or, parse_answer, parse_gold, shorten,
                                      verify_answer)
-from grouprl.rewards.builtin_length import cosine_length, length_reward, repetition_penalty, soft_overlong
+from grouprl.rewards.builtin.length import cosine_length, length_reward, repetition_penalty, soft_overlong
 from grouprl.rewards.kit import with_options, reward_function
 
 __all__ = [

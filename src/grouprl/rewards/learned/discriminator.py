@@ -28,8 +28,9 @@ from typing import Any
 import torch
 
 from grouprl.records import Episode
-from grouprl.rewards.discriminator_text import DiscriminatorExample, example_for
-from grouprl.rewards.slate_accuracy import parse_slate_answer
+from grouprl.rewards.learned.gather import gather_across_processes
+from grouprl.rewards.learned.discriminator_text import DiscriminatorExample, example_for
+from grouprl.rewards.builtin.slate_accuracy import parse_slate_answer
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +69,8 @@ def build_examples(episodes: list[Episode], show_ids: bool = False,
     return list(positives.values()) + negatives
 
 
-def gather_examples(examples: list[DiscriminatorExample]) -> list[DiscriminatorExample]:
-    """Every process's examples, in rank order, when torch.distributed runs; else the examples."""
-    dist = torch.distributed
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return examples
-    gathered: list[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, examples)
-    return [ex for part in gathered for ex in part]
-
-
 class GailDiscriminator:
-    """A ``LearnedReward`` (see rewards/learned.py): score, update, state_dict, load_state_dict."""
+    """A ``LearnedReward`` (see rewards/learned/protocol.py): score, update, state_dict, load_state_dict."""
 
     name = "gail"
 
@@ -156,7 +147,7 @@ class GailDiscriminator:
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         """One AdamW step (GAIL_UPDATES with replay) on this batch's positives and negatives."""
-        examples = gather_examples(build_examples(episodes, self.show_ids, self.allow_bare_number))
+        examples = gather_across_processes(build_examples(episodes, self.show_ids, self.allow_bare_number))
         metrics = self.measure(examples)
         if self.frozen or not self.trainable or not examples:
             return metrics

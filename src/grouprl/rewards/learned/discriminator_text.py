@@ -12,10 +12,21 @@ measures how often the original rendering loses its last line on a dataset.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.tasks.slates.schema import text
+_MISSING = ("", "nan", "none", "null", "na", "n/a")
+
+
+def text(value: Any) -> str:
+    """A field as one line of text; a missing one (None, NaN, 'n/a'...) as '' (the slate rows' own rule,
+    restated here so that rewards import no task)."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, str) and value.strip().lower() in _MISSING:
+        return ""
+    return " ".join(str(value).split())
 
 
 @dataclass(frozen=True)

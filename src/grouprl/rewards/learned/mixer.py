@@ -18,9 +18,11 @@ from typing import Any
 
 import torch
 
+from grouprl.rewards.learned.gather import gather_across_processes
+
 
 class LearnableMixer:
-    """A ``RewardMixer`` (see rewards/learned.py): mix, update, state_dict, load_state_dict."""
+    """A ``RewardMixer`` (see rewards/learned/protocol.py): mix, update, state_dict, load_state_dict."""
 
     def __init__(self, base_weight: float = 1.0, learned_weight: float = 0.5, learning_rate: float = 0.05):
         if base_weight <= 0 or learned_weight <= 0:
@@ -40,7 +42,12 @@ class LearnableMixer:
         return alpha * base.float() + beta * learned.float()
 
     def update(self, base: torch.Tensor, learned: torch.Tensor) -> dict[str, float]:
-        """One Adam step on -mean(R) (none when frozen); returns alpha and beta after it."""
+        """One Adam step on -mean(R) over every process's B and D (none when frozen); returns alpha and beta.
+
+        Each process passes its own part of the batch; the step is taken on the whole batch, the same
+        on every process, so the mixer stays identical everywhere."""
+        base = torch.tensor(gather_across_processes(base.tolist()), dtype=base.dtype)
+        learned = torch.tensor(gather_across_processes(learned.tolist()), dtype=learned.dtype)
         if not self.frozen and base.numel():
             w = torch.softmax(self.logits, 0)
             loss = -(w[0] * base.float() + w[1] * learned.float()).mean()

@@ -12,7 +12,7 @@ The sandbox is built from an empty root, not from the host's ``/``: it holds onl
 
 So the project, the datasets, caches (``HF_HOME``), other runs' scratch dirs, ``/run`` and the
 host's unix sockets are simply not there. Process control (limits, timeouts, the memory cgroup,
-output caps, the fallback) lives in ``sandbox.py``; the seccomp filter in ``seccomp.py``.
+output caps, the fallback) lives in ``runner.py``; the seccomp filter in ``seccomp.py``.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def interpreter_prefixes(python: str) -> tuple[str, ...]:
 
 
 def grouprl_package_dir() -> str:
-    return str(Path(__file__).resolve().parents[1])
+    return str(Path(__file__).resolve().parents[2])  # src/grouprl (this file: grouprl/rewards/sandbox/)
 
 
 def _system_args() -> list[str]:

@@ -1,4 +1,4 @@
-"""Run one sandbox command under limits and collect what happened (used by ``sandbox.py``).
+"""Run one sandbox command under limits and collect what happened (used by ``runner.py``).
 
 Limits are set by util-linux ``prlimit`` exec'd before the sandbox (``preexec_fn`` is unsafe
 in a threaded parent and is only the fallback); output is read incrementally with a cap; a

@@ -15,7 +15,7 @@ Used by code-execution rewards and sandboxed user reward files. Each run gets
   plus the budget (the limit counts every task of the real uid, the trainer's threads included);
 * a wall-clock timeout that kills the whole process group, and capped output.
 
-A run the sandbox could not start (no launcher byte, see ``sandbox_exec``) is an infrastructure
+A run the sandbox could not start (no launcher byte, see ``sandbox/process.py``) is an infrastructure
 error: ``SandboxResult.infra_error`` is set, ``SANDBOX_INFRA_ERRORS`` counts it, it is logged as
 an error, and callers turn it into a reward error (never a score). The start-up probe runs the
 real layout and limits with the interpreter that will be used.
@@ -38,11 +38,11 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
-from grouprl.rewards import seccomp
-from grouprl.rewards.bwrap import (BWRAP_ENV, SANDBOX_PATH, SHM_BYTES, UID_BASE, UID_SLOTS, bwrap_command,
+from grouprl.rewards.sandbox import seccomp
+from grouprl.rewards.sandbox.bwrap import (BWRAP_ENV, SANDBOX_PATH, SHM_BYTES, UID_BASE, UID_SLOTS, bwrap_command,
                                    drop_privileges_prefix, is_root)
-from grouprl.rewards.cgroup import SandboxCgroup
-from grouprl.rewards.sandbox_exec import Limits, SandboxResult, execute, launcher_argv
+from grouprl.rewards.sandbox.cgroup import SandboxCgroup
+from grouprl.rewards.sandbox.process import Limits, SandboxResult, execute, launcher_argv
 
 __all__ = ["SandboxResult", "SandboxFallbackWarning", "SANDBOX_FALLBACKS", "SANDBOX_INFRA_ERRORS", "fallback_count",
            "infra_error_count", "run_in_sandbox", "run_many", "bwrap_available", "remove_tree"]

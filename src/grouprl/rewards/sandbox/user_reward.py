@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grouprl.records import EvaluateResult
-from grouprl.rewards.bwrap import GROUPRL_MOUNT
+from grouprl.rewards.sandbox.bwrap import GROUPRL_MOUNT
 from grouprl.rewards.kit import reward_function
-from grouprl.rewards.sandbox import run_in_sandbox
+from grouprl.rewards.sandbox.runner import run_in_sandbox
 
 MARK = "__GROUPRL_RESULTS__"
 
@@ -70,7 +70,7 @@ def refuse_unsandboxed(name: str, builtin_names) -> None:
                    "'path/to/file.py:function'")
 
 
-def sandboxed_reward(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) -> Callable:
+def user_reward_in_sandbox(spec: str, timeout_s: float = 30.0, memory_mb: int = 1024) -> Callable:
     """A batch ``@reward_function`` that runs ``path/to/file.py:function`` in the sandbox."""
     where, _, name = spec.rpartition(":")
     path = Path(where)

@@ -3,7 +3,7 @@
 Each action is either ``calc(<expression>)``, whose result is added to the observation (the
 episode goes on), or ``Final: <number>``, which ends the episode with
 reward 1.0 when the number equals the answer (compared with
-:func:`grouprl.rewards.gsm8k.normalize_number`) and 0.0 otherwise. The action is read from
+:func:`grouprl.rewards.builtin.gsm8k.normalize_number`) and 0.0 otherwise. The action is read from
 its last non-empty line (``<action>...</action>`` tags are stripped first), so reasoning may
 come before it. Anything else is invalid: reward 0.0, nothing advances, ``info["invalid"]``.
 
@@ -21,7 +21,7 @@ import re
 from typing import Any
 
 from grouprl.records import Observation, StepResult, stable_id
-from grouprl.rewards.gsm8k import NUMBER, normalize_number
+from grouprl.rewards.builtin.gsm8k import NUMBER, normalize_number
 from grouprl.tasks.envs.grid_base import strip_tags
 
 MAX_EXPRESSION_CHARS = 200

@@ -68,7 +68,7 @@ def grail_settings(config_values: dict[str, Any] | None = None, environ: dict[st
 
 
 def build_discriminator(settings: GrailSettings, seed: int = 0, model: str | None = None):
-    from grouprl.rewards.discriminator import GailDiscriminator
+    from grouprl.rewards.learned.discriminator import GailDiscriminator
 
     return GailDiscriminator(model or settings.gail_disc_model, settings.gail_lr, settings.gail_alpha,
                              settings.gail_device, settings.grail_disc_show_ids, settings.gail_train,
@@ -78,6 +78,6 @@ def build_discriminator(settings: GrailSettings, seed: int = 0, model: str | Non
 
 
 def build_mixer(settings: GrailSettings, base_weight: float = 1.0):
-    from grouprl.rewards.mixer import LearnableMixer
+    from grouprl.rewards.learned.mixer import LearnableMixer
 
     return LearnableMixer(base_weight, settings.gail_weight, settings.grail_weight_lr)

@@ -17,7 +17,7 @@ from pydantic import Field, create_model
 
 from grouprl.config import ENV_VARS, Config, Section
 from grouprl.records import Episode
-from grouprl.rewards.slate_accuracy import parse_slate_answer
+from grouprl.rewards.builtin.slate_accuracy import parse_slate_answer
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
 from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
