@@ -1,0 +1,166 @@
+"""Tool-call parsers: from an assistant turn's text to its tool calls, one parser per template format.
+
+Chat models are trained to call tools in their template's own format, so the parser is chosen for
+the template (``tool_parser`` in the recipe):
+
+- ``hermes`` (Hermes 2 Pro, Qwen2.5/Qwen3 and most ChatML tool templates): each call is a JSON object
+  ``{"name": ..., "arguments": {...}}`` inside ``<tool_call>...</tool_call>``; several calls may
+  follow each other; text outside the tags is the turn's content.
+- ``mistral`` (Mistral's v3+ templates): ``[TOOL_CALLS]`` followed by a JSON list of
+  ``{"name": ..., "arguments": {...}}`` objects; the text before the marker is the content.
+- ``llama3_json`` (Llama 3.1/3.2 JSON tool calling): the whole turn is one JSON object
+  ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``; a turn that does not
+  start with ``{`` is plain content.
+
+A turn with no call is a final answer. A call that is there but cannot be read (bad JSON, no name,
+arguments that are not an object, an unclosed tag) is a *malformed* call: it is answered with an
+error message and counted, never executed. Each parser also writes calls in its format
+(``format_calls``), which is how expert traces for SFT are made.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+
+@dataclass
+class ToolCall:
+    name: str
+    arguments: Any  # a dict when well formed; checked against the schema before the call
+    id: str = ""
+
+
+@dataclass
+class ParsedTurn:
+    content: str  # the text outside the calls
+    calls: list[ToolCall] = field(default_factory=list)
+    malformed: list[str] = field(default_factory=list)  # one message per call that could not be read
+
+    @property
+    def has_calls(self) -> bool:
+        return bool(self.calls or self.malformed)
+
+
+def _call_from_object(obj: Any, arguments_key: str = "arguments") -> ToolCall | str:
+    """A ToolCall from a decoded JSON object, or the reason it is not one."""
+    if not isinstance(obj, dict):
+        return f"a tool call must be a JSON object, got {type(obj).__name__}"
+    name = obj.get("name")
+    if not isinstance(name, str) or not name:
+        return "a tool call needs a \"name\" string"
+    arguments = obj.get(arguments_key, {})
+    if isinstance(arguments, str):  # some models send the arguments as a JSON string
+        try:
+            arguments = json.loads(arguments)
+        except json.JSONDecodeError as err:
+            return f"tool call '{name}': its \"{arguments_key}\" string is not JSON ({err.msg})"
+    return ToolCall(name, arguments)
+
+
+def _decode(text: str) -> tuple[Any, str | None]:
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as err:
+        return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {text.strip()[:60]!r}"
+
+
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
+
+
+def parse_hermes(text: str) -> ParsedTurn:
+    turn = ParsedTurn(content="")
+    pieces, last = [], 0
+    for match in _HERMES.finditer(text):
+        pieces.append(text[last:match.start()])
+        last = match.end()
+        obj, error = _decode(match.group(1))
+        call = error or _call_from_object(obj)
+        (turn.malformed if isinstance(call, str) else turn.calls).append(call)
+    rest = text[last:]
+    if "<tool_call>" in rest:  # opened, never closed (often: cut at max_new_tokens)
+        turn.malformed.append("unclosed <tool_call> tag")
+        rest = rest[:rest.index("<tool_call>")]
+    turn.content = ("".join(pieces) + rest).strip()
+    return turn
+
+
+def format_hermes(calls: list[ToolCall]) -> str:
+    return "\n".join(f'<tool_call>\n{json.dumps({"name": c.name, "arguments": c.arguments})}\n</tool_call>'
+                     for c in calls)
+
+
+MISTRAL_MARKER = "[TOOL_CALLS]"
+
+
+def parse_mistral(text: str) -> ParsedTurn:
+    if MISTRAL_MARKER not in text:
+        return ParsedTurn(content=text.strip())
+    content, _, rest = text.partition(MISTRAL_MARKER)
+    turn = ParsedTurn(content=content.strip())
+    try:
+        objects, _ = json.JSONDecoder().raw_decode(rest.strip())
+    except json.JSONDecodeError as err:
+        turn.malformed.append(f"{MISTRAL_MARKER} is not followed by valid JSON ({err.msg}): {rest.strip()[:60]!r}")
+        return turn
+    for obj in objects if isinstance(objects, list) else [objects]:
+        call = _call_from_object(obj)
+        (turn.malformed if isinstance(call, str) else turn.calls).append(call)
+    return turn
+
+
+def format_mistral(calls: list[ToolCall]) -> str:
+    return MISTRAL_MARKER + json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls])
+
+
+PYTHON_TAG = "<|python_tag|>"
+
+
+def parse_llama3_json(text: str) -> ParsedTurn:
+    body = text.strip()
+    if body.startswith(PYTHON_TAG):
+        body = body[len(PYTHON_TAG):].strip()
+    if not body.startswith("{"):
+        return ParsedTurn(content=text.strip())
+    obj, error = _decode(body)
+    if error:
+        return ParsedTurn(content="", malformed=[error])
+    # Llama's own templates name the arguments "parameters"; accept "arguments" as well
+    call = _call_from_object(obj, "parameters" if isinstance(obj, dict) and "parameters" in obj else "arguments")
+    return ParsedTurn(content="", malformed=[call]) if isinstance(call, str) else ParsedTurn(content="", calls=[call])
+
+
+def format_llama3_json(calls: list[ToolCall]) -> str:
+    if len(calls) != 1:
+        raise ValueError("llama3_json carries exactly one call per turn")
+    return json.dumps({"name": calls[0].name, "parameters": calls[0].arguments})
+
+
+@dataclass(frozen=True)
+class ToolParser:
+    name: str
+    parse: Callable[[str], ParsedTurn]
+    format_calls: Callable[[list[ToolCall]], str]
+
+
+PARSERS: dict[str, ToolParser] = {
+    "hermes": ToolParser("hermes", parse_hermes, format_hermes),
+    "mistral": ToolParser("mistral", parse_mistral, format_mistral),
+    "llama3_json": ToolParser("llama3_json", parse_llama3_json, format_llama3_json),
+}
+
+
+def get_parser(name: str) -> ToolParser:
+    if name not in PARSERS:
+        raise KeyError(f"config key 'tool_parser': unknown parser '{name}'; known: {', '.join(sorted(PARSERS))}")
+    return PARSERS[name]
+
+
+def parse_turn(text: str, parser: str | ToolParser = "hermes", turn_index: int = 0) -> ParsedTurn:
+    """The turn's content and calls; calls get ids ``call_<turn>_<k>`` (the ``tool_call_id`` of their results)."""
+    parsed = (get_parser(parser) if isinstance(parser, str) else parser).parse(text)
+    for k, call in enumerate(parsed.calls):
+        call.id = call.id or f"call_{turn_index}_{k}"
+    return parsed

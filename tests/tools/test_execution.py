@@ -1,0 +1,95 @@
+"""Tool calls in a session: errors become answers and are classified; the sandboxed python tool keeps
+per-episode state and sees neither the host nor another episode."""
+
+import time
+
+import pytest
+
+from grouprl.rewards.sandbox.runner import bwrap_available
+from grouprl.tools import ToolCall, ToolSession, make_tool, resolve_tools
+
+
+def slow(seconds: float) -> str:
+    """Sleep.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "woke"
+
+
+def broken(x: int) -> str:
+    """Fail.
+
+    Args:
+        x: anything
+    """
+    raise RuntimeError(f"no {x}")
+
+
+def session(timeout_s=5.0):
+    return ToolSession(resolve_tools(["calculator", "lookup"]) + [make_tool(slow), make_tool(broken)], timeout_s)
+
+
+def test_a_good_call_answers_and_errors_are_answers_with_a_kind():
+    s = session(timeout_s=0.5)
+    assert s.call(ToolCall("calculator", {"expression": "4821 * 97"}, "c0")).content == "467637"
+    cases = {
+        "unknown_tool": ToolCall("calc", {"expression": "1"}),
+        "bad_arguments": ToolCall("lookup", {"units": "mile"}),
+        "raised": ToolCall("broken", {"x": 3}),
+        "timeout": ToolCall("slow", {"seconds": 3}),
+    }
+    for kind, call in cases.items():
+        start = time.perf_counter()
+        outcome = s.call(call)
+        assert outcome.error == kind and outcome.content.startswith("Error: "), (kind, outcome)
+        assert time.perf_counter() - start < 2
+    assert "no 3" in s.call(cases["raised"]).content
+    message = s.call(ToolCall("lookup", {"unit": "feet"}, "c9")).as_message()
+    assert message == {"role": "tool", "content": "1 foot = 12 inches", "name": "lookup", "tool_call_id": "c9"}
+
+
+needs_bwrap = pytest.mark.skipif(not bwrap_available()[0], reason="bubblewrap unavailable here")
+
+
+@needs_bwrap
+def test_python_tool_keeps_state_within_an_episode_only(tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+    first, second = (ToolSession(resolve_tools(["python"]), timeout_s=10, sandbox_backend="bwrap") for _ in range(2))
+    assert first.call(ToolCall("python", {"code": "x = 6 * 7\ndef twice(v):\n    return 2 * v"})).error is None
+    assert first.call(ToolCall("python", {"code": "print('x is', x)\ntwice(x)"})).content == "x is 42\n84"
+    other = second.call(ToolCall("python", {"code": "x"}))
+    assert other.error == "raised" and "NameError" in other.content
+    host = first.call(ToolCall("python", {"code": f"open({str(secret)!r}).read()"}))
+    assert host.error == "raised" and "No such file" in host.content
+    env = first.call(ToolCall("python", {"code": "import os; sorted(k for k in os.environ if 'TOKEN' in k or 'KEY' in k)"}))
+    assert env.content == "[]"
+    # a failed cell is not replayed: the next call still has x
+    assert first.call(ToolCall("python", {"code": "1/0"})).error == "raised"
+    assert first.call(ToolCall("python", {"code": "x + 1"})).content == "43"
+
+
+@needs_bwrap
+def test_python_tool_timeout_kills_the_cell():
+    s = ToolSession(resolve_tools(["python"]), timeout_s=1, sandbox_backend="bwrap")
+    start = time.perf_counter()
+    outcome = s.call(ToolCall("python", {"code": "while True:\n    pass"}))
+    assert outcome.error == "timeout" and time.perf_counter() - start < 5
+    assert s.call(ToolCall("python", {"code": "'still alive'"})).content == "'still alive'"
+
+
+@needs_bwrap
+def test_a_users_file_tool_in_the_sandbox(tmp_path):
+    path = tmp_path / "peek.py"
+    path.write_text('import os\n\ndef peek(path: str) -> str:\n    """Read a file.\n\n    Args:\n'
+                    '        path: which\n    """\n    print("noise")\n    return open(path).read()\n')
+    (tmp_path / "data.txt").write_text("on the host")
+    inside = ToolSession(resolve_tools([f"{path}:peek"], sandbox_user_tools=True), timeout_s=10,
+                         sandbox_backend="bwrap")
+    outcome = inside.call(ToolCall("peek", {"path": str(tmp_path / "data.txt")}))
+    assert outcome.error == "raised" and "No such file" in outcome.content
+    trusted = ToolSession(resolve_tools([f"{path}:peek"]), timeout_s=10)
+    assert trusted.call(ToolCall("peek", {"path": str(tmp_path / "data.txt")})).content == "on the host"
