@@ -140,7 +140,8 @@ def test_long_conversation_cut_from_the_left_and_flagged(rm_dir):
     logits, cut = classifier.logits([long_question, short])
     assert cut == [True, False]
     batch, _ = classifier.encode([classifier.render(long_question)])
-    assert classifier.tokenizer.decode(batch["input_ids"][0]).endswith("A: 7\n")  # the answer is kept
+    kept = "".join(classifier.tokenizer.decode(batch["input_ids"][0]).split())
+    assert kept.endswith("qA:7") and len(batch["input_ids"][0]) == 16  # the answer is kept, the question cut
 
 
 def test_empty_episode_is_an_error_not_a_score(rm_dir):
