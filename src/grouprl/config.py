@@ -120,7 +120,7 @@ class AlgorithmConfig(Section):
     advantage_options: dict[str, Any] = Field(default_factory=dict, description="the estimator's keyword options "
         "(undeclared = error); built-ins read scale_rewards, gamma, step_advantage_weight, gigpo_norm, episode_stats")
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="grpo: divide by group/batch std")
-    loss_type: Literal["grpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
+    loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
     epsilon_low: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon_low")
     epsilon_high: float = Field(0.2, ge=0, description="PPO clip: upper bound 1 + epsilon_high")
     beta: float = Field(0.0, ge=0, description="KL-to-reference coefficient (k3 estimator); 0 = no reference model")

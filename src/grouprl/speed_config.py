@@ -26,13 +26,17 @@ class SpeedConfig(Section):
     prefill_once: bool = Field(
         True, description="hf generation: prefill a group's prompt once and fork its KV cache to the K samples "
                           "(same tokens; off: HF generate prefills every copy)")
-    sampling_correction: Literal["token_truncate", "none"] = Field(
+    sampling_correction: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate", description="when the backend reports sampling log-probs (vllm): weight each token's "
-                                      "loss by min(pi_old / pi_sampler, cap) (truncated importance sampling)")
+                                      "loss by min(pi_old / pi_sampler, cap) (token_truncate, TIS), or 0 above cap "
+                                      "(token_mask, MIS); sequence_*: one weight per sequence from the product of "
+                                      "its tokens' ratios")
     sampling_correction_cap: float = Field(2.0, gt=0, description="the cap C of the importance weights")
     vllm_dtype: str = Field("auto", description="vllm: engine dtype (auto = the policy's)")
     vllm_max_model_len: int = Field(2048, gt=0, description="vllm: longest prompt + completion the engine serves")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm on GPU: the engine's memory share")
+    vllm_enforce_eager: bool = Field(
+        True, description="vllm: no CUDA graphs / torch.compile (fast start, small runs); false on a GPU for speed")
     vllm_sleep_during_update: bool = Field(True, description="vllm on GPU: free the engine's memory during the update")
     vllm_cpu_kv_cache_gb: int = Field(1, gt=0, description="vllm on CPU: KV-cache size in GiB")
     vllm_server_host: str = Field("127.0.0.1", description="vllm_server: address of `grouprl vllm-serve`")

@@ -141,7 +141,8 @@ def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 # --- TRL -------------------------------------------------------------------------------------
-def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str) -> dict:
+def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA,
+            trl_args: dict | None = None) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
@@ -180,11 +181,11 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
         # TRL's default (True) multiplies the k3 KL by the importance ratio, which adds kl * grad(log pi) to the
         # gradient even on-policy; grouprl implements the plain k3 term (TRL's behaviour before that option).
         use_bias_correction_kl=False,
-        num_generations=K, per_device_train_batch_size=len(QUESTIONS) * K // GA, gradient_accumulation_steps=GA,
+        num_generations=K, per_device_train_batch_size=len(QUESTIONS) * K // ga, gradient_accumulation_steps=ga,
         max_completion_length=T, temperature=1.0, learning_rate=LR, adam_epsilon=ADAM_EPS,  # betas, wd: defaults
         max_steps=1, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", scale_rewards="group",
         shuffle_dataset=False, logging_steps=1, save_strategy="no", disable_tqdm=True, use_vllm=False, seed=0,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, **(trl_args or {}),
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if beta > 0:
@@ -203,7 +204,7 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
     after = _snapshot(trainer.model)
     log = next(h for h in trainer.state.log_history if "grad_norm" in h)
     rec = trainer.recorded
-    assert len(rec) == GA
+    assert len(rec) == ga
     return {
         "before": before, "delta": {n: after[n] - before[n] for n in before}, "grads": capture.grads,
         "grad_norm": float(log["grad_norm"]), "loss": float(sum(r["loss"] for r in rec)),
@@ -214,13 +215,14 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
 
 
 # --- grouprl ---------------------------------------------------------------------------------
-def grouprl_config(out_dir: str, loss_type: str, beta: float, ga: int = GA):
+def grouprl_config(out_dir: str, loss_type: str, beta: float, ga: int = GA, extra: dict | None = None):
     return build_config(cli={
         "output_dir": out_dir, "num_generations": K, "batch_size": len(QUESTIONS), "max_new_tokens": T,
         "temperature": 1.0, "loss_type": loss_type, "beta": beta, "advantage": "grpo", "scale_rewards": "group",
         "learning_rate": LR, "weight_decay": 0.0, "adam_beta2": 0.999,  # TRL/HF TrainingArguments defaults
         "gradient_accumulation_steps": ga, "max_grad_norm": 1.0, "max_steps": 1, "lr_scheduler_type": "constant",
         "torch_dtype": "float32", "device": "cpu", "num_iterations": 1, "epsilon_low": 0.2, "epsilon_high": 0.2,
+        **(extra or {}),
     }, environ={})
 
 
@@ -240,8 +242,9 @@ def build_episodes(fx: Fixture) -> list[Episode]:
     return episodes
 
 
-def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA) -> dict:
-    cfg = grouprl_config(out_dir, loss_type, beta, ga)
+def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA,
+                extra: dict | None = None) -> dict:
+    cfg = grouprl_config(out_dir, loss_type, beta, ga, extra)
     policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=beta > 0)
     if beta > 0:
         _perturb(policy.model)
@@ -373,3 +376,33 @@ def test_rope_positions_from_mask_match_arange(model_dir, data):
         arange = torch.log_softmax(logits, -1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
     m = batch.completion_mask.bool()
     assert float((ours - arange)[m].abs().max()) < 1e-5
+
+
+# Objectives beyond PPO-clip through the whole learner (the loss registry, the entropy bonus's scorer path):
+# name: (TRL loss_type, grouprl aggregation, grouprl keys, TRL arguments, micro-batches). The entropy bonus runs
+# on one micro-batch: TRL takes each micro-batch's own mean entropy, grouprl the whole batch's (equal on one).
+OBJECTIVES = {
+    "gspo": ("grpo", "grpo", {"loss": "gspo", "epsilon_low": 3e-4, "epsilon_high": 4e-4},
+             {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}, GA),
+    "cispo": ("cispo", "dapo", {"loss": "cispo", "loss_options": {"epsilon_max": 5.0}}, {"epsilon_high": 5.0}, GA),
+    "sapo": ("sapo", "grpo", {"loss": "sapo"}, {}, GA),
+    "entropy_bonus": ("grpo", "grpo", {"entropy_coef": 0.05}, {"entropy_coef": 0.05}, 1),
+}
+
+
+@pytest.mark.parametrize("case", list(OBJECTIVES))
+def test_objective_one_step_matches_trl(case, model_dir, data, tmp_path):
+    trl_loss, aggregation, ours_keys, trl_args, ga = OBJECTIVES[case]
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    torch.manual_seed(0)
+    ours = run_grouprl(model_dir, data, aggregation, 0.0, str(tmp_path / "g"), ga=ga, extra=ours_keys)
+    torch.manual_seed(0)
+    theirs = run_trl(model_dir, data, trl_loss, 0.0, str(tmp_path / "t"), ga=ga, trl_args=trl_args)
+    gmax = max(float(g.abs().max()) for g in theirs["grads"].values())
+    assert _max_abs(ours["grads"], theirs["grads"]) <= 1e-4 * gmax + 1e-7
+    assert ours["grad_norm"] == pytest.approx(theirs["grad_norm"], rel=1e-4)
+    assert _max_abs(ours["delta"], theirs["delta"]) < 1e-5
+    assert ours["reported_loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)
+    if case == "entropy_bonus":  # the bonus has a gradient of its own (not a detached metric)
+        plain = run_grouprl(model_dir, data, aggregation, 0.0, str(tmp_path / "plain"), ga=ga)
+        assert _max_abs(plain["grads"], ours["grads"]) > 1e-3 * gmax

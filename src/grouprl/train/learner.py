@@ -20,13 +20,15 @@ import torch
 from transformers import get_scheduler
 
 from grouprl.algos.importance import sampling_correction
-from grouprl.algos.losses import micro_batch_weight, policy_loss
+from grouprl.algos.entropy import entropy_bonus
+from grouprl.algos.losses import micro_batch_weight, policy_objective
 from grouprl.config import Config, ConfigError
 from grouprl.policy.grouped_scoring import (auto_grouped_logps, grouped_completion_logps, shared_prefix_logps,
                                             supports_grouped_scoring)
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
+from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.parallel import SINGLE, DataParallel
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,10 @@ class StepSamples:
 
 def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int, mask_truncated: bool) -> StepSamples:
     """One sample per step (prompt left-padded, action right-padded), with its advantage."""
+    if episodes and episodes[0].conversation:  # one sequence per episode, generated tokens trained
+        from grouprl.train.conversation_samples import pack_conversations
+
+        return pack_conversations(episodes, advantages, pad_id, mask_truncated)
     steps = [s for ep in episodes for s in ep.steps]
     batch = pack([s.prompt_ids for s in steps], [s.action_ids for s in steps], pad_id)
     if mask_truncated:
@@ -92,6 +98,8 @@ class Learner:
                                        num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient (a metric)
         self.nonfinite: str | None = None  # why the current optimizer step must be skipped
+        self.loss, self.loss_options = resolve_loss(cfg)  # the registered loss and its checked options
+        self.entropy_bonus = entropy_bonus_of(cfg)  # static or adaptive; its state is checkpointed
         # One prompt pass per group where the model's attention takes a 4-D mask (same log-probs and gradients).
         # One process only: it calls the decoder and the head directly, past DDP's/FSDP's forward hooks.
         grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model) and not parallel.distributed
@@ -115,6 +123,8 @@ class Learner:
         model, device = self.policy.model, self.policy.device
         batch, adv = samples.batch.to(device), samples.advantages.to(device)
         score, speed = self.score_completions, self.cfg.speed
+        if batch.completion_attention is not None:  # conversations: attended != trained; the plain forward
+            score = completion_logps
         sampler = samples.sampler_logps
         if sampler is not None and speed.sampling_correction == "none":
             sampler = None
@@ -138,27 +148,29 @@ class Learner:
                     reference = self.policy.reference_model()
                     ref = torch.cat([score(reference, batch.slice(m), temperature)[0] for m in micro])
         stats: dict[str, list[float]] = {}
+        bonus = self.entropy_bonus
+        n_micro = parallel.total(float(accum))  # every process's micro-batches (bnpo averages over them)
         self.model.train()
         for _ in range(algorithm.num_iterations):
             self.nonfinite = None
+            coef = bonus.applied_coef()  # fixed for the whole optimizer step
+            entropy_sum = entropy_tokens = 0.0
             for i, m in enumerate(micro):
                 part = batch.slice(m)
                 with parallel.accumulate(self.model, sync=i == len(micro) - 1):
-                    logps, entropy = score(self.model, part, temperature, with_entropy=True)
+                    logps, entropy = score(self.model, part, temperature, with_entropy="grad" if coef else True)
                     pi_old = logps.detach() if old is None else old[m]
                     weights, is_stats = (None, {}) if correct is None else correct(
                         pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)
-                    loss, s = policy_loss(
-                        logps, pi_old, adv[m], part.completion_mask,
-                        loss_type=algorithm.loss_type, epsilon_low=algorithm.epsilon_low,
-                        epsilon_high=algorithm.epsilon_high, beta=algorithm.beta,
-                        ref_logps=None if ref is None else ref[m],
-                        max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
-                        token_weights=weights,
-                    )
+                    loss, s = policy_objective(
+                        self.loss, logps, pi_old, adv[m], part.completion_mask, self.loss_options,
+                        algorithm.loss_type, algorithm.beta, None if ref is None else ref[m],
+                        self.cfg.objective.kl_estimator, self.cfg.rollout.max_new_tokens, total_tokens, weights)
                     s.update(is_stats)
                     # x world: DDP averages the processes' gradients, the batch loss is their sum.
-                    loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all) * world
+                    loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all, n_micro) * world
+                    if coef:  # - c * the whole batch's mean token entropy, whatever the split
+                        loss = loss + entropy_bonus(entropy, part.completion_mask, coef, total_tokens) * world
                     if not torch.isfinite(loss):  # NaN/inf never reaches the weights: optimizer_step skips
                         self.nonfinite = f"loss {float(loss)}"
                     # Backward even then: under DDP every process must join the gradient all-reduce.
@@ -166,11 +178,16 @@ class Learner:
                 if self.nonfinite:  # its statistics would be NaN too (and NaN is not valid JSON)
                     continue
                 mask = part.completion_mask.float()
-                s["entropy"] = (entropy * mask).sum() / mask.sum().clamp(min=1)
+                entropy_sum += float((entropy.detach() * mask).sum())
+                entropy_tokens += float(mask.sum())
+                s["entropy"] = (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
                 s["loss"] = loss.detach() * accum / world  # summed over processes: the batch loss
                 for k, v in s.items():
                     stats.setdefault(k, []).append(float(v))
             stats.setdefault("grad_norm", []).append(self.optimizer_step())
+            if bonus.enabled:  # adaptive: toward the target, from the whole batch's entropy of this step
+                bonus.update(parallel.total(entropy_sum) / max(parallel.total(entropy_tokens), 1.0))
+                stats.setdefault("entropy_coef", []).append(coef)
         means = {k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
                  for k, v in stats.items()}
         loss_sum = parallel.total(means.pop("loss", 0.0))

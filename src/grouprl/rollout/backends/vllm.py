@@ -175,6 +175,6 @@ def build_vllm_backend(policy, cfg) -> VLLMBackend:
     backend = VLLMBackend(path, policy.tokenizer, VLLMOptions(
         dtype=dtype, max_model_len=speed.vllm_max_model_len, gpu_memory_utilization=speed.vllm_gpu_memory_utilization,
         sleep_during_update=speed.vllm_sleep_during_update, cpu_kv_cache_gb=speed.vllm_cpu_kv_cache_gb,
-        seed=cfg.train.seed))
+        seed=cfg.train.seed, enforce_eager=speed.vllm_enforce_eager))
     backend.load_weights(policy.model)
     return backend

@@ -173,7 +173,8 @@ def serve(args: argparse.Namespace) -> int:
     from grouprl.rollout.backends.vllm import VLLMOptions, make_engine
 
     options = VLLMOptions(dtype=args.dtype, max_model_len=args.max_model_len, cpu_kv_cache_gb=args.cpu_kv_cache_gb,
-                          gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed)
+                          gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
+                          enforce_eager=args.enforce_eager == "true")
     engine = make_engine(args.model, options)  # no sleep mode: the engine has its process (and device) to itself
     try:
         server = EngineServer(engine, args.model, args.host, args.port)
@@ -206,5 +207,7 @@ def add_vllm_serve_parser(sub) -> argparse.ArgumentParser:
     sv.add_argument("--gpu_memory_utilization", type=float, default=0.9,
                     help="GPU: the engine's share of device memory (default: 0.9)")
     sv.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    sv.add_argument("--enforce_eager", choices=["true", "false"], default="true",
+                    help="no CUDA graphs / torch.compile: fast start (default: true; false on a GPU for speed)")
     sv.set_defaults(func=serve)
     return sv

@@ -1,0 +1,50 @@
+"""The run's objective from its config: the registered loss with its options, and the entropy bonus.
+
+The loss comes from the registry (``algos/policy_losses.py``), built-in or the user's own. Its
+options are ``loss_options``, plus ``epsilon_low`` / ``epsilon_high`` from the algorithm section
+when the recipe sets them and the loss declares them (GSPO's own defaults, 3e-4 / 4e-4, are not
+overridden by the PPO defaults); an option the loss does not declare is an error naming it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from grouprl.algos.entropy import EntropyBonus
+from grouprl.algos.policy_losses import Loss, get_loss
+from grouprl.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+# loss option -> the algorithm-section field that sets it (when set and declared)
+ALGORITHM_OPTIONS = ("epsilon_low", "epsilon_high")
+
+
+def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
+    """The configured loss and its options; a bad name or option is a ``ConfigError`` (one line)."""
+    objective, algorithm = cfg.objective, cfg.algorithm
+    try:
+        loss = get_loss(objective.loss)
+    except (KeyError, TypeError) as err:
+        raise ConfigError(f"config key 'loss' (section objective): {err.args[0] if err.args else err}") from None
+    options = {name: getattr(algorithm, name) for name in ALGORITHM_OPTIONS
+               if name in algorithm.model_fields_set and name in loss.options}
+    ignored = [name for name in ALGORITHM_OPTIONS if name in algorithm.model_fields_set and name not in loss.options]
+    if ignored:  # set by the user, but this loss has no such option: say so rather than drop it silently
+        log.warning("loss '%s' does not use %s (it takes: %s)", loss.name, ", ".join(ignored),
+                    ", ".join(loss.options) or "no options")
+    options.update(objective.loss_options)
+    try:
+        loss.check_options(options)
+    except ValueError as err:
+        raise ConfigError(f"config key 'loss_options' (section objective): {err}") from None
+    return loss, options
+
+
+def entropy_bonus_of(cfg) -> EntropyBonus:
+    o = cfg.objective
+    if o.entropy_target is not None and not o.entropy_coef_min <= o.entropy_coef <= o.entropy_coef_max:
+        raise ConfigError(f"config key 'entropy_coef' (section objective): got {o.entropy_coef}; expected a value "
+                          f"within [entropy_coef_min, entropy_coef_max] = [{o.entropy_coef_min}, {o.entropy_coef_max}]")
+    return EntropyBonus(o.entropy_coef, o.entropy_target, o.entropy_coef_delta, o.entropy_coef_min, o.entropy_coef_max)
