@@ -238,6 +238,9 @@ class Scorer:
                                 f"(> max_reward_error_fraction={self.max_error_fraction}); first error: "
                                 f"{next(e for ep in episodes for e in ep.reward_errors)}")
         metrics = {"reward_errors": float(failed), "reward_error_fraction": fraction}
+        for key, fn in self.fns.items():  # a judge's calls, cache hits, latency, tokens since the last batch
+            if hasattr(fn, "drain_metrics"):
+                metrics.update({f"{key}/{name}": value for name, value in fn.drain_metrics().items()})
         if self.learned:
             metrics.update(self._add_learned(episodes))
         # float64: a huge but finite score (1e30) must survive the group statistics (its square)

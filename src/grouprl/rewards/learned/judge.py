@@ -1,0 +1,296 @@
+"""LLM judges over any OpenAI-compatible endpoint: ``judge`` (pointwise) and ``group_judge`` (RULER-style).
+
+``judge`` asks once per completion: a rubric template (Jinja) sees ``question`` (the last user turn
+before the answer), ``completion`` (the last assistant turn), ``reference`` (the row's ground truth,
+or None), ``conversation`` (the whole transcript as ``role: content`` lines) and ``row`` (every
+column). ``group_judge`` asks once per group: the template sees ``question``, ``completions`` (the K
+answers, in an order fixed by their text, so the judge cannot learn a favourite position and the
+request stays cacheable), ``k``, ``reference`` and ``row``; one reply scores them all, which fits
+GRPO's group-relative advantage (only the differences inside a group matter).
+
+The score is parsed from the reply in a declared ``format``: ``score_line`` (the last ``SCORE: x``;
+group: one ``<n>: x`` line per answer), ``json`` (the last ``{"score": x}``; group ``{"scores": [..]}``),
+``number`` (the first number; pointwise only) or your own ``score_pattern`` (a regex whose first
+group is the number; pointwise). A parsed score outside ``score_range`` is a parse failure; inside,
+it is mapped to [0, 1] unless ``normalize: false``. A reply that does not parse and a request that
+got no answer after its retries are *that sample's reward error* (counted against
+``max_reward_error_fraction``), never a score of 0. For a group, a failed reply fails all K.
+
+Options: base_url, model (required); api_key (default: $OPENAI_API_KEY, else "EMPTY"), template,
+system_prompt, format, score_pattern, score_range, normalize, temperature, max_tokens, concurrency,
+timeout, retries, backoff_seconds, cache (default true: ``<output_dir>/judge_cache/<name>``),
+cache_dir, price_per_million_tokens ([prompt, completion]: a ``cost`` metric).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from grouprl.config import ConfigError
+from grouprl.records import EvaluateResult
+from grouprl.rewards.kit import reward_function
+from grouprl.rewards.learned.judge_cache import JudgeCache
+from grouprl.rewards.learned.judge_client import JudgeClient
+
+log = logging.getLogger(__name__)
+
+POINTWISE_TEMPLATE = """Grade the response to the question below on a scale from 0 (useless or wrong) to 10 \
+(correct, complete and clear).
+
+Question:
+{{ question }}
+
+Response:
+{{ completion }}
+{% if reference is not none %}
+Reference answer (the response is correct only if it agrees with it):
+{{ reference }}
+{% endif %}
+Explain briefly, then end with a line of the form SCORE: <0-10>."""
+
+GROUP_TEMPLATE = """Here are {{ k }} responses to the same question. Score each from 0 (useless or wrong) to 10 \
+(correct, complete and clear), comparing them with each other: better responses get higher scores.
+
+Question:
+{{ question }}
+{% if reference is not none %}
+Reference answer:
+{{ reference }}
+{% endif %}
+{% for c in completions %}
+Response {{ loop.index }}:
+{{ c }}
+{% endfor %}
+Reply with exactly {{ k }} lines, one per response, of the form <response number>: <score>."""
+
+FORMATS = ("score_line", "json", "number")
+NUMBER = r"(-?\d+(?:\.\d+)?)"
+
+
+class JudgeParseError(ValueError):
+    """The judge's reply does not hold a score in the declared format."""
+
+
+@dataclass
+class JudgeSettings:
+    base_url: str
+    model: str
+    api_key: str | None = None
+    template: str | None = None
+    system_prompt: str | None = "You are a careful, strict grader."
+    format: str = "score_line"
+    score_pattern: str | None = None
+    score_range: tuple[float, float] = (0.0, 10.0)
+    normalize: bool = True
+    temperature: float = 0.0
+    max_tokens: int = 256
+    concurrency: int = 8
+    timeout: float = 30.0
+    retries: int = 3
+    backoff_seconds: float = 1.0
+    cache: bool = True
+    cache_dir: str | None = None
+    price_per_million_tokens: tuple[float, float] | None = None
+
+
+def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
+    known = {f.name for f in fields(JudgeSettings)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(f"reward '{name}': unknown option(s) {unknown}; expected some of {sorted(known)}")
+    missing = [k for k in ("base_url", "model") if not options.get(k)]
+    if missing:
+        raise ConfigError(f"reward '{name}': option(s) {missing} missing; a judge needs the endpoint's base_url "
+                          "(e.g. http://127.0.0.1:8000/v1) and the model it serves")
+    try:
+        s = JudgeSettings(**options)
+        s.score_range = tuple(float(x) for x in s.score_range)  # type: ignore[assignment]
+        if s.price_per_million_tokens is not None:
+            s.price_per_million_tokens = tuple(float(x) for x in s.price_per_million_tokens)  # type: ignore
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"reward '{name}': bad options ({err})") from None
+    problems = [(s.format not in FORMATS, f"format {s.format!r}: expected one of {FORMATS}"),
+                (name == "group_judge" and s.format == "number", "format 'number' cannot score a group"),
+                (len(s.score_range) != 2 or s.score_range[0] >= s.score_range[1],
+                 f"score_range {list(s.score_range)}: expected [low, high] with low < high"),
+                (s.concurrency < 1 or s.retries < 0 or s.timeout <= 0 or s.max_tokens < 1,
+                 "concurrency >= 1, retries >= 0, timeout > 0 and max_tokens >= 1 expected")]
+    for bad, why in problems:
+        if bad:
+            raise ConfigError(f"reward '{name}': option {why}")
+    if s.score_pattern is not None:
+        try:
+            if re.compile(s.score_pattern).groups < 1:
+                raise re.error("no group")
+        except re.error as err:
+            raise ConfigError(f"reward '{name}': score_pattern {s.score_pattern!r} is not a regex with a group "
+                              f"({err})") from None
+    return s
+
+
+def load_template(name: str, template: str | None, default: str):
+    import jinja2
+
+    text = template or default
+    if template and len(template) < 300 and "\n" not in template and Path(template).is_file():
+        text = Path(template).read_text()
+    try:
+        return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(text)
+    except jinja2.TemplateSyntaxError as err:
+        raise ConfigError(f"reward '{name}': template line {err.lineno}: {err.message}") from None
+
+
+# --- parsing ------------------------------------------------------------------------------------
+def _last_json(text: str, key: str) -> Any:
+    decoder = json.JSONDecoder()
+    for start in reversed([m.start() for m in re.finditer(r"\{", text)]):
+        try:
+            value, _ = decoder.raw_decode(text[start:])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict) and key in value:
+            return value[key]
+    raise JudgeParseError(f'no JSON object with "{key}"')
+
+
+def parse_score(text: str, fmt: str, pattern: str | None = None) -> float:
+    if pattern is not None:
+        match = re.search(pattern, text, re.S)
+        found = [match.group(1)] if match else []
+    elif fmt == "score_line":
+        found = re.findall(r"score\W{0,3}[:=]\s*\**\s*" + NUMBER, text, re.I)[-1:]
+    elif fmt == "number":
+        found = re.findall(NUMBER, text)[:1]
+    else:
+        found = [_last_json(text, "score")]
+    if not found:
+        raise JudgeParseError("no 'SCORE: <number>' line" if fmt == "score_line" and pattern is None
+                              else f"no score matching {pattern or fmt}")
+    try:
+        return float(found[0])
+    except (TypeError, ValueError):
+        raise JudgeParseError(f"score {found[0]!r} is not a number") from None
+
+
+def parse_group_scores(text: str, fmt: str, k: int) -> list[float]:
+    if fmt == "json":
+        scores = _last_json(text, "scores")
+        if not isinstance(scores, list) or len(scores) != k:
+            raise JudgeParseError(f'"scores" must be a list of {k} numbers')
+        try:
+            return [float(x) for x in scores]
+        except (TypeError, ValueError):
+            raise JudgeParseError(f'"scores" {scores!r:.80} are not all numbers') from None
+    found: dict[int, float] = {}
+    for index, value in re.findall(r"^\W*(?:response\s*)?#?(\d+)\W{0,3}[:=\-]\s*\**\s*" + NUMBER, text, re.I | re.M):
+        found.setdefault(int(index), float(value))
+    missing = [i for i in range(1, k + 1) if i not in found]
+    if missing:
+        raise JudgeParseError(f"no '<n>: <score>' line for response(s) {missing} of {k}")
+    return [found[i] for i in range(1, k + 1)]
+
+
+# --- the conversation as the judge sees it ----------------------------------------------------------
+def _split(messages) -> tuple[str, str, str]:
+    """(question, completion, transcript) of a conversation of ``Message``s."""
+    turns = [(m.role, m.content or "") for m in messages]
+    completion = next((c for r, c in reversed(turns) if r == "assistant"), "")
+    last_answer = max((i for i, (r, _) in enumerate(turns) if r == "assistant"), default=len(turns))
+    question = next((c for r, c in reversed(turns[:last_answer]) if r == "user"), "")
+    return question, completion, "\n".join(f"{r}: {c}" for r, c in turns)
+
+
+class Judge:
+    """One judge: its settings, template, client and cache; ``__call__`` scores a batch."""
+
+    def __init__(self, name: str, settings: JudgeSettings, run_dir: str | None):
+        self.name, self.s, self.group = name, settings, name == "group_judge"
+        self.template = load_template(name, settings.template, GROUP_TEMPLATE if self.group else POINTWISE_TEMPLATE)
+        folder = settings.cache_dir or (str(Path(run_dir) / "judge_cache" / name) if run_dir else None)
+        api_key = settings.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        self.client = JudgeClient(settings.base_url, api_key, settings.concurrency, settings.timeout,
+                                  settings.retries, settings.backoff_seconds,
+                                  JudgeCache(folder if settings.cache else None))
+        self.parse_failures = 0
+
+    def request(self, prompt: str) -> dict[str, Any]:
+        messages = ([{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else [])
+        return {"model": self.s.model, "messages": messages + [{"role": "user", "content": prompt}],
+                "temperature": self.s.temperature, "max_tokens": self.s.max_tokens}
+
+    def to_unit(self, score: float) -> float:
+        low, high = self.s.score_range
+        if not low <= score <= high:
+            raise JudgeParseError(f"score {score:g} outside score_range [{low:g}, {high:g}]")
+        return (score - low) / (high - low) if self.s.normalize else score
+
+    def __call__(self, rollouts_messages, ground_truths=None, **columns) -> list[EvaluateResult]:
+        truths = list(ground_truths) if ground_truths is not None else [None] * len(rollouts_messages)
+        rows = [{k: v[i] for k, v in columns.items() if isinstance(v, list) and len(v) == len(truths)}
+                for i in range(len(truths))]
+        parts = [_split(m) for m in rollouts_messages]
+        if self.group:
+            return self._score_groups(parts, truths, rows, columns.get("group_ids") or [0] * len(parts))
+        prompts = [self.template.render(question=q, completion=c, conversation=t, reference=truth, row=row)
+                   for (q, c, t), truth, row in zip(parts, truths, rows)]
+        replies = self.client.ask([self.request(p) for p in prompts])
+        return [self._result(r, lambda text: [self.to_unit(parse_score(text, self.s.format, self.s.score_pattern))])[0]
+                for r in replies]
+
+    def _score_groups(self, parts, truths, rows, group_ids) -> list[EvaluateResult]:
+        members: dict[Any, list[int]] = {}
+        for i, g in enumerate(group_ids):
+            members.setdefault(g, []).append(i)
+        groups = list(members.values())
+        orders = [sorted(idx, key=lambda i: hashlib.sha256(parts[i][1].encode()).hexdigest()) for idx in groups]
+        prompts = [self.template.render(question=parts[o[0]][0], completions=[parts[i][1] for i in o], k=len(o),
+                                        reference=truths[o[0]], row=rows[o[0]]) for o in orders]
+        replies = self.client.ask([self.request(p) for p in prompts])
+        out: list[EvaluateResult] = [None] * len(parts)  # type: ignore[list-item]
+        for order, reply in zip(orders, replies):
+            results = self._result(reply, lambda text, n=len(order): [
+                self.to_unit(x) for x in parse_group_scores(text, self.s.format, n)], len(order))
+            for i, result in zip(order, results):
+                out[i] = result
+        return out
+
+    def _result(self, reply, parse, n: int = 1) -> list[EvaluateResult]:
+        if reply.text is None:
+            return [EvaluateResult(score=0.0, is_score_valid=False, error=reply.error)] * n
+        try:
+            scores = parse(reply.text)
+        except JudgeParseError as err:
+            self.parse_failures += 1
+            return [EvaluateResult(score=0.0, is_score_valid=False,
+                                   error=f"parse failure: {err}; reply {reply.text[:120]!r}")] * n
+        return [EvaluateResult(score=s, reason=reply.text[-200:]) for s in scores]
+
+    def drain_metrics(self) -> dict[str, float]:
+        """This judge's counters since the last call (the scorer logs them per step, keyed by the reward)."""
+        metrics = self.client.drain().as_metrics(self.s.price_per_million_tokens)
+        metrics["parse_failures"], self.parse_failures = float(self.parse_failures), 0
+        if metrics["requests"]:
+            log.info("%s: %d requests, %d sent, %d from the cache, %d parse failures, %d endpoint errors", self.name,
+                     metrics["requests"], metrics["calls"], metrics["cache_hits"], metrics["parse_failures"],
+                     metrics["endpoint_errors"])
+        return metrics
+
+
+def build_judge(name: str, options: dict[str, Any], run_dir: str | None):
+    """The typed batch reward for ``judge``/``group_judge`` with its options (checked here, before training)."""
+    judge = Judge(name, settings_from(name, options), run_dir)
+
+    @reward_function(mode="batch", id=name)
+    def llm_judge(rollouts_messages, ground_truths=None, **columns) -> list[EvaluateResult]:
+        return judge(rollouts_messages, ground_truths, **columns)
+
+    llm_judge.waits_on_network = True  # the scorer overlaps it with the other rewards
+    llm_judge.drain_metrics = judge.drain_metrics
+    return llm_judge

@@ -1,0 +1,140 @@
+"""Chat-completion requests to a judge endpoint: overlapping, bounded, timed, retried, cached, counted.
+
+A batch of requests runs on one asyncio loop with at most ``concurrency`` in flight (the openai
+package's async client; any OpenAI-compatible server: vLLM, TGI, ``transformers serve``, hosted
+APIs). Each request has its own ``timeout``; connection errors, timeouts, 429 and 5xx are retried
+``retries`` times after ``backoff_seconds * 2**attempt`` (plus up to 50 % jitter, so a restarted
+server is not hit by every request at once); any other status (a 400: a bad model name, a prompt
+too long) is final. Identical requests in a batch are sent once. What did not get an answer is
+returned as an error text, never as a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from grouprl.rewards.learned.judge_cache import JudgeCache, request_key
+
+
+@dataclass
+class Reply:
+    text: str | None  # None: no answer (``error`` says why)
+    error: str | None = None
+    cached: bool = False
+    usage: dict[str, int] = field(default_factory=dict)  # tokens, where the endpoint reports them
+
+
+@dataclass
+class JudgeStats:
+    """Counters since the last ``drain``: what the judge cost this batch."""
+
+    requests: int = 0  # asked of this judge (cache hits included)
+    calls: int = 0  # sent to the endpoint (retries not counted)
+    cache_hits: int = 0
+    retries: int = 0
+    endpoint_errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latencies: list[float] = field(default_factory=list)
+
+    def as_metrics(self, prices: tuple[float, float] | None) -> dict[str, float]:
+        out = {"requests": float(self.requests), "calls": float(self.calls), "cache_hits": float(self.cache_hits),
+               "retries": float(self.retries), "endpoint_errors": float(self.endpoint_errors),
+               "prompt_tokens": float(self.prompt_tokens), "completion_tokens": float(self.completion_tokens)}
+        if self.latencies:
+            out["latency_mean_s"] = sum(self.latencies) / len(self.latencies)
+            out["latency_max_s"] = max(self.latencies)
+        if prices is not None:
+            out["cost"] = (self.prompt_tokens * prices[0] + self.completion_tokens * prices[1]) / 1e6
+        return out
+
+
+def _retryable(err: Exception) -> bool:
+    import openai
+
+    transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
+    return isinstance(err, transient) or (isinstance(err, openai.APIStatusError) and err.status_code >= 500)
+
+
+def _usage(response) -> dict[str, int]:
+    usage = getattr(response, "usage", None)
+    return {"prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
+            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0)} if usage else {}
+
+
+class JudgeClient:
+    def __init__(self, base_url: str, api_key: str, concurrency: int, timeout: float, retries: int,
+                 backoff_seconds: float, cache: JudgeCache):
+        self.base_url, self.api_key = base_url, api_key
+        self.concurrency, self.timeout, self.retries, self.backoff = concurrency, timeout, retries, backoff_seconds
+        self.cache = cache
+        self.stats = JudgeStats()
+
+    def ask(self, requests: list[dict[str, Any]]) -> list[Reply]:
+        """One reply per request (``model``, ``messages`` and sampling settings), overlapping."""
+        return asyncio.run(self._ask_all(requests))
+
+    def drain(self) -> JudgeStats:
+        stats, self.stats = self.stats, JudgeStats()
+        return stats
+
+    async def _ask_all(self, requests: list[dict[str, Any]]) -> list[Reply]:
+        import openai
+
+        keys = [request_key(r) for r in requests]
+        self.stats.requests += len(requests)
+        unique = {k: r for k, r in zip(keys, requests)}
+        answers: dict[str, Reply] = {}
+        todo = []
+        for key, request in unique.items():
+            hit = self.cache.get(key)
+            if hit is not None:
+                answers[key] = Reply(hit["text"], cached=True)
+                self.stats.cache_hits += 1
+            else:
+                todo.append((key, request))
+        if todo:
+            client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout,
+                                        max_retries=0)
+            gate = asyncio.Semaphore(self.concurrency)
+
+            async def one(key: str, request: dict[str, Any]) -> None:
+                async with gate:
+                    answers[key] = await self._with_retries(client, request)
+                if answers[key].text is not None:
+                    self.cache.put(key, answers[key].text, answers[key].usage)
+
+            try:
+                await asyncio.gather(*(one(k, r) for k, r in todo))
+            finally:
+                await client.close()
+        return [answers[k] for k in keys]
+
+    async def _with_retries(self, client, request: dict[str, Any]) -> Reply:
+        for attempt in range(self.retries + 1):
+            self.stats.calls += attempt == 0
+            self.stats.retries += attempt > 0
+            start = time.perf_counter()
+            try:
+                response = await client.chat.completions.create(**request)
+            except Exception as err:  # noqa: BLE001 - transient ones are retried, the rest reported
+                if attempt == self.retries or not _retryable(err):
+                    self.stats.endpoint_errors += 1
+                    tries = f" after {attempt + 1} attempts" if attempt else ""
+                    return Reply(None, f"endpoint error{tries}: {type(err).__name__}: {str(err)[:200]}")
+                await asyncio.sleep(self.backoff * 2 ** attempt * (1 + random.random() / 2))
+                continue
+            self.stats.latencies.append(time.perf_counter() - start)
+            usage = _usage(response)
+            self.stats.prompt_tokens += usage.get("prompt_tokens", 0)
+            self.stats.completion_tokens += usage.get("completion_tokens", 0)
+            choices = getattr(response, "choices", None) or []
+            text = choices[0].message.content if choices and choices[0].message else None
+            if text is None:
+                return Reply(None, "endpoint error: the reply has no message content")
+            return Reply(text, usage=usage)
+        raise AssertionError("unreachable")
