@@ -81,8 +81,10 @@ def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: 
                 batches = [_coerce_messages(name, m) for m in rollouts_messages]
                 results = _call(func, batches, ground_truths=ground_truths, **kwargs)
                 if not isinstance(results, list) or len(results) != len(batches):
-                    raise RewardFunctionError(f"reward '{name}' (batch) must return a list of {len(batches)} "
-                                              f"EvaluateResult, got {type(results).__name__}")
+                    got = f"{len(results)} result(s)" if isinstance(results, (list, tuple)) else type(results).__name__
+                    raise RewardFunctionError(f"reward '{name}' (batch) returned {got} for {len(batches)} samples; it "
+                                              f"must return a list of {len(batches)} EvaluateResult, one per "
+                                              "sample, in order")
                 return [_check_result(name, r) for r in results]
 
         wrapper.reward_mode = mode

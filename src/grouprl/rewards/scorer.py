@@ -33,7 +33,7 @@ import torch
 from grouprl.config import ConfigError
 from grouprl.records import Episode
 from grouprl.rewards.guard import RewardFailure, RewardTimeout, call_with_timeout, finite_score, map_with_timeout
-from grouprl.rewards.kit import score_batch
+from grouprl.rewards.kit import RewardFunctionError, score_batch
 from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
 from grouprl.rewards.learned.model_rewards import build_reward, split_learned
 from grouprl.rewards.resolve import resolve_reward
@@ -107,6 +107,9 @@ def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[
             return [_typed_part(key, ep, r) for ep, r in zip(episodes, call(episodes))]
         except RewardTimeout as err:  # one budget per call: no sample-by-sample retry of a stuck reward
             return [RewardPart(error=_error(key, err)) for _ in episodes]
+        except RewardFunctionError as err:
+            if fn.reward_mode == "batch":  # a wrong count or type: which result is whose is unknown
+                return [RewardPart(error=_error(key, err)) for _ in episodes]
         except Exception:  # noqa: BLE001 - find the failing samples one by one below
             pass
     out = []

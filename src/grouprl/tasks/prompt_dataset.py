@@ -49,9 +49,9 @@ SOLUTION_COLUMNS = ("solution", "answer", "ground_truth")
 
 
 def _math_gold(value: Any) -> str | None:
-    from grouprl.rewards.builtin.answers import parse_gold
+    from grouprl.rewards.builtin.math_judge import gold_parses
 
-    return None if parse_gold(value) else "math-verify finds no answer in it (math_accuracy could not use it)"
+    return None if gold_parses(value) else "math-verify finds no answer in it (math_accuracy could not use it)"
 
 
 # A solution the correctness reward cannot use makes a bad row (counted, reported), not a silent 0.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-_ANSWER = re.compile(r"^\s*(-?\d+)\s*$")
+_ANSWER = re.compile(r"^\s*(-?[0-9]+)\s*$")  # ASCII digits only: the gold is ASCII
 
 
 def parse_answer(completion: str) -> str | None:

@@ -8,36 +8,39 @@ Rules (the simple_grpo seed's contract):
 - ``<number>`` is an optional minus sign, digits with optional thousands commas and an
   optional decimal part (``-3``, ``3.50``, ``1,000``); ``$12``, ``12 dollars`` or
   ``twelve`` are not numbers, so the format is missing;
-- both sides compare numerically with commas stripped (``18 == 18.00``, ``1,080 == 1080``).
+- both sides compare numerically with commas stripped (``18 == 18.00``, ``1,080 == 1080``), by
+  their canonical digit strings, so a number of any length compares exactly (no 28-digit context)
+  and only ASCII digits are digits (``١٨`` or ``１８`` is not a number here: the format is missing).
 Reward: 1.0 correct, 0.1 format right but wrong, 0.0 format missing or malformed.
 """
 
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 
-NUMBER = r"-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
-_FINAL_LINE = re.compile(rf"^\s*Final:[ \t]*({NUMBER})[ \t]*$")
-_ANY_FINAL = re.compile(r"^\s*Final:", re.MULTILINE)
+NUMBER = r"-?(?:[0-9]{1,3}(?:,[0-9]{3})+|[0-9]+)(?:\.[0-9]+)?"
+_NUMBER_PARTS = re.compile(r"(-?)([0-9,]+)(?:\.([0-9]+))?", re.ASCII)
+_FINAL_LINE = re.compile(rf"^\s*Final:[ \t]*({NUMBER})[ \t]*$", re.ASCII)
+_ANY_FINAL = re.compile(r"^\s*Final:", re.MULTILINE | re.ASCII)
 _GOLD = re.compile(r"####\s*(\S+)\s*$")
 
 CORRECT, FORMAT_ONLY, MISSING = 1.0, 0.1, 0.0
 
 
 def normalize_number(text: str) -> str | None:
-    """Canonical string of a number with commas stripped ('1,080.00' -> '1080'); None if not a number."""
-    try:
-        value = Decimal(text.replace(",", ""))
-    except InvalidOperation:
+    """Canonical string of a number with commas stripped ('1,080.00' -> '1080'); None if not a number.
+
+    Pure string work (no ``Decimal``, no ``int``): a 29-digit or a million-digit number is just a
+    longer string, never an error."""
+    text = str(text).strip()
+    if not re.fullmatch(NUMBER, text, re.ASCII):
         return None
-    if not value.is_finite():
-        return None
-    if value.is_zero():  # "-0" and "0.00" are 0
+    sign, whole, fraction = _NUMBER_PARTS.fullmatch(text).groups()
+    whole = whole.replace(",", "").lstrip("0") or "0"
+    fraction = (fraction or "").rstrip("0")
+    if whole == "0" and not fraction:  # "-0" and "0.00" are 0
         return "0"
-    value = value.normalize()
-    # normalize() writes 100 as 1E+2; quantize integers back to plain digits
-    return format(value.quantize(Decimal(1)) if value == value.to_integral_value() else value, "f")
+    return sign + whole + ("." + fraction if fraction else "")
 
 
 def extract_gold(answer: str) -> str | None:

@@ -6,7 +6,8 @@ Parse table (``<answer>`` payload, case-insensitive, surrounding whitespace igno
   no ``<answer>`` tag                         -> unparsed, unless PUREACC_ALLOW_BARE_NUMBER=1 (or the
                                                  ``allow_bare_number`` option): then the whole text is
                                                  read by the same rule
-  a number outside 1..n_options               -> parsed, but wrong
+  a number outside 1..n_options               -> parsed, but wrong (one of more than 9 digits reads as 0)
+  digits other than ASCII 0-9                 -> unparsed
 Opinion synonyms map to ``increase`` / ``decrease`` / ``no_change``.
 Reward = mean of the parts whose label exists (click always, opinion when the row has a label):
 0, 0.5 or 1.
@@ -20,7 +21,8 @@ from dataclasses import dataclass
 
 ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 OPINION = re.compile(r"<opinion>(.*?)</opinion>", re.IGNORECASE | re.DOTALL)
-INDEX_ONLY = re.compile(r"^(?:option\s*)?(\d+)$", re.IGNORECASE)
+INDEX_ONLY = re.compile(r"^(?:option\s*)?([0-9]+)$", re.IGNORECASE)
+MAX_INDEX_DIGITS = 9  # longer digit runs are a number no slate has: parsed, out of range (never int())
 SYNONYMS = {
     "increase": {"increase", "increased", "increases", "increasing", "higher", "rise", "rises", "rose", "up", "more",
                  "grow", "grows", "stronger", "strengthen", "strengthened"},
@@ -56,7 +58,10 @@ def parse_choice(text: str, allow_bare_number: bool | None = None) -> tuple[bool
     else:
         return False, None
     number = INDEX_ONLY.match(payload)
-    return match is not None, int(number.group(1)) if number else None
+    if number is None:
+        return match is not None, None
+    digits = number.group(1).lstrip("0") or "0"
+    return match is not None, int(digits) if len(digits) <= MAX_INDEX_DIGITS else 0
 
 
 def parse_opinion(text: str) -> str | None:

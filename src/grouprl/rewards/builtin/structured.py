@@ -38,13 +38,18 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
     return [(m.group(1).lower(), m.group(2)) for m in _FENCE.finditer(text or "")]
 
 
+# What json.loads raises on text a policy wrote: bad syntax, an integer past int()'s digit limit
+# (ValueError), nesting past the recursion limit (RecursionError).
+_UNREADABLE = (ValueError, RecursionError, TypeError)
+
+
 def extract_json(text: str) -> Any:
     """The JSON value of ``text``: the whole text, else the last ```json block, else the last
     unlabelled fenced block. Raises ``ValueError`` naming what was tried."""
     text = text or ""
     try:
         return json.loads(text)
-    except (json.JSONDecodeError, TypeError):
+    except _UNREADABLE:
         pass
     blocks = _fenced_blocks(text)
     candidates = [b for lang, b in blocks if lang == "json"] or [b for lang, b in blocks if lang == ""]
@@ -52,8 +57,8 @@ def extract_json(text: str) -> Any:
         raise ValueError("completion is not JSON and has no ```json fenced block")
     try:
         return json.loads(candidates[-1])
-    except json.JSONDecodeError as err:
-        raise ValueError(f"fenced JSON block does not parse: {err}") from None
+    except _UNREADABLE as err:
+        raise ValueError(f"fenced JSON block does not parse: {type(err).__name__}: {str(err)[:120]}") from None
 
 
 def extract_python_block(text: str) -> str | None:
@@ -105,7 +110,11 @@ def json_schema(messages: list[Message], ground_truth: Any = None, schema: Any =
     except ValueError as err:
         return EvaluateResult(score=0.0, reason=f"unparsable JSON: {err}",
                               metrics={"parsed": MetricResult(score=0.0, reason=str(err))})
-    errors = sorted(validator_cls(sch).iter_errors(value), key=lambda e: list(e.path))
+    try:
+        errors = sorted(validator_cls(sch).iter_errors(value), key=lambda e: list(e.path))
+    except RecursionError:
+        return EvaluateResult(score=0.0, reason="JSON nested too deeply to validate",
+                              metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=0.0)})
     if not errors:
         return EvaluateResult(score=1.0, reason="JSON is valid against the schema",
                               metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=1.0)})
@@ -126,11 +135,14 @@ def _canonical_args(args: Any) -> str:
     if isinstance(args, str):
         try:
             args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError:
+        except _UNREADABLE:
             return args  # not JSON: compare as the raw string
     if args is None:
         args = {}
-    return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return json.dumps(args, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except (RecursionError, TypeError, ValueError):
+        return repr(type(args))  # arguments nested past the recursion limit: they match nothing expected
 
 
 def _normalize_calls(calls: Any, what: str) -> list[tuple[str, str]]:

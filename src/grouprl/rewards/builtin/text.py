@@ -21,8 +21,8 @@ import re
 from typing import Any, Callable
 
 from grouprl.records import EvaluateResult, Message
-from grouprl.rewards.builtin.answers import (completion_text, is_correct, metric, option_or, parse_answer, parse_gold, shorten,
-                                     verify_answer)
+from grouprl.rewards.builtin import math_judge
+from grouprl.rewards.builtin.answers import completion_text, is_correct, metric, option_or, shorten
 from grouprl.rewards.builtin.length import cosine_length, length_reward, repetition_penalty, soft_overlong
 from grouprl.rewards.kit import with_options, reward_function
 
@@ -46,21 +46,22 @@ def math_accuracy(messages: list[Message], ground_truth: Any = None, *, timeout_
     ``is_score_valid=False`` (no opinion), never a 0. Metrics: ``correct``, ``answer_found``.
     """
     timeout_seconds = option_or(timeout_seconds, 5)
-    gold = parse_gold(ground_truth, timeout_seconds)
-    if not gold:
+    verdict = math_judge.judge(completion_text(messages), ground_truth, timeout_seconds)
+    if verdict.note is not None:  # math-verify could not finish with this answer: it is not a correct one
+        return EvaluateResult(score=0.0, reason=verdict.note, metrics={"correct": metric(0.0, verdict.note)})
+    if verdict.gold is None:
         return EvaluateResult(score=0.0, is_score_valid=False,
                               reason=f"gold answer {shorten(ground_truth)} could not be parsed; no opinion")
-    answer = parse_answer(completion_text(messages), timeout_seconds)
-    if not answer:
-        return EvaluateResult(score=0.0, reason=f"no answer found in the completion (gold {gold[-1]!s})",
+    if verdict.answer is None:
+        return EvaluateResult(score=0.0, reason=f"no answer found in the completion (gold {verdict.gold})",
                               metrics={"correct": metric(0.0, "no answer"),
                                        "answer_found": metric(0.0, "nothing parsable")})
-    ok = verify_answer(gold, answer, timeout_seconds)
+    ok = verdict.correct
     return EvaluateResult(
         score=1.0 if ok else 0.0,
-        reason=f"answer {answer[-1]!s} {'matches' if ok else 'does not match'} gold {gold[-1]!s}",
+        reason=f"answer {verdict.answer} {'matches' if ok else 'does not match'} gold {verdict.gold}",
         metrics={"correct": metric(float(ok), "math-verify equivalence"),
-                 "answer_found": metric(1.0, f"parsed {answer[-1]!s}")})
+                 "answer_found": metric(1.0, f"parsed {verdict.answer}")})
 
 
 # --- format / tag_count / reasoning_steps --------------------------------------------------------

@@ -10,8 +10,8 @@ Used by code-execution rewards and sandboxed user reward files. Each run gets
 * a memory cgroup where this machine lets us make one (``cgroup.py``): all memory of all the
   run's processes, tmpfs and kernel objects included;
 * rlimits: CPU seconds, address space, processes, file size, no core dumps;
-* an unprivileged uid: as root, a per-run uid (``setpriv`` inside the sandbox), so the process
-  limit bites; not root, a user namespace, and the process limit is our uid's current task count
+* an unprivileged uid: as root, a per-run uid unique on the machine (``uids.py``; ``setpriv`` inside
+  the sandbox), so the process limit bites; not root, a user namespace, and the process limit is our uid's current task count
   plus the budget (the limit counts every task of the real uid, the trainer's threads included);
 * a wall-clock timeout that kills the whole process group, and capped output.
 
@@ -39,10 +39,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from grouprl.rewards.sandbox import seccomp
-from grouprl.rewards.sandbox.bwrap import (BWRAP_ENV, SANDBOX_PATH, SHM_BYTES, UID_BASE, UID_SLOTS, bwrap_command,
-                                   drop_privileges_prefix, is_root)
+from grouprl.rewards.sandbox.bwrap import (BWRAP_ENV, SANDBOX_PATH, SHM_BYTES, bwrap_command, drop_privileges_prefix,
+                                           is_root)
 from grouprl.rewards.sandbox.cgroup import SandboxCgroup
 from grouprl.rewards.sandbox.process import Limits, SandboxResult, execute, launcher_argv
+from grouprl.rewards.sandbox.uids import acquire_uid, release_uid
 
 __all__ = ["SandboxResult", "SandboxFallbackWarning", "SANDBOX_FALLBACKS", "SANDBOX_INFRA_ERRORS", "fallback_count",
            "infra_error_count", "run_in_sandbox", "run_many", "bwrap_available", "remove_tree"]
@@ -66,19 +67,6 @@ _lock = threading.Lock()
 _probes: dict[str, tuple[bool, str]] = {}
 _warned = False
 _cgroup_warned = False
-_free_slots = list(range(UID_SLOTS - 1, -1, -1))
-
-
-def _acquire_uid() -> int:
-    with _lock:
-        if not _free_slots:
-            raise RuntimeError("too many concurrent sandbox runs")
-        return UID_BASE + _free_slots.pop()
-
-
-def _release_uid(uid: int) -> None:
-    with _lock:
-        _free_slots.append(uid - UID_BASE)
 
 
 def _probe(python: str) -> tuple[bool, str]:
@@ -172,7 +160,7 @@ def _memory_cgroup(limits: Limits, scratch_mb: int, nproc_budget: int) -> Sandbo
 def _run_bwrap(code: str, stdin: str, python: str, limits: Limits, scratch_mb: int,
                expose_grouprl: bool) -> SandboxResult:
     filt = seccomp.filter_bytes()
-    uid = _acquire_uid() if is_root() else None
+    uid = acquire_uid() if is_root() else None
     cg = _memory_cgroup(limits, scratch_mb, limits.max_procs)
     code_file = tempfile.TemporaryFile()
     fds: list[int] = [code_file.fileno()]
@@ -205,7 +193,7 @@ def _run_bwrap(code: str, stdin: str, python: str, limits: Limits, scratch_mb: i
         if cg is not None and not cg.remove():
             logger.warning("sandbox: could not remove cgroup %s", cg.dirs)
         if uid is not None:
-            _release_uid(uid)
+            release_uid(uid)
 
 
 def _data_fd(data: bytes) -> int:

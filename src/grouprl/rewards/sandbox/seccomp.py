@@ -14,6 +14,11 @@ not, with or without a memory cgroup):
 * kernel attack surface no reward program needs: ``io_uring_*``, ``bpf``, ``perf_event_open``,
   ``userfaultfd``, the key-ring calls (EPERM).
 
+* socket families other than ``AF_UNIX``, ``AF_INET`` and ``AF_INET6`` (an allow-list for ``socket``
+  and ``socketpair``; EAFNOSUPPORT, as for a family the kernel lacks): the network namespace covers
+  IP only, so ``AF_VSOCK`` would still reach the host's and the hypervisor's vsock services, and
+  netlink, packet, ``AF_ALG`` and the rest are kernel surface no reward program needs.
+
 System calls of another ABI (32-bit ``int 0x80`` on x86-64, or x32 numbers) kill the process:
 nothing in the sandbox uses them and the filter would not understand their numbers.
 The filter is hand-assembled (no libseccomp needed); machines other than x86-64 and aarch64 get
@@ -40,17 +45,18 @@ _ARCHES = {
                                 keyctl=250, add_key=248, request_key=249, io_uring_setup=425,
                                 io_uring_enter=426, io_uring_register=427, unshare=272, clone=56,
                                 clone3=435, shmget=29, msgget=68, ptrace=101, process_vm_readv=310,
-                                process_vm_writev=311)),
+                                process_vm_writev=311, socket=41, socketpair=53)),
     "aarch64": (0xC00000B7, dict(memfd_create=279, userfaultfd=282, bpf=280, perf_event_open=241,
                                  keyctl=219, add_key=217, request_key=218, io_uring_setup=425,
                                  io_uring_enter=426, io_uring_register=427, unshare=97, clone=220,
                                  clone3=435, shmget=194, msgget=186, ptrace=117, process_vm_readv=270,
-                                 process_vm_writev=271)),
+                                 process_vm_writev=271, socket=198, socketpair=199)),
 }
 REFUSED = ("memfd_create", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
            "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "msgget",
            # no reading or steering another process of the sandbox (as non-root, bwrap's pid 1)
            "ptrace", "process_vm_readv", "process_vm_writev")
+ALLOWED_SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 
 
 def _op(code: int, k: int, jt: int = 0, jf: int = 0) -> bytes:
@@ -71,6 +77,12 @@ def filter_bytes(machine: str | None = None) -> bytes | None:
     for name in REFUSED:
         prog += [_op(_JEQ_K, nr[name], 0, 1), _op(_RET_K, eperm)]
     prog += [_op(_JEQ_K, nr["clone3"], 0, 1), _op(_RET_K, enosys)]
+    # socket(family, ...) / socketpair(family, ...): only the allowed families.
+    n = len(ALLOWED_SOCKET_FAMILIES)
+    for name in ("socket", "socketpair"):
+        prog += [_op(_JEQ_K, nr[name], 0, n + 3), _op(_LD_W_ABS, _ARG0_LOW)]
+        prog += [_op(_JEQ_K, family, n - i, 0) for i, family in enumerate(ALLOWED_SOCKET_FAMILIES)]
+        prog += [_op(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT), _op(_RET_K, _RET_ALLOW)]
     # unshare(flags) / clone(flags, ...): refuse only when CLONE_NEWUSER is asked for.
     for name in ("unshare", "clone"):
         prog += [_op(_JEQ_K, nr[name], 0, 4), _op(_LD_W_ABS, _ARG0_LOW), _op(_JSET_K, CLONE_NEWUSER, 0, 1),
