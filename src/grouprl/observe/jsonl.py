@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from grouprl.observe.disk import disk_full
+
 
 class JsonlAppender:
     def __init__(self, path: str | os.PathLike):
@@ -39,11 +41,22 @@ class JsonlAppender:
         self.write_many([record])
 
     def write_many(self, records: Iterable[dict[str, Any]]) -> None:
-        for record in records:
-            data = (json.dumps(record, ensure_ascii=False, default=_plain) + "\n").encode("utf-8")
-            view = memoryview(data)
+        """All the records or none: a write that fails (a full disk) is cut back to where it began,
+        so the file never ends in a torn line, and raises ``DiskFull`` naming the device and file."""
+        data = "".join(json.dumps(record, ensure_ascii=False, default=_plain) + "\n" for record in records)
+        if not data:
+            return
+        start = os.fstat(self._fd).st_size
+        view = memoryview(data.encode("utf-8"))
+        try:
             while view:  # os.write may write less than asked on some filesystems
                 view = view[os.write(self._fd, view):]
+        except OSError as err:
+            os.ftruncate(self._fd, start)  # frees what was written: always possible on a full disk
+            full = disk_full(err, self.path.parent, self.path.name)
+            if full is None:
+                raise
+            raise full from None
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -78,28 +91,55 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
     return rows
 
 
+def step_of(record: Any, key: str = "step") -> int | None:
+    """The record's step as a whole number: ``3``, ``3.0`` (a file round-tripped through pandas) and
+    ``"3"`` are step 3; anything else (a note, a record without a step) has none."""
+    if not isinstance(record, dict):
+        return None
+    value = record.get(key)
+    if isinstance(value, str):
+        value = value.strip()
+        try:
+            value = float(value) if value else None
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return int(value) if float(value).is_integer() else None
+
+
 def truncate_to_step(path: str | os.PathLike, step: int, key: str = "step") -> int:
-    """Keep only the records with ``record[key] <= step`` (and whole lines); returns how many
-    were dropped. Used on resume: the steps after the checkpoint are run again and re-logged,
-    so their old records must go. The file is rewritten next to itself and renamed into place,
-    so a crash leaves either the old or the new file, never a mix."""
+    """Keep only the records of steps ``<= step`` (and whole lines); returns how many were dropped.
+
+    Used on resume: the steps after the checkpoint are run again and re-logged, so their old records
+    must go, however the file was edited meanwhile: steps written as ``3.0``, CRLF line ends, blank
+    lines and note lines (kept, as they are not step records). A final line with no newline that
+    does not parse is a torn write and goes. The file is rewritten next to itself and renamed into
+    place, so a crash (or a full disk) leaves either the old or the new file, never a mix."""
     path = Path(path)
     if not path.is_file():
         return 0
     tmp = path.with_name(path.name + ".truncating")
     dropped = 0
-    with open(path, "rb") as src, open(tmp, "wb") as dst:
-        for line in src:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                dropped += bool(line.strip())  # a torn line from a killed writer
-                continue
-            if isinstance(record, dict) and isinstance(record.get(key), int) and record[key] > step:
-                dropped += 1
-                continue
-            dst.write(line if line.endswith(b"\n") else line + b"\n")
-        dst.flush()
-        os.fsync(dst.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(path, "rb") as src, open(tmp, "wb") as dst:
+            for line in src:
+                try:
+                    record = json.loads(line)
+                except (json.JSONDecodeError, UnicodeDecodeError):
+                    if not line.endswith(b"\n") and line.strip():  # a torn last write
+                        dropped += 1
+                        continue
+                    record = None
+                found = step_of(record, key)
+                if found is not None and found > step:
+                    dropped += 1
+                    continue
+                dst.write(line if line.endswith(b"\n") else line + b"\n")
+            dst.flush()
+            os.fsync(dst.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     return dropped

@@ -8,6 +8,7 @@ script element. Everything is inlined, so a report opens from disk with no netwo
 from __future__ import annotations
 
 import json
+import re
 import time
 from importlib import resources
 from pathlib import Path
@@ -44,8 +45,9 @@ def render_page(title: str, data: dict[str, Any] | None) -> str:
     scripts = "\n".join(f"<script>/* {name} */\n{_script_safe(_asset(name))}\n</script>" for name in SCRIPTS)
     payload = ("<script>window.GROUPRL_LIVE = true;</script>" if data is None else
                f'<script type="application/json" id="grouprl-data">{json_for_html(data)}</script>')
-    return _asset("index.html").replace("{{title}}", _html_escape(title)).replace("{{styles}}", styles) \
-        .replace("{{data}}", payload).replace("{{scripts}}", scripts)
+    parts = {"title": _html_escape(title), "styles": styles, "data": payload, "scripts": scripts}
+    # One pass over the template alone: what is put in (a completion saying "{{scripts}}") is never read as a slot.
+    return re.sub(r"\{\{(title|styles|data|scripts)\}\}", lambda m: parts[m.group(1)], _asset("index.html"))
 
 
 def _html_escape(text: str) -> str:

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grouprl.observe.jsonl import step_of
+
 # The trainer's line prefix: step, then prompt_id and group (the group is optional for the match).
 _LINE_PREFIX = re.compile(rb'\{"step": ?(-?\d+)(?:, "prompt_id": "(?:[^"\\]|\\.)*", "group": ?(-?\d+))?[,}]')
 _CHUNK = 8 << 20
@@ -136,11 +138,12 @@ class RolloutIndex:
         raw = needle.encode("utf-8")
         hits: list[dict[str, Any]] = []
         seen: set[tuple[int, Any]] = set()
+        skipped = 0
         steps = [s for s in self.spans.values() if from_step is None or s.step >= from_step]
         with open(self.path, "rb") as fh:
             for span in steps:
                 if len(hits) >= limit:
-                    return {"hits": hits, "next_step": span.step}
+                    return {"hits": hits, "next_step": span.step, "skipped_lines": skipped}
                 fh.seek(span.start)
                 data = fh.read(span.end - span.start)
                 if raw not in data.lower():  # most steps are rejected here, without parsing JSON
@@ -148,37 +151,39 @@ class RolloutIndex:
                 for line in data.splitlines():
                     if raw not in line.lower():
                         continue
-                    row = json.loads(line)
+                    row = _record(line)
+                    if row is None:  # a corrupt line: skipped and counted, the search goes on
+                        skipped += 1
+                        continue
                     key = (span.step, row.get("group"))
                     if key in seen or not _text_matches(row, needle):
                         continue
                     seen.add(key)
                     hits.append({"step": span.step, "group": row.get("group"), "prompt_id": row.get("prompt_id"),
                                  "snippet": _snippet(row, needle)})
-        return {"hits": hits, "next_step": None}
+        return {"hits": hits, "next_step": None, "skipped_lines": skipped}
 
 
 def parse_lines(data: bytes) -> list[dict[str, Any]]:
     """The JSON objects of some JSONL bytes; a line that is not one is skipped."""
-    rows = []
-    for line in data.splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
+    return [row for row in map(_record, data.splitlines()) if row is not None]
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    """One line as a JSON object, or None: not JSON, not UTF-8, nested past the parser's depth, not an object."""
+    try:
+        row = json.loads(line)
+    except (ValueError, RecursionError):  # ValueError covers JSONDecodeError and UnicodeDecodeError
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def _step_and_group(line: bytes) -> tuple[int | None, int | None]:
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
+    row = _record(line)
+    step = step_of(row)
+    if step is None:
         return None, None
-    if not isinstance(row, dict) or not isinstance(row.get("step"), int):
-        return None, None
-    return row["step"], row["group"] if isinstance(row.get("group"), int) else None
+    return step, row["group"] if isinstance(row.get("group"), int) else None
 
 
 def _field_text(row: dict[str, Any], name: str) -> str:

@@ -102,6 +102,8 @@ def make_handler(runs: list[RunFolder], page: str) -> type[BaseHTTPRequestHandle
                 self._json(HTTPStatus.BAD_REQUEST, {"error": str(err)})
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the browser went away mid-answer
+            except Exception as err:  # noqa: BLE001 - a file the run is writing may be anything: answer, never hang up
+                self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"{type(err).__name__}: {err}"})
 
     return DashboardHandler
 
