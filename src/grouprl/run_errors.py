@@ -10,8 +10,9 @@ from grouprl.rewards.guard import TooManyStuckRewards
 from grouprl.rewards.guard import RewardFailure
 from grouprl.rollout.backends.vllm_client import VLLMServerError
 from grouprl.hub.revisions import HubRevisionError
+from grouprl.observe.disk import DiskFull
 from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
 
 RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards, VLLMServerError,
-                HubRevisionError)
+                HubRevisionError, DiskFull)

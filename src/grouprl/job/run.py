@@ -19,6 +19,7 @@ from rich.console import Console
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config, ConfigError, flat_dict
+from grouprl.observe.disk import DiskFull, disk_full
 from grouprl.observe.sinks import MetricsSink, NullSink
 from grouprl.policy.loading import load_policy, pick_device
 from grouprl.rewards.scorer import Scorer
@@ -26,11 +27,11 @@ from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.job.evaluate import evaluate
-from grouprl.job.run_dir import prepare_run_dir
+from grouprl.job.run_dir import RunFolder
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.job.warm_start import prepare_tiny, warm_start_alone
 from grouprl.train.advantages import estimator_options
-from grouprl.train.checkpoint import check_world_size, read_checkpoint_state
+from grouprl.train.checkpoint import CheckpointError, check_world_size, read_checkpoint_state
 from grouprl.train.parallel import DataParallel, broadcast_object, end_processes, shard_slice
 from grouprl.train.trainer import Trainer
 
@@ -70,17 +71,34 @@ def check_model_path(name: str | None) -> None:
 
 
 def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
+    """The run, holding its output_dir's lock from before its first write to its end (crash included)."""
     parallel = DataParallel.start()
+    folder = RunFolder(cfg.train.output_dir)
+    try:
+        if parallel.is_main:  # process 0 alone writes the folder
+            folder.lock()
+        return _run(cfg, console, parallel, folder)
+    except (DiskFull, CheckpointError):  # already one line naming the device
+        raise
+    except Exception as err:
+        full = disk_full(err, folder.out)  # any write of the run: one line naming the device and the folder
+        if full is None:
+            raise
+        raise full from err
+    finally:
+        folder.release()
+
+
+def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder) -> dict[str, Any]:
     main = parallel.is_main
     console = (console or Console()) if main else Console(quiet=True)
     start = time.perf_counter()
-    out = Path(cfg.train.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = folder.out
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
-    # Refuse to mix two runs; a resumed run's logs are cut back to its step (process 0 alone touches files).
-    resume = prepare_run_dir(cfg) if not parallel.distributed else broadcast_object(
-        prepare_run_dir(cfg) if main else None)
+    # Checked, not yet changed: a resumed run's checkpoint is read through before any log is cut.
+    plan = folder.plan(cfg) if main else None
+    resume = plan.resume if not parallel.distributed else broadcast_object(plan.resume if main else None)
     task = checked_task(cfg)  # data and reward names are checked before any model loads
     try:  # every reward resolved once, before any model loads (a sandboxed file is read, never imported)
         scorer = Scorer.from_config(cfg, task)
@@ -91,19 +109,22 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     except (KeyError, ValueError, TypeError) as err:
         raise ConfigError(f"config keys 'advantage'/'advantage_options': {err.args[0]}") from None
     prepare_schedule(cfg, task)  # epochs, warmup ratio, save strategy -> steps
-    if main:
+    shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
+    saved = read_checkpoint_state(resume) if resume else {}
+    if resume:
+        check_world_size(saved.get("world_size", 1), parallel.info, cfg.runtime.reshard_on_resume,
+                         f"--resume_from_checkpoint {resume}")
+    else:
+        check_model_path(cfg.model.model_name_or_path)
+    if main:  # everything is checked: now the old run's files go, or the resumed run's logs are cut back
+        folder.apply(plan)
         (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
 
-    shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
     if resume:
         model_path = resume
-        saved = read_checkpoint_state(resume)
-        check_world_size(saved.get("world_size", 1), parallel.info, cfg.runtime.reshard_on_resume,
-                         f"--resume_from_checkpoint {resume}")
         base_model = saved.get("extra", {}).get("base_model", resume)
     else:
-        check_model_path(cfg.model.model_name_or_path)
         base_model = model_path = cfg.model.model_name_or_path or (
             prepare_tiny(cfg, task, scorer, console) if not parallel.distributed
             else broadcast_object(warm_start_alone(cfg) if main else None))

@@ -15,12 +15,15 @@ import json
 import os
 import random
 import shutil
+import struct
+import zipfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from grouprl.observe.disk import FULL, device_of, full_disk_errno
 from grouprl.train.parallel import ProcessInfo, ReshardError
 
 STATE = "trainer_state.json"
@@ -30,6 +33,10 @@ RNG_FILE = "rng.pt"
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be written (full disk, quota...); the message says why for people."""
+
+
+class DamagedCheckpoint(ValueError):
+    """A checkpoint that cannot be resumed whole (a missing, truncated or corrupt file); names the file."""
 
 
 def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
@@ -56,38 +63,96 @@ def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer,
         if scorer is not None and (scorer.learned or scorer.mixer is not None):
             torch.save({"learned_rewards": scorer.state_dict()}, tmp / LEARNED)
     except Exception as err:  # noqa: BLE001 - any writer (torch, safetensors, tokenizers) may fail
+        why = _why(err, Path(out_dir))  # before the partial dir goes: removing it frees the space
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write {final.name} in {out_dir}: {_why(err, Path(out_dir))}; the "
-                              "partial checkpoint was removed, earlier checkpoints are kept") from err
+        raise CheckpointError(f"could not write {final.name} in {out_dir}: {why}; the partial checkpoint was "
+                              "removed, earlier checkpoints are kept") from err
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
     return final
 
 
-_ERRNO_TEXT = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded",
-               errno.EFBIG: "File too large (RLIMIT_FSIZE or filesystem limit)"}
-
-
 def _why(err: BaseException, out_dir: Path) -> str:
-    """The cause in words: the OS error in the exception chain, else the disk being full."""
-    seen: BaseException | None = err
-    while seen is not None:
-        code = getattr(seen, "errno", None)
-        if code in _ERRNO_TEXT:
-            return _ERRNO_TEXT[code]
-        text = str(seen)
-        for known in _ERRNO_TEXT.values():
-            if known.split(" (")[0] in text:
-                return known
-        seen = seen.__cause__ or seen.__context__
-    try:
-        fs = os.statvfs(out_dir)
-        if fs.f_bavail * fs.f_frsize < 1 << 20 or (fs.f_files and fs.f_favail == 0):
-            return f"No space left on device ({fs.f_bavail * fs.f_frsize} bytes free) [{type(err).__name__}: {err}]"
-    except OSError:
-        pass
+    """The cause in words: a full device named (whatever form the writer's error took), else the error."""
+    code = full_disk_errno(err)
+    if code is None:
+        try:
+            fs = os.statvfs(out_dir)  # torch's serializer says only "unexpected pos": ask the filesystem
+            if fs.f_bavail * fs.f_frsize < 1 << 20 or (fs.f_files and fs.f_favail == 0):
+                code = errno.ENOSPC
+        except OSError:
+            pass
+    if code is not None:
+        return f"{FULL[code]} on {device_of(out_dir)}"
     return f"{type(err).__name__}: {err}"
+
+
+REQUIRED = (STATE, "optimizer.pt", "scheduler.pt", RNG_FILE)
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
+           "adapter_model.bin")
+
+
+def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
+    """Every file of a checkpoint read through (nothing loaded into a model): its state, or
+    ``DamagedCheckpoint`` naming the first file that is missing, truncated or corrupt.
+
+    JSON files must parse; torch's ``.pt``/``.bin`` files are zip archives whose every member must
+    match its CRC; a ``.safetensors`` file's header must parse and its tensors fill the file exactly."""
+    ckpt = Path(ckpt)
+    if not ckpt.is_dir():
+        raise DamagedCheckpoint(f"{ckpt} is not a directory")
+    missing = [name for name in REQUIRED if not (ckpt / name).is_file()]
+    if not any((ckpt / name).is_file() for name in WEIGHTS):
+        missing.append("model weights (model.safetensors or adapter_model.safetensors)")
+    if missing:
+        raise DamagedCheckpoint(f"{ckpt} has no {', '.join(missing)}")
+    for path in sorted(p for p in ckpt.rglob("*") if p.is_file()):
+        why = _damage(path)
+        if why:
+            raise DamagedCheckpoint(f"{path.relative_to(ckpt.parent)} is damaged ({why})")
+    state = json.loads((ckpt / STATE).read_text())
+    for key in ("step", "data_position"):
+        if not isinstance(state, dict) or type(state.get(key)) is not int or state[key] < 0:
+            raise DamagedCheckpoint(f"{ckpt / STATE} has no whole-number '{key}' (found "
+                                    f"{state.get(key) if isinstance(state, dict) else state!r})")
+    return state
+
+
+def _damage(path: Path) -> str | None:
+    """Why ``path`` cannot be read whole, or None."""
+    suffix = path.suffix
+    try:
+        if suffix == ".json":
+            json.loads(path.read_bytes())
+        elif suffix in (".pt", ".bin"):
+            with zipfile.ZipFile(path) as archive:
+                bad = archive.testzip()
+            if bad:
+                return f"member {bad} fails its CRC check"
+        elif suffix == ".safetensors":
+            return _safetensors_damage(path)
+    except (ValueError, zipfile.BadZipFile, OSError, EOFError) as err:
+        return f"{type(err).__name__}: {err}"
+    return None
+
+
+def _safetensors_damage(path: Path) -> str | None:
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return f"{size} bytes, shorter than a safetensors header"
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            return f"header of {n} bytes in a file of {size}: truncated"
+        header = json.loads(fh.read(n))
+    ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
+    expected = 8 + n + max(ends, default=0)
+    if expected != size:
+        return f"{size} bytes where its tensors need {expected}: truncated" if size < expected \
+            else f"{size - expected} bytes past its last tensor"
+    return None
 
 
 def read_checkpoint_state(ckpt: str | Path) -> dict[str, Any]:
