@@ -82,5 +82,5 @@ def test_a_file_size_limit_is_named_too(tmp_path):
 
 
 def test_device_of_names_the_mount(tiny_disk):
-    assert device_of(tiny_disk / "not" / "yet") == f"device tmpfs (tmpfs, mounted at {tiny_disk})"
+    assert device_of(tiny_disk / "not" / "yet") == f"device tmpfs, a tmpfs mounted at {tiny_disk}"
     assert "mounted at" in device_of(os.getcwd())

@@ -60,7 +60,7 @@ def device_of(path: str | os.PathLike) -> str:
         dev = os.stat(target).st_dev
         return f"device {os.major(dev)}:{os.minor(dev)}"
     mount_point, fstype, source = best
-    return f"device {source} ({fstype}, mounted at {mount_point})"
+    return f"device {source}, a {fstype} mounted at {mount_point}"
 
 
 def disk_full(err: BaseException, folder: str | os.PathLike, what: str | None = None) -> DiskFull | None:
@@ -72,5 +72,5 @@ def disk_full(err: BaseException, folder: str | os.PathLike, what: str | None = 
         return None
     where = getattr(err, "filename", None) or folder
     writing = f" writing {what}" if what else (f" writing {where}" if where != folder else "")
-    return DiskFull(f"{FULL[code]} on {device_of(folder)}{writing} in {Path(folder)}; earlier checkpoints and "
+    return DiskFull(f"{FULL[code]} ({device_of(folder)}){writing} in {Path(folder)}; earlier checkpoints and "
                     "whole log lines are kept: free space there, then --resume_from_checkpoint last")

@@ -84,7 +84,7 @@ def _why(err: BaseException, out_dir: Path) -> str:
         except OSError:
             pass
     if code is not None:
-        return f"{FULL[code]} on {device_of(out_dir)}"
+        return f"{FULL[code]} ({device_of(out_dir)})"
     return f"{type(err).__name__}: {err}"
 
 
