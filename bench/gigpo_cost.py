@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.policy.loading import load_policy
 from grouprl.policy.tiny import init_tiny
 from grouprl.records import Episode, Observation, Step

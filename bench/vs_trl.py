@@ -52,7 +52,7 @@ PHASES = ["generation", "weight_push", "forward_no_grad", "forward", "backward",
 
 
 def build_model(config: str, args, path: Path) -> str:
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.policy.tiny import build_tokenizer, init_tiny
     from grouprl.tasks import load_task
 

@@ -121,7 +121,7 @@ def grouprl_cli(args, out_dir: str) -> dict:
 def worker_grouprl(args) -> dict:
     import torch
 
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.policy.loading import load_policy
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
@@ -185,7 +185,7 @@ def worker_trl(args) -> dict:
     from transformers import AutoModelForCausalLM, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.policy.loading import load_tokenizer
     from grouprl.rewards.builtin.arithmetic import arithmetic_digits
     from grouprl.tasks import load_task

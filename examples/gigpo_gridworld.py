@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.policy.loading import load_policy
 from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards.kit import reward_function

@@ -22,7 +22,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.policy.loading import load_policy
 from grouprl.tasks import load_task

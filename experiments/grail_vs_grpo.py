@@ -22,7 +22,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.rewards.scorer import Scorer
 from grouprl.tasks import load_task

@@ -40,7 +40,7 @@ def _clean_config_env():
 
 
 def _build_tiny(task: str, out: Path, dataset: Path | None = None) -> Path:
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
 
@@ -67,7 +67,7 @@ def tiny_gsm8k_dir(tmp_path_factory, gsm8k_dir) -> Path:
 def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
     """The tiny arithmetic model after a few SFT steps: it answers with digits, so rewards vary
     inside a group and GRPO updates are not all zero."""
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.tasks import load_task
     from grouprl.job.sft import sft_warm_start
 
@@ -87,7 +87,7 @@ GRID_CLI = {"task": "gridworld", "system_prompt": GRID_PROMPT, "history_length":
 @pytest.fixture(scope="session")
 def tiny_grid_dir(tmp_path_factory) -> Path:
     """An untrained tiny Qwen2 model whose vocabulary covers the gridworld prompts."""
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.policy.tiny import init_tiny
     from grouprl.tasks import load_task
 
@@ -101,7 +101,7 @@ def tiny_grid_dir(tmp_path_factory) -> Path:
 def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
     """The tiny gridworld model after a short SFT on random admissible moves: it answers with a
     move, so rollouts have valid moves that change the state."""
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.tasks import load_task
     from grouprl.job.warm_start import env_demonstrations
     from grouprl.job.sft import sft_warm_start

@@ -9,21 +9,12 @@ import os
 import sys
 from typing import Any, get_args, get_origin
 
-import yaml
-
-from grouprl.config import ENV_VARS, SECTIONS, ConfigError, build_config
+from grouprl.config import ENV_VARS, SECTIONS, ConfigError, parse_value
+from grouprl.run_config import build_config
 from grouprl.tasks.registry import TASKS
 
 
 log = logging.getLogger("grouprl")
-
-
-def _parse_value(text: str) -> Any:
-    # Values are validated by pydantic later; YAML only turns "true"/"1e-4"/"null" into scalars.
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
 def _default(field) -> Any:
@@ -52,7 +43,7 @@ def config_from_args(args: argparse.Namespace):
         for name in section_cls.model_fields:
             if hasattr(args, name):
                 raw = getattr(args, name)
-                cli[name] = [_parse_value(v) for v in raw] if isinstance(raw, list) else _parse_value(raw)
+                cli[name] = [parse_value(v) for v in raw] if isinstance(raw, list) else parse_value(raw)
     return build_config(args.config, cli)
 
 

@@ -294,7 +294,7 @@ def run_scorer(recipe: str):
     its rewards is not loaded any further; one that relies on its task's default rewards loads the task."""
     from types import SimpleNamespace
 
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.rewards.scorer import Scorer
     from grouprl.tasks import load_task
     from grouprl.tasks.registry import with_rewards

@@ -14,7 +14,8 @@ import yaml
 
 from conftest import RECIPE, REPO_ROOT
 from grouprl import cli
-from grouprl.config import ENV_VARS, FIELD_SECTION, SECTIONS, Config, ConfigError, build_config, flat_dict
+from grouprl.config import ENV_VARS, FIELD_SECTION, SECTIONS, Config, ConfigError, flat_dict
+from grouprl.run_config import build_config, check_names
 
 GROUPRL_BIN = Path(sys.executable).parent / "grouprl"
 
@@ -24,12 +25,17 @@ def write_recipe(path: Path, data) -> Path:
     return path
 
 
+def defaults() -> Config:
+    """The defaults, with the task's max_new_tokens filled in as where names are resolved."""
+    return check_names(Config())
+
+
 # --- precedence -------------------------------------------------------------------------------
 
 
 def test_defaults_without_any_layer():
     cfg = build_config(None, None, environ={})
-    assert cfg == Config()
+    assert cfg == defaults()
     assert cfg.train.max_steps == 400
     assert cfg.train.learning_rate == 3e-4
     assert cfg.rollout.num_generations == 8
@@ -82,9 +88,9 @@ def test_process_environment_is_read_when_environ_not_given(monkeypatch):
 
 
 def test_seed_env_var_table_is_the_seed_scripts():
-    from grouprl.tasks.slates.settings import ENV_NAMES  # GRAIL's switches keep the original's names
+    from grouprl.config.task_sections import GrailConfig  # GRAIL's switches keep the original's names
 
-    assert set(ENV_VARS) - set(ENV_NAMES) == {"MODEL_NAME", "OUTPUT_DIR", "MAX_STEPS", "NUM_GENERATIONS", "MAX_NEW_TOKENS",
+    assert set(ENV_VARS) - set(GrailConfig.env_aliases) == {"MODEL_NAME", "OUTPUT_DIR", "MAX_STEPS", "NUM_GENERATIONS", "MAX_NEW_TOKENS",
                              "BATCH_SIZE", "GRAD_ACCUM", "LR", "N_TRAIN", "N_EVAL", "SEED"}
 
 
@@ -105,13 +111,13 @@ def test_seed_env_var_table_is_the_seed_scripts():
     ],
 )
 def test_each_seed_env_var_maps_to_its_field(var, raw, section, field, expected):
-    default = getattr(getattr(Config(), section), field)
+    default = getattr(getattr(defaults(), section), field)
     assert default != expected, "pick a test value that differs from the default"
     cfg = build_config(None, None, environ={var: raw})
     value = getattr(getattr(cfg, section), field)
     assert value == expected and type(value) is type(expected)
     # and nothing else changed
-    changed = {k for k, v in flat_dict(cfg).items() if v != flat_dict(Config())[k]}
+    changed = {k for k, v in flat_dict(cfg).items() if v != flat_dict(defaults())[k]}
     assert changed == {field}
 
 
@@ -145,7 +151,7 @@ def test_flat_and_nested_recipes_are_equivalent(tmp_path):
     assert a.algorithm.beta == 0.04 and a.algorithm.loss_type == "grpo"
     assert a.train.max_steps == 9 and a.train.learning_rate == 1e-6
     assert a.model.torch_dtype == "float32" and a.task.rewards == ["gsm8k_final"]
-    assert a != Config()
+    assert a != defaults()
 
 
 def test_yaml_scientific_notation_in_recipe(tmp_path):
@@ -155,7 +161,7 @@ def test_yaml_scientific_notation_in_recipe(tmp_path):
 
 
 def test_empty_recipe_gives_defaults(tmp_path):
-    assert build_config(write_recipe(tmp_path / "e.yaml", ""), None, environ={}) == Config()
+    assert build_config(write_recipe(tmp_path / "e.yaml", ""), None, environ={}) == defaults()
 
 
 def test_shipped_gsm8k_recipe_loads():
@@ -212,7 +218,7 @@ def test_unknown_grouprl_env_var():
 
 def test_unrelated_env_vars_are_ignored():
     cfg = build_config(None, None, environ={"FOO": "1", "PATH": "/usr/bin", "WANDB_PROJECT": "x"})
-    assert cfg == Config()
+    assert cfg == defaults()
 
 
 def test_unknown_cli_key():

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from conftest import REPO_ROOT
-from grouprl.config import ConfigError, build_config
-from grouprl.config_openr1 import RecipeKeyError, translate_recipe
+from grouprl.config import ConfigError
+from grouprl.run_config import build_config
+from grouprl.config.openr1 import RecipeKeyError, translate_recipe
 
 # grouprl's keys the translation targets (the config's fields; checked against the real config in
 # test_prompt_dataset_task.py once they are wired in).
@@ -115,9 +116,9 @@ def test_shipped_math_recipe_loads_onto_grouprl_sections():
     assert cfg.rollout.batch_size == 16 * 4 // 8 and cfg.rollout.max_new_tokens == 1024
     assert cfg.prompts.max_prompt_length == 512 and cfg.model.torch_dtype == "bfloat16"
     assert cfg.algorithm.epsilon_low == 0.2 and cfg.algorithm.epsilon_high == 0.28
-    assert cfg.schedule.num_train_epochs == 1 and cfg.schedule.warmup_ratio == 0.1
-    assert cfg.evaluation.eval_strategy == "steps" and cfg.schedule.save_total_limit == 2
-    assert cfg.hub.hub_model_revision == "v00.00" and cfg.loading.attn_implementation == "sdpa"
+    assert cfg.train.num_train_epochs == 1 and cfg.train.warmup_ratio == 0.1
+    assert cfg.eval.eval_strategy == "steps" and cfg.train.save_total_limit == 2
+    assert cfg.hub.hub_model_revision == "v00.00" and cfg.model.attn_implementation == "sdpa"
     assert "max_steps" not in cfg.train.model_fields_set  # -1: the epochs decide
 
 
@@ -214,11 +215,11 @@ def test_every_key_the_issue_lists_loads(tmp_path):
     assert cfg.rollout.generation_backend == "vllm_server" and cfg.rollout.top_p == 0.95
     assert cfg.algorithm.scale_rewards == "none" and cfg.algorithm.loss_type == "dapo"
     assert (cfg.algorithm.epsilon_low, cfg.algorithm.epsilon_high) == (0.2, 0.28)
-    assert cfg.schedule.num_train_epochs == 2 and "max_steps" not in cfg.train.model_fields_set
-    assert cfg.evaluation.eval_steps == 5 and cfg.eval.eval_batch_size == 16
+    assert cfg.train.num_train_epochs == 2 and "max_steps" not in cfg.train.model_fields_set
+    assert cfg.eval.eval_steps == 5 and cfg.eval.eval_batch_size == 16
     assert cfg.hub.hub_model_revision == "v01" and cfg.hub.push_to_hub_revision is True
-    assert cfg.tracking.wandb_entity == "team" and cfg.tracking.wandb_run_group == "group"
-    assert cfg.loading.model_revision == "main" and cfg.loading.attn_implementation == "sdpa"
+    assert cfg.logging.wandb_entity == "team" and cfg.logging.wandb_run_group == "group"
+    assert cfg.model.model_revision == "main" and cfg.model.attn_implementation == "sdpa"
     recipe.write_text(EVERY_LISTED_KEY + "num_generation: 8\n")  # a typo is an error naming it
     with pytest.raises(ConfigError, match="config_all.yaml: key 'num_generation' \\(value 8\\): not a grouprl key"):
         build_config(recipe, environ={})
@@ -234,7 +235,7 @@ def test_gradient_checkpointing_as_open_r1_writes_it():
 
 
 def test_epochs_and_ratios_become_steps(tmp_path):
-    from grouprl.config_extra import resolve_schedule
+    from grouprl.config import resolve_schedule
 
     cfg = build_config(MATH_RECIPE, {"save_strategy": "epoch"}, environ={})
     assert resolve_schedule(cfg, n_train_rows=1000) == {"max_steps": 125, "warmup_steps": 13, "save_steps": 125}

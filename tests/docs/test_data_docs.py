@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from conftest import REPO_ROOT
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 
 DOC = REPO_ROOT / "docs" / "data.md"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "rewards.md"

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grouprl.cli import main
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from conftest import GRID_CLI
 
 

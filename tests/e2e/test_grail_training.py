@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.policy.tiny import build_tiny_model
 from grouprl.policy.tiny_words import build_tiny_classifier, build_word_tokenizer
@@ -87,7 +87,7 @@ def test_gail_use_env_turns_grail_into_grpo(data_dir, tiny_models, tmp_path):
     cli = overrides(tmp_path, data_dir / "gun", tiny_models, max_steps=1, n_eval=0)
     assert load_task(build_config(RECIPES[2], cli, environ={"GAIL_USE": "0"})).scorer_extras() == {}
     cfg = build_config(RECIPES[2], cli, environ={"GAIL_USE": "0", "GAIL_LR": "1e-3"})
-    assert (cfg.slates.gail_use, cfg.slates.gail_lr) == (False, 1e-3)
+    assert (cfg.grail.gail_use, cfg.grail.gail_lr) == (False, 1e-3)
     run_training(cfg)
     assert "grail/alpha" not in read_jsonl(tmp_path / "metrics.jsonl")[0]
 

@@ -24,7 +24,7 @@ pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm
 
 from vllm_steps import TRAIN, two_steps_follow_the_trainer  # noqa: E402
 
-from grouprl.config import build_config  # noqa: E402
+from grouprl.run_config import build_config  # noqa: E402
 from grouprl.policy.loading import load_policy, load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
 from grouprl.policy.tiny import init_tiny  # noqa: E402

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.config import ConfigError, build_config
+from grouprl.config import ConfigError
+from grouprl.run_config import build_config
 from grouprl.observe.sinks import MetricsSink
 
 SRC = Path(__file__).resolve().parents[2] / "src"

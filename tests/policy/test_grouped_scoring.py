@@ -166,7 +166,8 @@ def test_lora_policy_scores_the_same_through_the_adapters(scorer):
     ({"grouped_layout": "prefix_cache", "gradient_checkpointing": True}, "error"),
 ])
 def test_the_learner_picks_the_layout(cli, expected):
-    from grouprl.config import ConfigError, build_config
+    from grouprl.config import ConfigError
+    from grouprl.run_config import build_config
     from grouprl.policy.loading import Policy
     from grouprl.train.learner import Learner
 

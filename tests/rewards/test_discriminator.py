@@ -13,7 +13,8 @@ from grouprl.rewards.learned.discriminator_text import choice_cut_rate, example_
 from grouprl.rewards.learned.mixer import LearnableMixer
 from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
 from grouprl.tasks.slates.rows import prepare_rows
-from grouprl.tasks.slates.settings import build_discriminator, build_mixer, grail_settings
+from grouprl.config.task_sections import grail_settings
+from grouprl.tasks.slates.settings import build_discriminator, build_mixer
 from grouprl.tasks.slates.synthetic import generate_issue
 
 

@@ -136,7 +136,7 @@ def test_step_outputs_become_step_rewards_and_bad_indices_are_named():
 
 
 def test_recipe_reward_specs_with_weights_and_options(tmp_path):
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 
     recipe = tmp_path / "r.yaml"

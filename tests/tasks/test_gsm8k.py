@@ -151,7 +151,7 @@ def test_gsm8k_final_earlier_final_lines_seed_rule_and_strict(completion, gold, 
 
 
 def test_gsm8k_final_strict_option_from_a_recipe(tmp_path):
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.rewards.scorer import Scorer
     from grouprl.records import Episode, Step
 

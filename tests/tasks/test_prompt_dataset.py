@@ -157,7 +157,7 @@ def test_mixture_column_mismatch_names_each_set(sources, tmp_path):
 
 
 def test_mixture_with_a_top_level_test_split_size_is_an_error_not_a_silent_no_eval(sources):
-    from grouprl.config import build_config
+    from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 
     mixture = {"datasets": [{"id": str(sources["jsonl"])}]}
@@ -224,7 +224,8 @@ def test_max_prompt_length_keeps_the_end_and_warns_once(tokenizer, caplog, monke
 
 
 def test_a_math_solution_math_verify_cannot_parse_is_a_bad_row(tmp_path):
-    from grouprl.config import ConfigError, build_config
+    from grouprl.config import ConfigError
+    from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 
     rows = [{"problem": f"What is {i}+{i}?", "solution": f"The answer is $\\\\boxed{{{2 * i}}}$."} for i in range(19)]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from grouprl import cli
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.policy.loading import load_policy, load_tokenizer
 from grouprl.rewards.builtin.arithmetic import arithmetic_digits, parse_answer
 from grouprl.rewards.builtin.gsm8k import extract_final

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.records import Episode, Step
 from grouprl.train.learner import pack_samples
 from grouprl.job.run import run_name

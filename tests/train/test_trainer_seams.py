@@ -12,7 +12,8 @@ from pydantic import Field
 
 from grouprl.algos.advantages import compute_advantages
 from grouprl.cli import main
-from grouprl.config import ConfigError, build_config
+from grouprl.config import ConfigError
+from grouprl.run_config import build_config
 
 ESTIMATOR = textwrap.dedent('''
     import torch

@@ -27,7 +27,7 @@ datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 from grouprl.algos.losses import policy_loss  # noqa: E402
-from grouprl.config import build_config  # noqa: E402
+from grouprl.run_config import build_config  # noqa: E402
 from grouprl.policy.loading import load_policy, load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
 from grouprl.policy.tiny import init_tiny  # noqa: E402

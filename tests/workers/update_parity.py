@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from grouprl.config import build_config
+from grouprl.run_config import build_config
 from grouprl.policy.loading import load_policy
 from grouprl.records import Episode, Step
 from grouprl.tasks.base import SingleTurnTask

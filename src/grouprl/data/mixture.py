@@ -21,29 +21,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from grouprl.config.task_sections import DatasetMixture, MixtureDataset
 from grouprl.data.sources import load_split
 
 log = logging.getLogger(__name__)
-
-
-class MixtureDataset(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    id: str = Field(description="hub id, local dir or data file")
-    config: str | None = Field(None, description="hub dataset config")
-    split: str = Field("train", description="split to take rows from")
-    columns: list[str] | None = Field(None, description="columns to keep (all when empty)")
-    weight: float | None = Field(None, gt=0, le=1, description="fraction of the rows kept (all when empty)")
-
-
-class DatasetMixture(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    datasets: list[MixtureDataset] = Field(min_length=1)
-    seed: int = 0
-    test_split_size: float | int | None = Field(None, gt=0, description="share (< 1) or count held out as test")
 
 
 class MixtureError(ValueError):

@@ -85,7 +85,7 @@ class PeriodicEval(TrainObserver):
     """The observer: ``after_step`` evaluates every ``eval_steps`` and tracks the best checkpoint."""
 
     def __init__(self, cfg, sink):
-        evaluation = cfg.evaluation
+        evaluation = cfg.eval
         self.cfg, self.sink = cfg, sink
         self.every = evaluation.eval_steps if evaluation.eval_strategy == "steps" else 0
         self.k = evaluation.num_generations_eval
@@ -104,7 +104,7 @@ class PeriodicEval(TrainObserver):
         if not self.every or step % self.every:
             return
         if self.rows is None:
-            self.rows = eval_subset(trainer.task.eval_rows, self.cfg.evaluation.max_eval_samples, self.cfg.train.seed)
+            self.rows = eval_subset(trainer.task.eval_rows, self.cfg.eval.max_eval_samples, self.cfg.train.seed)
         if not self.rows:
             log.warning("eval_steps: the task has no held-out rows (dataset_test_split / test_split_size); skipped")
             self.every = 0

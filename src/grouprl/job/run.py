@@ -130,8 +130,8 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
             else broadcast_object(warm_start_alone(cfg) if main else None))
     device = parallel.device or pick_device(cfg.runtime.device)
     policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
-                         reference_path=base_model, revision=None if resume else cfg.loading.model_revision,
-                         attn_implementation=cfg.loading.attn_implementation)
+                         reference_path=base_model, revision=None if resume else cfg.model.model_revision,
+                         attn_implementation=cfg.model.attn_implementation)
     prepare_tokenizer(cfg, policy.tokenizer)
     eval_rows = task.eval_rows[: cfg.eval.n_eval]
     params = SamplingParams.for_eval(cfg)
@@ -150,8 +150,8 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
-                       flat_dict(cfg), cfg.logging.logging_steps, console, cfg.tracking.wandb_entity,
-                       cfg.tracking.wandb_run_group) if main else NullSink()
+                       flat_dict(cfg), cfg.logging.logging_steps, console, cfg.logging.wandb_entity,
+                       cfg.logging.wandb_run_group) if main else NullSink()
     try:
         trainer.observers += observers(cfg, sink)
         trainer.train(sink)

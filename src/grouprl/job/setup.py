@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from grouprl.config import Config, ConfigError
-from grouprl.config_extra import resolve_schedule
+from grouprl.config import resolve_schedule
 from grouprl.data.chat_format import apply_chat_template
 from grouprl.job.observer import TrainObserver
 
@@ -33,7 +33,7 @@ def observers(cfg: Config, sink) -> list[TrainObserver]:
     from grouprl.job.periodic_eval import PeriodicEval
 
     found: list[TrainObserver] = []
-    if cfg.evaluation.eval_strategy == "steps":
+    if cfg.eval.eval_strategy == "steps":
         found.append(PeriodicEval(cfg, sink))
     if not process_info().is_main:
         return found
@@ -48,6 +48,6 @@ def observers(cfg: Config, sink) -> list[TrainObserver]:
                                                      hub.overwrite_hub_revision)),
                                  hub.push_to_hub_revision, hub.push_to_hub)
         found.append(pusher)
-    if cfg.schedule.save_total_limit:
-        found.append(CheckpointRotation(cfg.schedule.save_total_limit, pusher.busy if pusher else None))
+    if cfg.train.save_total_limit:
+        found.append(CheckpointRotation(cfg.train.save_total_limit, pusher.busy if pusher else None))
     return found

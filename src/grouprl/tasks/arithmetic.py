@@ -64,9 +64,9 @@ def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operato
 
 @register_task("arithmetic", max_new_tokens=6)
 def build_arithmetic(cfg: Config) -> SingleTurnTask:
-    task_config = cfg.task
+    task_config, own = cfg.task, cfg.arithmetic
     train, held_out = generate_rows(task_config.n_train or 6000, max(cfg.eval.n_eval, 1),
-                                    task_config.arithmetic_digits, task_config.arithmetic_operands,
-                                    task_config.arithmetic_operators, task_config.arithmetic_reverse_answer)
+                                    own.arithmetic_digits, own.arithmetic_operands,
+                                    own.arithmetic_operators, own.arithmetic_reverse_answer)
     return SingleTurnTask("arithmetic", train, held_out, task_config.system_prompt, ["arithmetic_digits"],
                           "arithmetic_exact", corpus_extra=ALPHABET, predict=parse_answer)

@@ -118,8 +118,9 @@ def _sizes(cfg: Config) -> tuple[int, int]:
 @register_task("gridworld", max_new_tokens=24)
 def build_gridworld(cfg: Config) -> EnvTask:
     task_config, (n_train, n_eval) = cfg.task, _sizes(cfg)
-    make = functools.partial(GridWorld, size=task_config.grid_size, hole_fraction=task_config.hole_fraction,
-                             slippery=task_config.slippery, max_steps=cfg.rollout.max_episode_steps,
+    grid = cfg.gridworld
+    make = functools.partial(GridWorld, size=grid.grid_size, hole_fraction=grid.hole_fraction,
+                             slippery=grid.slippery, max_steps=cfg.rollout.max_episode_steps,
                              instructions=task_config.system_prompt)
     return _env_task(cfg, "gridworld", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
                      make().instructions)
@@ -128,7 +129,7 @@ def build_gridworld(cfg: Config) -> EnvTask:
 @register_task("sokoban", max_new_tokens=24)
 def build_sokoban(cfg: Config) -> EnvTask:
     task_config, (n_train, n_eval) = cfg.task, _sizes(cfg)
-    make = functools.partial(Sokoban, size=task_config.sokoban_size, boxes=task_config.sokoban_boxes,
+    make = functools.partial(Sokoban, size=cfg.sokoban.sokoban_size, boxes=cfg.sokoban.sokoban_boxes,
                              max_steps=cfg.rollout.max_episode_steps, instructions=task_config.system_prompt)
     return _env_task(cfg, "sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
                      make().instructions)
@@ -139,12 +140,12 @@ def build_calculator(cfg: Config) -> EnvTask:
     """Questions of a single-turn task (``calculator_questions``) answered with calculator calls."""
     task_config = cfg.task
     source = cfg.model_copy(deep=True)
-    source.task.task = task_config.calculator_questions
-    questions = task_spec(task_config.calculator_questions).build(source)
+    source.task.task = cfg.calculator.calculator_questions
+    questions = task_spec(cfg.calculator.calculator_questions).build(source)
     train, held_out = questions.train_rows, questions.eval_rows
     for row in train + held_out:
         row["env_args"] = {"question": row["question"], "answer": Calculator.from_row(row).answer,
-                           "max_calls": task_config.calculator_max_calls, "instructions": task_config.system_prompt}
+                           "max_calls": cfg.calculator.calculator_max_calls, "instructions": task_config.system_prompt}
     return _env_task(cfg, "calculator", train, held_out, Calculator, task_config.system_prompt or CALCULATOR_PROMPT,
                      demos_on_seeds=False)
 

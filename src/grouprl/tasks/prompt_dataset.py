@@ -13,36 +13,15 @@ import logging
 import string
 from typing import Any
 
-from pydantic import Field
-
-import grouprl.config_extra  # noqa: F401 - registers the prompts/schedule/evaluation/hub/loading sections
-from grouprl.config import Config, ConfigError, Section
-from grouprl.data.mixture import DatasetMixture, MixtureError, hold_out, load_mixture
+from grouprl.config import Config, ConfigError
+from grouprl.config.task_sections import PromptDatasetConfig
+from grouprl.data.mixture import MixtureError, hold_out, load_mixture
 from grouprl.data.prompt_rows import BadRowsError, PromptSpec, prompt_messages, to_prompt_rows
 from grouprl.data.sources import DatasetSourceError, load_split
 from grouprl.tasks.base import SingleTurnEnv
 from grouprl.tasks.registry import register_task
 
 log = logging.getLogger(__name__)
-
-
-class PromptDatasetConfig(Section):
-    dataset_train_split: str = Field("train", description="prompt_dataset: split to train on")
-    dataset_test_split: str | None = Field(
-        None, description="prompt_dataset: split to evaluate on (empty = none, or test_split_size)")
-    test_split_size: float | int | None = Field(
-        None, gt=0, description="prompt_dataset: hold out this share (< 1) or count of the training split for eval")
-    dataset_prompt_column: str = Field("prompt", description="prompt_dataset: column with the prompt (a string or "
-                                                             "chat messages)")
-    dataset_solution_column: str | None = Field(
-        None, description="prompt_dataset: column with the ground truth (empty = 'solution' or 'answer' when present)")
-    dataset_mixture: DatasetMixture | None = Field(
-        None, description="prompt_dataset: open-r1 mixture {datasets: [{id, config, split, columns, weight}], seed, "
-                          "test_split_size}; weight = fraction of that dataset kept")
-    max_bad_row_fraction: float = Field(
-        0.05, ge=0, le=1, description="prompt_dataset: stop when more than this share of a split's rows is bad")
-    correct_reward: str | None = Field(
-        None, description="prompt_dataset: the reward whose 1.0 means correct (empty = the first reward)")
 
 
 SOLUTION_COLUMNS = ("solution", "answer", "ground_truth")
@@ -131,7 +110,7 @@ def _raw_splits(cfg: Config, d: PromptDatasetConfig):
     return train, test, source
 
 
-@register_task("prompt_dataset", max_new_tokens=256, section=("data", PromptDatasetConfig))
+@register_task("prompt_dataset", max_new_tokens=256)
 def build_prompt_dataset(cfg: Config) -> PromptDatasetTask:
     d: PromptDatasetConfig = cfg.data
     task_cfg = cfg.task

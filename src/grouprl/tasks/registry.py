@@ -3,15 +3,16 @@
 A task registers a builder ``build(cfg) -> Task`` with its name, its default completion cap
 and, if it has fields of its own, a config section::
 
-    class SlatesConfig(Section):
-        slate_size: int = Field(5, gt=0, description="slates: items per slate")
+    class CountingConfig(Section):
+        counting_start: int = Field(0, description="counting: the first number")
 
-    @register_task("slates", max_new_tokens=64, section=("slates", SlatesConfig))
-    def build_slates(cfg: Config) -> Task:
-        ...  # read cfg.slates.slate_size
+    @register_task("counting", max_new_tokens=64, section=("counting", CountingConfig))
+    def build_counting(cfg: Config) -> Task:
+        ...  # read cfg.counting.counting_start
 
-The section's fields then work as ``--slate_size``, ``GROUPRL_SLATE_SIZE`` and in recipes
-(nested under ``slates:`` or flat), like every other field.
+The section's fields then work as ``--counting_start``, ``GROUPRL_COUNTING_START`` and in recipes
+(nested under ``counting:`` or flat), like every other field. The built-in tasks' sections are
+typed in ``config/task_sections.py``.
 
 A built task provides (see ``tasks/base.py`` and ``tasks/env_task.py``): ``name``,
 ``train_rows``/``eval_rows``, ``reward_names``/``reward_weights``/``reward_kwargs``,

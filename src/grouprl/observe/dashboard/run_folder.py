@@ -157,7 +157,8 @@ def flag_words(value: Any) -> list[str]:
 
 def changed_fields(config: dict[str, Any]) -> dict[str, Any]:
     """The flat fields of a saved config that differ from grouprl's defaults for its task."""
-    from grouprl.config import Config, ConfigError, build_config
+    from grouprl.config import Config, ConfigError
+    from grouprl.run_config import build_config
 
     task = (config.get("task") or {}).get("task")
     try:

@@ -9,46 +9,27 @@ GAIL discriminator) and the mixer (``scorer_extras``).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, create_model
-
-from grouprl.config import ENV_VARS, Config, Section
+from grouprl.config import Config
+from grouprl.config.task_sections import GrailConfig
 from grouprl.records import Episode
 from grouprl.rewards.builtin.slate_accuracy import parse_slate_answer
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
 from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
 from grouprl.tasks.slates.rows import HUB_IDS, load_raw_split, prepare_rows
-from grouprl.tasks.slates.settings import ENV_NAMES, GrailSettings, build_discriminator, build_mixer, grail_settings
+from grouprl.tasks.slates.settings import build_discriminator, build_mixer
 from grouprl.tasks.slates.synthetic import generate_issue
 
 log = logging.getLogger(__name__)
-_TYPES = {"bool": bool, "int": int, "float": float, "str": str}
-
-# The task's own fields plus every GRAIL switch (named like its environment variable, lower case).
-SlatesConfig = create_model(
-    "SlatesConfig", __base__=Section,
-    slate_issue=(Literal["gun_control", "minimum_wage"],
-                 Field("gun_control", description="slates: which issue (picks the default hub dataset)")),
-    slate_train_split=(str, Field("train", description="slates: training split")),
-    slate_eval_split=(str, Field("validation", description="slates: evaluation split")),
-    slate_solution_column=(str, Field("next_video_id", description="slates: the gold next-video id column")),
-    slate_synthetic_validation=(int, Field(300, gt=0, description="slates, synthetic data: validation rows")),
-    slate_synthetic_max_prior=(int, Field(4, ge=0, description="slates, synthetic data: most earlier videos")),
-    slate_synthetic_seed=(int, Field(0, description="slates, synthetic data: data seed")),
-    slate_tiny_tokenizer=(Literal["word", "char"],
-                          Field("word", description="slates: the tiny model's tokenizer (word: ~4x shorter prompts)")),
-    **{f.name: (_TYPES[f.type], Field(f.default, description=f.metadata["help"])) for f in fields(GrailSettings)},
-)
-ENV_VARS.update(ENV_NAMES)  # GAIL_USE=0 etc. override the recipe, as in the original launchers
 
 
 @dataclass
 class SlateTask(SingleTurnTask):
-    settings: GrailSettings = field(default_factory=GrailSettings)
+    settings: GrailConfig = field(default_factory=GrailConfig)
     seed: int = 0
     output_dir: str = "."
     tiny_tokenizer: str = "word"
@@ -94,7 +75,7 @@ class SlateTask(SingleTurnTask):
         }
 
 
-def _rows(cfg: Config, s, settings: GrailSettings) -> tuple[list, list]:
+def _rows(cfg: Config, s, settings: GrailConfig) -> tuple[list, list]:
     source = cfg.task.dataset_name_or_path or HUB_IDS[s.slate_issue]
     options = dict(solution_key=s.slate_solution_column, max_history=settings.grail_max_history,
                    show_ids=settings.grail_show_ids)
@@ -110,10 +91,10 @@ def _rows(cfg: Config, s, settings: GrailSettings) -> tuple[list, list]:
     return train, held_out
 
 
-@register_task("slates", max_new_tokens=48, section=("slates", SlatesConfig))
+@register_task("slates", max_new_tokens=48)
 def build_slates(cfg: Config) -> SlateTask:
     slates = cfg.slates
-    settings = grail_settings(slates.model_dump(), environ={})  # the environment is already in cfg (ENV_VARS)
+    settings = cfg.grail  # GAIL_USE=0 etc. are already in it (the section declares them as environment aliases)
     train, held_out = _rows(cfg, slates, settings)
     if cfg.task.n_train:
         train = train[: cfg.task.n_train]

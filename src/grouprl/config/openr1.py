@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
-from grouprl.config import ConfigError
+from grouprl.config.base import ConfigError
 
 # open-r1 key -> grouprl key, same value.
 RENAMED = {
