@@ -16,6 +16,7 @@ import torch
 
 from grouprl.algos.advantages import Estimator, StepTensors, discounted_returns, run_estimator
 from grouprl.algos.anchors import anchor_group_ids
+from grouprl.config import ConfigError
 from grouprl.records import Episode
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
                           if penalty_on_step else None)
     # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
     # advantage becomes 0 -- nothing is learned, silently.
-    out = run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options)
+    out = checked_output(estimator, run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options),
+                         scores, len(steps))
     # An episode-level estimator gives one value per episode (broadcast to its steps), a step-level one
     # a value per step or a record of parts (gigpo); a part it leaves out takes its plain default.
     if not estimator.step_level:
@@ -95,6 +97,34 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
     if log.isEnabledFor(logging.DEBUG):
         log_groups(episodes, scores, record)
     return record
+
+
+class EstimatorOutputError(ConfigError):
+    """An estimator (a user's, usually) returned what no loss can use: the wrong shape, or NaN/inf."""
+
+
+def checked_output(estimator: Estimator, out: Any, scores: torch.Tensor, n_steps: int) -> Any:
+    """The estimator's output when it is one finite value per episode (per step for a step-level one),
+    else ``EstimatorOutputError`` naming the estimator, what it returned and what was expected."""
+    level, n = ("step", n_steps) if estimator.step_level else ("episode", len(scores))
+    values = out.advantage if estimator.step_level and hasattr(out, "advantage") else out
+    where = f"advantage estimator '{estimator.name}'"
+    try:
+        tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise EstimatorOutputError(f"{where} returned {type(values).__name__}; expected a tensor of {n} values, one per "
+                                   f"{level}") from None
+    if tuple(tensor.shape) != (n,) or not (tensor.is_floating_point() or tensor.dtype in (torch.int32, torch.int64)):
+        raise EstimatorOutputError(f"{where} returned a {tensor.dtype} tensor of shape {tuple(tensor.shape)} for "
+                                   f"{len(scores)} episodes ({n_steps} steps); expected shape ({n},), one value per "
+                                   f"{level}")
+    bad = ~torch.isfinite(tensor.to(torch.float64))
+    if bad.any() and torch.isfinite(scores).all():  # non-finite scores are the rewards' fault, reported there
+        raise EstimatorOutputError(f"{where} returned NaN or inf for {int(bad.sum())} of {n} {level}s (first: "
+                                   f"{level} {int(bad.nonzero()[0])}) from finite scores; expected finite values")
+    if isinstance(out, torch.Tensor) or not hasattr(out, "advantage"):
+        return tensor.to(torch.float64)
+    return out
 
 
 def log_groups(episodes: list[Episode], scores: torch.Tensor, record: AdvantageRecord) -> None:
