@@ -156,7 +156,7 @@ class Scorer:
         built = {key: build_reward(name, (reward_kwargs or {}).get(name), sandbox_user_rewards, run_dir)
                  for key, name in zip(unique_keys(list(reward_names)), reward_names)}
         all_weights = dict(zip(built, normalized_weights(weights, normalize_weights)))
-        self.fns, named_learned = split_learned(built)
+        self.fns, named_learned, named_mixer = split_learned(built)
         self.keys = list(self.fns)
         self.weights = {key: all_weights[key] for key in self.keys}
         self.judge_key = correct_reward if correct_reward in self.keys else None
@@ -168,7 +168,7 @@ class Scorer:
         self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
         self.learned = list(learned or []) + list(named_learned.values())
         self.learned_weights = list(learned_weights or [1.0] * len(learned or [])) + [all_weights[k] for k in named_learned]
-        self.mixer = mixer
+        self.mixer = mixer if mixer is not None else named_mixer  # one a learned reward brought
         self._evaluating = False  # inside eval_mode(): learned rewards score, never update or gather
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
         self.penalty_in_rewards = penalty_in_rewards  # False: invalid_penalty on_step (charged in the advantage)

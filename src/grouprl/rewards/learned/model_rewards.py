@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from grouprl.config import ConfigError
-from grouprl.rewards.learned.protocol import LearnedReward
+from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
 from grouprl.rewards.resolve import bind_options, resolve_reward
 
 JUDGES = ("judge", "group_judge")
@@ -38,21 +38,36 @@ def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_
         return reward_model_reward(name, **options)
     fn = resolve_reward(name, sandbox_user_rewards)
     if getattr(fn, "makes_learned_reward", False):
-        reward = fn(**options)
-        if not isinstance(reward, LearnedReward):
-            raise ConfigError(f"reward '{name}': the @learned_reward factory returned {type(reward).__name__}; "
-                              "expected an object with name, frozen, score, update, state_dict, load_state_dict")
-        return reward
+        made = fn(**options)
+        reward, mixer = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
+        if not isinstance(reward, LearnedReward) or (mixer is not None and not isinstance(mixer, RewardMixer)):
+            raise ConfigError(f"reward '{name}': the @learned_reward factory returned {type(made).__name__}; "
+                              "expected a LearnedReward (name, frozen, score, update, state_dict, load_state_dict) "
+                              "or a (LearnedReward, RewardMixer) pair")
+        return LearnedWithMixer(reward, mixer) if mixer is not None else reward
     return bind_options(fn, options or None)
 
 
 def learned_reward(factory):
-    """Mark ``factory(**options) -> LearnedReward`` so that naming it in ``rewards:`` builds a learned reward."""
+    """Mark ``factory(**options) -> LearnedReward`` (or ``(LearnedReward, RewardMixer)``) so that naming it in
+    ``rewards:`` builds a learned reward (and the mixer that combines it with the fixed rewards)."""
     factory.makes_learned_reward = True
     return factory
 
 
-def split_learned(built: dict[str, Any]) -> tuple[dict[str, Any], dict[str, LearnedReward]]:
-    """(reward functions, learned rewards) of the built rewards, each keyed as in the recipe."""
+class LearnedWithMixer(tuple):
+    """A learned reward and the mixer it brings (at most one mixer per run)."""
+
+    def __new__(cls, reward: LearnedReward, mixer: RewardMixer):
+        return super().__new__(cls, (reward, mixer))
+
+
+def split_learned(built: dict[str, Any]) -> tuple[dict[str, Any], dict[str, LearnedReward], RewardMixer | None]:
+    """(reward functions, learned rewards, the mixer one of them brought) of the built rewards, keyed as in
+    the recipe."""
+    mixers = [obj[1] for obj in built.values() if isinstance(obj, LearnedWithMixer)]
+    if len(mixers) > 1:
+        raise ConfigError(f"rewards: {len(mixers)} learned rewards bring a mixer; a run mixes with at most one")
+    built = {key: obj[0] if isinstance(obj, LearnedWithMixer) else obj for key, obj in built.items()}
     learned = {key: obj for key, obj in built.items() if isinstance(obj, LearnedReward)}
-    return {key: obj for key, obj in built.items() if key not in learned}, learned
+    return {key: obj for key, obj in built.items() if key not in learned}, learned, (mixers[0] if mixers else None)
