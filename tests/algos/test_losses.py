@@ -203,3 +203,35 @@ def test_importance_modes():
     w, s = sampling_correction("sequence_mask")(old, mu, mask, cap=3.0)
     assert torch.allclose(w, torch.tensor([[0.0], [0.5]]), atol=1e-6)
     assert float(s["importance_sampling/sequence_masked_fraction"]) == 0.5
+
+
+def test_truncate_logits_keeps_what_top_k_and_top_p_keep():
+    from grouprl.algos.losses import selective_log_softmax, truncate_logits
+
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
+    logits = probs.log()
+    # top_p 0.9: the low tail 0.05 (<= 1 - 0.9) goes; 0.05 + 0.15 = 0.2 > 0.1 keeps 0.15
+    cut = truncate_logits(logits, torch.tensor([1]), top_p=0.9)
+    assert torch.isinf(cut[0, 0]) and torch.isfinite(cut[0, 1:]).all()
+    assert float(selective_log_softmax(cut, torch.tensor([1]))) == pytest.approx(LOG(0.5 / 0.95), rel=1e-5)
+    # top_k 2 keeps 0.5 and 0.3; then top_p 0.7 on the renormalised (0.625, 0.375) drops nothing more
+    cut = truncate_logits(logits, torch.tensor([3]), top_k=2, top_p=0.7)
+    assert torch.isinf(cut[0, [0, 2]]).all() and torch.isfinite(cut[0, [1, 3]]).all()
+    # top_p 0.5 keeps the most likely alone, but the sampled token stays in (a boundary rounding)
+    cut = truncate_logits(logits, torch.tensor([3]), top_p=0.5)
+    assert torch.isfinite(cut[0, [1, 3]]).all() and torch.isinf(cut[0, [0, 2]]).all()
+    assert truncate_logits(logits, torch.tensor([1])) is logits  # top_k 0, top_p 1: untouched
+    tied = torch.tensor([[1.0, 2.0, 2.0, 0.0]])  # ties at the k-th value are kept, as vLLM keeps them
+    assert torch.isfinite(truncate_logits(tied, torch.tensor([1]), top_k=1)[0, 1:3]).all()
+
+
+def test_truncated_scoring_gradient_and_entropy_are_finite():
+    from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+
+    logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    ids = torch.arange(6)
+    cut = truncate_logits(logits, ids, top_k=4, top_p=0.8)
+    value = selective_log_softmax(cut, ids).sum() + scored_entropy(cut, "grad").sum()
+    value.backward()
+    assert torch.isfinite(value) and torch.isfinite(logits.grad).all()
+    assert (logits.grad[torch.isinf(cut)] == 0).all()  # no gradient to tokens outside the support

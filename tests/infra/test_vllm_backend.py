@@ -94,3 +94,21 @@ def test_temperature_scales_the_reported_logprobs(setup):
     m = batch.completion_mask.bool()
     theirs = torch.tensor([[lp for lp in c.logprobs] + [0.0] * (ours.size(1) - len(c.ids)) for c in comps])
     assert float((ours - theirs)[m].abs().max()) < LOGPROB_TOL
+
+
+@pytest.mark.parametrize("top_k, top_p", [(0, 0.9), (5, 1.0), (8, 0.9)])
+def test_truncated_sampling_ratio_is_one_on_unchanged_weights(setup, top_k, top_p):
+    """With top-k / top-p the engine's log-probs are renormalised over the tokens it kept; the trainer
+    renormalised over the same support gives pi_old / mu = 1 (to 1e-3) on unchanged weights, where the
+    full-vocabulary log-probs give the kept mass instead (trl#6789)."""
+    model, tok, engine, prompts = setup
+    comps = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, top_p=top_p, top_k=top_k))
+    batch = pack(prompts, [c.ids for c in comps], 0)
+    with torch.no_grad():
+        ours, _ = completion_logps(model, batch, support=(top_k, top_p))
+        full, _ = completion_logps(model, batch)
+    m = batch.completion_mask.bool()
+    theirs = torch.tensor([[lp for lp in c.logprobs] + [0.0] * (ours.size(1) - len(c.ids)) for c in comps])
+    ratio = (ours - theirs)[m].exp()
+    assert float((ratio - 1).abs().max()) < 1e-3
+    assert float((full - theirs)[m].exp().mean()) < 0.99  # without the support: biased by the kept mass

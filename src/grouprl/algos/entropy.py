@@ -45,11 +45,13 @@ class EntropyBonus:
         self.coef = min(max(self.coef + step, self.coef_min), self.coef_max)
         self.last_entropy = batch_entropy
 
-    def state_dict(self) -> dict[str, float]:
-        return {"coef": self.coef, "last_entropy": self.last_entropy}
+    def state_dict(self) -> dict[str, float | None]:
+        """JSON-ready (no entropy seen yet: None)."""
+        return {"coef": self.coef, "last_entropy": None if math.isinf(self.last_entropy) else self.last_entropy}
 
-    def load_state_dict(self, state: dict[str, float]) -> None:
-        self.coef, self.last_entropy = float(state["coef"]), float(state["last_entropy"])
+    def load_state_dict(self, state: dict[str, float | None]) -> None:
+        last = state["last_entropy"]
+        self.coef, self.last_entropy = float(state["coef"]), math.inf if last is None else float(last)
 
 
 def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float, total_tokens: float | None = None

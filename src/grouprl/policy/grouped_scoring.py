@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.algos.losses import scored_entropy, selective_log_softmax
+from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
 from grouprl.policy.scoring import TokenBatch
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
@@ -143,8 +143,8 @@ def supports_grouped_scoring(model) -> bool:
     return head is not None and config._attn_implementation in SUPPORTED_ATTENTION and not softcap
 
 
-def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
-                             with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
+                             support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as ``scoring.completion_logps``: (N, T) log pi(y_t | x, y_<t) (and entropy), equal to it
     wherever ``batch.completion_mask`` is 1 and 0 elsewhere."""
     device = batch.completion_ids.device
@@ -164,14 +164,16 @@ def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
     if temperature != 1.0:
         logits = logits / temperature
     where = tuple(layout.where.to(device))
+    if support is not None:
+        logits = truncate_logits(logits, layout.targets.to(device), *support)
     logps = logps.index_put(where, selective_log_softmax(logits, layout.targets.to(device)))
     if with_entropy:
         entropy = entropy.index_put(where, scored_entropy(logits, with_entropy))
     return logps, entropy
 
 
-def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0,
-                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
+                        support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as ``grouped_completion_logps``, through the model's KV cache instead of a block mask.
 
     Each distinct prompt (all but its last token) runs once, into a ``DynamicCache`` whose keys and
@@ -229,6 +231,8 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0,
         logits = logits / temperature
     rows, cols = real.nonzero(as_tuple=True)
     where = (kept[rows], cols)
+    if support is not None:
+        logits = truncate_logits(logits, completion[real], *support)
     logps = logps.index_put(where, selective_log_softmax(logits, completion[real]))
     if with_entropy:
         entropy = entropy.index_put(where, scored_entropy(logits, with_entropy))
@@ -266,11 +270,11 @@ def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
     return block, cache
 
 
-def auto_grouped_logps(model, batch: TokenBatch, temperature: float = 1.0,
-                       with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def auto_grouped_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
+                       support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``grouped_layout: auto`` (without gradient checkpointing): per batch, the layout ``layout_costs``
     estimates cheaper. The block mask wins with short or uneven completions (no padding, one pass),
     the cache with long even ones (its attention grows with K T (p + T), not (p + K T)^2)."""
     block, cache = layout_costs(model, batch)
     scorer = shared_prefix_logps if cache < block else grouped_completion_logps
-    return scorer(model, batch, temperature, with_entropy)
+    return scorer(model, batch, temperature, with_entropy, support)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.algos.losses import scored_entropy, selective_log_softmax
+from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
 
 
 @dataclass
@@ -48,14 +48,15 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int) ->
     return TokenBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)
 
 
-def completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
-                     with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+def completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
+                     support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(y_t | x, y_<t) for every completion position, logits scaled by 1/temperature.
 
     Only the last T+1 positions go through the LM head (``logits_to_keep``), and the
     log-softmax is taken per chunk, so no full (B, L, V) float32 tensor is ever built.
     Positions follow the attention mask, as in ``generate``. ``with_entropy``: True, the
     per-position entropy as a detached metric; "grad", with its gradient (the entropy bonus).
+    ``support`` (top_k, top_p): renormalised over the tokens the sampler kept (``truncate_logits``).
     """
     input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
     attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
@@ -66,6 +67,8 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
     if temperature != 1.0:
         logits = logits / temperature
     flat = logits.reshape(-1, logits.size(-1))
+    if support is not None:
+        flat = truncate_logits(flat, batch.completion_ids.reshape(-1), *support)
     logps = selective_log_softmax(flat, batch.completion_ids.reshape(-1)).view(-1, T)
     entropy = scored_entropy(flat, with_entropy).view(-1, T) if with_entropy else None
     return logps, entropy

@@ -136,13 +136,16 @@ class Learner:
         accum = parallel.micro_batches(n, train.gradient_accumulation_steps)
         bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
         micro = [slice(bounds[i], bounds[i + 1]) for i in range(accum)]
-        temperature = self.cfg.rollout.temperature
+        temperature, rollout = self.cfg.rollout.temperature, self.cfg.rollout
+        # top-k / top-p sampling: pi and pi_old renormalised over the tokens the sampler kept, as the engine's
+        # log-probs are (the reference stays the full distribution, as NeMo-RL and prime-rl keep it)
+        support = (rollout.top_k, rollout.top_p) if rollout.top_k > 0 or rollout.top_p < 1 else None
         # pi_old: only needed as a separate pass when the batch is reused (mu > 1); for mu = 1
         # pi_old = pi_theta and ratio = 1, so the detached current log-probs serve (no extra forward).
         old = ref = None
         with torch.no_grad():
             if algorithm.num_iterations > 1:
-                old = torch.cat([score(model, batch.slice(m), temperature)[0] for m in micro])
+                old = torch.cat([score(model, batch.slice(m), temperature, support=support)[0] for m in micro])
             if algorithm.beta > 0:
                 with self.policy.reference_context():
                     reference = self.policy.reference_model()
@@ -158,7 +161,8 @@ class Learner:
             for i, m in enumerate(micro):
                 part = batch.slice(m)
                 with parallel.accumulate(self.model, sync=i == len(micro) - 1):
-                    logps, entropy = score(self.model, part, temperature, with_entropy="grad" if coef else True)
+                    logps, entropy = score(self.model, part, temperature, with_entropy="grad" if coef else True,
+                                           support=support)
                     pi_old = logps.detach() if old is None else old[m]
                     weights, is_stats = (None, {}) if correct is None else correct(
                         pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)

@@ -13,7 +13,6 @@ one trainer trains all of them.
 from __future__ import annotations
 
 import contextlib
-import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,32 +36,11 @@ from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, 
 from grouprl.train.checkpoint import (RNG_FILE, load_training_state, read_rng_states, restore_rng_states, rng_state,
                                       save_checkpoint)
 from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
+from grouprl.train.dynamic_sampling import DynamicSampler
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
+from grouprl.train.sampling import CurriculumSampler, RowSampler
 from grouprl.train.step_metrics import batch_metrics
 from grouprl.user_code import import_callable
-
-
-class RowSampler:
-    """Rows in a seeded order, reshuffled every epoch; ``position`` is the only state."""
-
-    def __init__(self, rows: list[dict[str, Any]], seed: int, position: int = 0):
-        self.rows, self.seed, self.position = rows, seed, position
-        self._epoch, self._cached = -1, []
-
-    def _order(self, epoch: int) -> list[int]:
-        if epoch != self._epoch:  # one shuffle per epoch, derived from (seed, epoch) alone
-            self._cached = list(range(len(self.rows)))
-            random.Random(self.seed * 100003 + epoch).shuffle(self._cached)
-            self._epoch = epoch
-        return self._cached
-
-    def next(self, n: int) -> list[dict[str, Any]]:
-        out = []
-        for _ in range(n):
-            epoch, offset = divmod(self.position, len(self.rows))
-            out.append(self.rows[self._order(epoch)[offset]])
-            self.position += 1
-        return out
 
 
 @dataclass
@@ -91,7 +69,12 @@ class Trainer:
         self.learner = Learner(cfg, policy, parallel)
         self.sampling = SamplingParams.for_rollout(cfg)
         self.settings = episode_settings(cfg, task)
-        self.sampler = RowSampler(task.train_rows, cfg.train.seed)
+        objective = cfg.objective
+        curriculum, dynamic = objective.curriculum, objective.dynamic_sampling
+        self.sampler = RowSampler(task.train_rows, cfg.train.seed) if curriculum is None else CurriculumSampler(
+            task.train_rows, cfg.train.seed, curriculum.skip_steps, curriculum.max_skipped_fraction)
+        self.dynamic = None if dynamic is None else DynamicSampler(dynamic.metric, dynamic.max_batches,
+                                                                   cfg.rollout.batch_size, parallel)
         self.pool = make_pool(cfg.rollout.env_workers, cfg.rollout.ray_address) if task.multi_step else LocalEnvPool()
         self.estimator = get_estimator(cfg.algorithm.advantage)
         self.estimator_options = estimator_options(cfg.algorithm, self.estimator)
@@ -135,14 +118,29 @@ class Trainer:
         self.backend.load_weights(self.policy.model)  # engines with their own weight copy take the new ones
         return stats
 
+    def collect(self, seconds: dict[str, float]) -> tuple[GlobalBatch, Scores]:
+        """Rollout, score and gather one batch; with dynamic sampling, rounds of them until the batch is
+        full (``train/dynamic_sampling.py``). The curriculum sees every round's verdicts."""
+        phase = _timer(seconds)
+
+        def one_round() -> tuple[GlobalBatch, Scores]:
+            with phase("generation_time"):
+                episodes = self.rollout()
+            with phase("score_time"):
+                scores = self.score(episodes)
+            batch, scores = self.gather(episodes, scores)
+            if isinstance(self.sampler, CurriculumSampler):
+                self.sampler.observe(batch.episodes, self.step)
+            return batch, scores
+
+        if isinstance(self.sampler, CurriculumSampler):
+            self.sampler.start_step(self.step)
+        return one_round() if self.dynamic is None else self.dynamic.collect(one_round)
+
     def train_step(self) -> StepRecord:
         seconds: dict[str, float] = {}
         phase = _timer(seconds)
-        with phase("generation_time"):
-            episodes = self.rollout()
-        with phase("score_time"):
-            scores = self.score(episodes)
-        batch, scores = self.gather(episodes, scores)
+        batch, scores = self.collect(seconds)
         with phase("advantage_time"):
             advantages = self.advantages(batch.episodes, scores.episode)
         samples = self.samples(batch, advantages)
@@ -164,7 +162,8 @@ class Trainer:
                 "sandbox_fallbacks": float(sandbox.fallback_count()),  # runs without bubblewrap isolation
                 "sandbox_infra_errors": float(sandbox.infra_error_count()),  # runs the sandbox could not start
                 "step_time": elapsed, **record.seconds, "tokens_per_second": n_tokens / elapsed,
-                "learning_rate": self.learner.learning_rate}
+                "learning_rate": self.learner.learning_rate,
+                **(self.sampler.metrics() if isinstance(self.sampler, CurriculumSampler) else {})}
 
     # --- the loop -------------------------------------------------------------------------
     def resume(self, ckpt: str) -> None:
@@ -180,6 +179,11 @@ class Trainer:
                              "fresh per-process RNG streams (reshard_on_resume)")
         self.sampler.position = state["data_position"]
         self.run_state = state.get("extra", {})
+        objective = state.get("objective", {})  # the adaptive entropy coefficient, the curriculum's skips
+        if "entropy_bonus" in objective:
+            self.learner.entropy_bonus.load_state_dict(objective["entropy_bonus"])
+        if isinstance(self.sampler, CurriculumSampler) and "curriculum" in objective:
+            self.sampler.load_state_dict(objective["curriculum"])
 
     def checkpoint(self) -> Path:
         """Save this step's checkpoint (once: an observer may have saved it already) and announce it.
@@ -194,7 +198,8 @@ class Trainer:
         if self.parallel.is_main:
             path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer,
                                    self.learner.optimizer, self.learner.scheduler,
-                                   {"data_position": self.sampler.position, "extra": self.run_state}, self.scorer,
+                                   {"data_position": self.sampler.position, "extra": self.run_state,
+                                    "objective": self.objective_state()}, self.scorer,
                                    rng_states, model_state, optimizer_state)
         barrier()
         self._saved_step = self.step
@@ -202,6 +207,12 @@ class Trainer:
             for observer in self.observers:
                 observer.after_checkpoint(self, path)
         return path
+
+    def objective_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"entropy_bonus": self.learner.entropy_bonus.state_dict()}
+        if isinstance(self.sampler, CurriculumSampler):
+            state["curriculum"] = self.sampler.state_dict()
+        return state
 
     def train(self, sink: MetricsSink) -> list[dict[str, float]]:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -248,6 +259,6 @@ def _timer(seconds: dict[str, float]):
     def phase(name: str):
         start = time.perf_counter()
         yield
-        seconds[name] = time.perf_counter() - start
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - start  # rounds of one step add up
 
     return phase
