@@ -3,6 +3,7 @@
 * ``path/to/model`` or ``owner/name``: a sequence-classifier reward model (``reward_model.py``);
 * ``judge``: an LLM judge over an OpenAI-compatible endpoint, one call per completion (``judge.py``);
 * ``group_judge``: one call scores the K completions of a group together (RULER-style);
+* ``distilled_judge``: a small reward model trained online on a judge's labels (``distill.py``);
 * ``path/to/file.py:make_reward`` where ``make_reward`` is decorated ``@learned_reward``: a factory
   called with the options, whose ``LearnedReward`` joins the scorer's learned rewards (trained online,
   mixed with the fixed rewards by the scorer's rule or mixer).
@@ -26,6 +27,10 @@ def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_
     """The function the scorer calls for reward ``name`` with its recipe ``options`` bound; a model
     reward is built (and loaded) here, with ``run_dir`` holding a judge's response cache."""
     options = dict(options or {})
+    if name == "distilled_judge":
+        from grouprl.rewards.learned.distill import build_distilled_judge
+
+        return build_distilled_judge(options, run_dir)
     if name in JUDGES:
         from grouprl.rewards.learned.judge import build_judge
 
