@@ -28,6 +28,45 @@ def resolve_chat_template(value: str | None) -> str | None:
     return value
 
 
+def check_chat_template(value: str | None, kwargs: dict[str, Any] | None = None) -> None:
+    """Refuse a template that cannot render a conversation (before any model loads): a file that is not
+    UTF-8 text, a Jinja syntax error, an unknown filter or test, an undefined name, ``raise_exception``
+    on a plain user turn, or nothing rendered. ``ConfigError`` names the file or the inline text."""
+    from grouprl.config import ConfigError
+
+    if not value:
+        return
+    inline = "{" in value or len(value) >= 4096
+    where = "the inline template" if inline else value
+    try:
+        template = resolve_chat_template(value)
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"config key 'chat_template': {where} is not UTF-8 text (byte {err.object[err.start]:#04x} "
+                          f"at offset {err.start}); expected a Jinja chat template") from None
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
+        raise ConfigError(f"config key 'chat_template': {err}") from None
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    conversation = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "2+2?"},
+                    {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]
+    rendered = None
+    for messages in (conversation, conversation[1:2]):  # some templates refuse a system turn: a user turn must work
+        try:
+            rendered, _ = render_jinja_template(conversations=[messages], chat_template=template,
+                                                add_generation_prompt=True, bos_token="", eos_token="",
+                                                **(kwargs or {}))
+            if messages[-1]["content"] in rendered[0]:
+                break
+            failure, rendered = "the last user message is not in what it renders", None
+        except Exception as err:  # noqa: BLE001 - a template is code: any error of its rendering is the template's
+            line = f"line {err.lineno}: " if getattr(err, "lineno", None) else ""
+            failure = f"{line}{type(err).__name__}: {err}".replace("\n", " ")
+    if rendered is None:
+        raise ConfigError(f"config key 'chat_template': {where} cannot render a conversation ({failure[:300]}); "
+                          "expected a Jinja chat template that writes each message's content ('messages': role, "
+                          "content)")
+
+
 def apply_chat_template(tokenizer, chat_template: str | None) -> None:
     """Install the recipe's template on the tokenizer (it is then saved with every checkpoint)."""
     template = resolve_chat_template(chat_template)

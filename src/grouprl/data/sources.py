@@ -25,6 +25,30 @@ class DatasetSourceError(ValueError):
     """A dataset source that cannot be read, or a split it does not have."""
 
 
+TEXT_SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".txt")
+
+
+def check_utf8(path: str | Path) -> None:
+    """Refuse a text data file with a byte that is not UTF-8, naming the file, the row (its line) and the
+    byte, before any loader turns it into a traceback or silently into replacement characters."""
+    path = Path(path)
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DatasetSourceError(f"dataset file {path}: row {lineno} (line {lineno}) is not UTF-8 text (byte "
+                                         f"{line[err.start]:#04x} at column {err.start + 1}); expected UTF-8") from None
+
+
+def _check_text_files(path: Path) -> None:
+    """Every text data file of a source (one file, or a dir's files at any depth)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        if file.suffix.lower() in TEXT_SUFFIXES and not any(part.startswith(".") for part in file.parts[-2:]):
+            check_utf8(file)
+
+
 def _is_saved_to_disk(path: Path) -> bool:
     return (path / "dataset_dict.json").is_file() or (path / "state.json").is_file()
 
@@ -34,6 +58,8 @@ def load_split(source: str, config: str | None, split: str):
     import datasets
 
     path = Path(source)
+    if path.exists() and not (path.is_dir() and _is_saved_to_disk(path)):
+        _check_text_files(path)
     if path.is_file():
         builder = FILE_BUILDERS.get(path.suffix.lower())
         if builder is None:

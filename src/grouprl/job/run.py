@@ -26,6 +26,7 @@ from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
+from grouprl.data.chat_format import check_chat_template
 from grouprl.job.evaluate import evaluate
 from grouprl.job.run_dir import RunFolder
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
@@ -109,6 +110,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     except (KeyError, ValueError, TypeError) as err:
         raise ConfigError(f"config keys 'advantage'/'advantage_options': {err.args[0]}") from None
     prepare_schedule(cfg, task)  # epochs, warmup ratio, save strategy -> steps
+    check_chat_template(cfg.prompts.chat_template, cfg.prompts.chat_template_kwargs)  # renders, before any model
     shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
     saved = read_checkpoint_state(resume) if resume else {}
     if resume:

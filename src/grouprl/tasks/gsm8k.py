@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.config import Config
+from grouprl.data.sources import check_utf8
 from grouprl.rewards.builtin.gsm8k import extract_final, extract_gold
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
@@ -23,8 +24,9 @@ HUB_ID = "openai/gsm8k"
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    check_utf8(path)
     rows = []
-    with path.open() as fh:
+    with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grouprl.data.sources import check_utf8
 from grouprl.tasks.slates import schema
 from grouprl.tasks.slates.prompt import build_prompt, viewer_summary
 
@@ -21,8 +22,9 @@ HUB_IDS = {"gun_control": "od2961/grail-gun", "minimum_wage": "od2961/grail-wage
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    check_utf8(path)
     rows = []
-    with path.open() as fh:
+    with path.open(encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             if line.strip():
                 try:
