@@ -28,8 +28,11 @@ def import_callable(spec: str, what: str = "reward") -> Callable[..., Any]:
         sys.modules[module_name] = module
         try:
             module_spec.loader.exec_module(module)
-        except Exception as err:  # noqa: BLE001 - the user's file failed at import: name it, one line
+        except (Exception, SystemExit) as err:  # noqa: BLE001 - the user's file failed at import: name it
             sys.modules.pop(module_name, None)
+            if isinstance(err, SystemExit):  # sys.exit(0) at import must not end the run as a success
+                raise KeyError(f"{what} '{spec}': importing {path} called sys.exit({err.code!r}) "
+                               f"{_where(err, path)}a {what} file must define its function, not exit") from None
             raise KeyError(f"{what} '{spec}': importing {path} raised {_where(err, path)}"
                            f"{type(err).__name__}: {err}") from err
     else:
@@ -37,8 +40,8 @@ def import_callable(spec: str, what: str = "reward") -> Callable[..., Any]:
             module = importlib.import_module(where)
         except ImportError as err:
             raise KeyError(f"{what} '{spec}': cannot import module '{where}' ({err})") from None
-        except Exception as err:  # noqa: BLE001
-            raise KeyError(f"{what} '{spec}': importing module '{where}' raised {type(err).__name__}: {err}") from err
+        except (Exception, SystemExit) as err:  # noqa: BLE001
+            raise KeyError(f"{what} '{spec}': importing module '{where}' raised {type(err).__name__}: {err}") from None
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise KeyError(f"{what} '{spec}': '{where}' has no function '{attr}'")

@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from grouprl.records import Episode, Step
 from grouprl.rewards.kit import RewardFunctionError, reward_function, score_batch
 from grouprl.records import EvaluateResult
 from grouprl.rewards.scorer import Scorer
+from run_helpers import one_step_episodes
 
 REWARDS = textwrap.dedent('''
     from grouprl.records import EvaluateResult
@@ -38,22 +38,12 @@ REWARDS = textwrap.dedent('''
 ''')
 
 
-def _episodes(n: int) -> list[Episode]:
-    eps = []
-    for i in range(n):
-        ep = Episode(group_id=i // 4, index_in_group=i % 4, row={"question": "q", "ground_truth": "1"})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=str(i), action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": "q"}]))
-        eps.append(ep)
-    return eps
-
-
 @pytest.mark.parametrize("name, found", [("one_for_all", "1 result(s) for 16"), ("one_too_many", "17 result(s) for 16"),
                                          ("not_a_list", "returned EvaluateResult for 16"), ("floats", "returned float")])
 def test_a_wrong_count_fails_every_sample_of_the_call_naming_the_reward(tmp_path, name, found):
     path = tmp_path / "counts.py"
     path.write_text(REWARDS)
-    episodes = _episodes(16)
+    episodes = one_step_episodes([str(i) for i in range(16)])
     scores = Scorer([f"{path}:{name}", f"{path}:honest"], [1.0, 1.0], normalize_weights=False).score(episodes)
     assert scores.metrics["reward_errors"] == 16.0
     for ep in episodes:

@@ -12,7 +12,10 @@ import pytest
 
 from grouprl.rewards.resolve import resolve_reward
 
-BODY = "import pathlib\npathlib.Path({marker!r}).write_text('imported')\ndef fn(completion, truth):\n    return 1.0\n"
+# The marker write fails inside the sandbox (no such folder there), and a file whose import fails is
+# refused when the scorer is built; so the write is allowed to fail, and the marker shows where it ran.
+BODY = ("import pathlib\ntry:\n    pathlib.Path({marker!r}).write_text('imported')\nexcept OSError:\n    pass\n"
+        "def fn(completion, truth):\n    return 1.0\n")
 
 
 @pytest.fixture()

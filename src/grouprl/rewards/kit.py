@@ -58,13 +58,18 @@ def _call(fn: Callable, *args, **kwargs) -> Any:
 
 
 def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: str | None = None,
-                    requirements: list[str] | None = None):
-    """Declare a reward function (see the module docstring for the two contracts)."""
+                    requirements: list[str] | None = None, budget: str = "per_call"):
+    """Declare a reward function (see the module docstring for the two contracts). ``budget``:
+    ``per_call`` (the scorer's ``reward_timeout`` bounds one call) or ``per_sample`` (a batch reward
+    that bounds each sample itself: it gets ``sample_timeout=reward_timeout`` and a call budget of
+    ``reward_timeout`` per sample)."""
 
     def decorate(func: Callable) -> Callable:
         name = id or func.__name__
         if mode not in MODES:
             raise RewardFunctionError(f"reward '{name}': mode must be one of {MODES}, got {mode!r}")
+        if budget not in ("per_call", "per_sample"):
+            raise RewardFunctionError(f"reward '{name}': budget must be 'per_call' or 'per_sample', got {budget!r}")
         params = inspect.signature(func).parameters.values()
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
             raise RewardFunctionError(f"reward '{name}' must accept **kwargs (extra fields of the sample are "
@@ -89,6 +94,7 @@ def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: 
 
         wrapper.reward_mode = mode
         wrapper.reward_id = name
+        wrapper.budget = budget
         wrapper.requirements = list(requirements or [])
         wrapper.as_trl = functools.partial(to_trl, wrapper)
         return wrapper
@@ -147,4 +153,5 @@ def with_options(fn: Callable, **options: Any) -> Callable:
             return fn(messages, ground_truth=ground_truth, **{**kwargs, **options})
     bound.__name__ = fn.__name__
     bound.__doc__ = fn.__doc__
-    return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements)
+    return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements,
+                           budget=getattr(fn, "budget", "per_call"))

@@ -94,24 +94,45 @@ def _typed_part(key: str, episode: Episode, result) -> RewardPart:
                       result.reason, metrics)
 
 
+# A per-sample budget for a whole batch also pays for one sandbox start-up and the file's imports.
+BATCH_STARTUP_S = 15.0
+
+
 def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
-    def call(batch: list[Episode]):
+    """A pointwise reward: one call per sample, each with its own budget (an endless program costs its
+    own sample). A batch reward: one call for the batch, under one budget, or under ``timeout`` per
+    sample when it bounds each sample itself (``budget="per_sample"``: sandboxed user rewards)."""
+    per_sample = getattr(fn, "budget", "per_call") == "per_sample"
+
+    def columns_of(batch: list[Episode]) -> dict[str, list]:
         rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in batch]
         columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
         columns["group_ids"] = [ep.group_id for ep in batch]  # group-level rewards (length) need the groups
-        return call_with_timeout(score_batch, timeout, fn, [episode_messages(ep) for ep in batch],
-                                 [ep.row.get("ground_truth") for ep in batch], name=key, **columns)
+        if per_sample:
+            columns["sample_timeout"] = timeout or None
+        return columns
 
-    if len(episodes) > 1:
-        try:
-            return [_typed_part(key, ep, r) for ep, r in zip(episodes, call(episodes))]
-        except RewardTimeout as err:  # one budget per call: no sample-by-sample retry of a stuck reward
-            return [RewardPart(error=_error(key, err)) for _ in episodes]
-        except RewardFunctionError as err:
-            if fn.reward_mode == "batch":  # a wrong count or type: which result is whose is unknown
-                return [RewardPart(error=_error(key, err)) for _ in episodes]
-        except Exception:  # noqa: BLE001 - find the failing samples one by one below
-            pass
+    def call(batch: list[Episode]):
+        budget = timeout * len(batch) + BATCH_STARTUP_S if per_sample and timeout else timeout
+        return call_with_timeout(score_batch, budget, fn, [episode_messages(ep) for ep in batch],
+                                 [ep.row.get("ground_truth") for ep in batch], name=key, **columns_of(batch))
+
+    if fn.reward_mode == "pointwise":
+        calls = [((fn, [episode_messages(ep)], [ep.row.get("ground_truth")]), columns_of([ep])) for ep in episodes]
+        out = []
+        for ep, (value, err) in zip(episodes, map_with_timeout(score_batch, timeout, calls, name=key)):
+            try:
+                out.append(RewardPart(error=_error(key, err)) if err is not None else _typed_part(key, ep, value[0]))
+            except Exception as bad:  # noqa: BLE001 - a malformed result is this sample's error
+                out.append(RewardPart(error=_error(key, bad)))
+        return out
+    try:
+        return [_typed_part(key, ep, r) for ep, r in zip(episodes, call(episodes))]
+    except (RewardTimeout, RewardFunctionError) as err:  # the call's error: a stuck reward, a wrong count or type
+        return [RewardPart(error=_error(key, err)) for _ in episodes]
+    except Exception as err:  # noqa: BLE001 - find the failing samples one by one below
+        if len(episodes) == 1:
+            return [RewardPart(error=_error(key, err))]
     out = []
     for ep in episodes:
         try:

@@ -224,23 +224,6 @@ def tool_call_match(messages: list[Message], ground_truth: Any = None, mode: str
 
 # --------------------------------------------------------------------------- code_execution
 
-_STDIN_FILE = "__grouprl_stdin__.txt"
-
-
-def _with_stdin(code: str, stdin: str) -> str:
-    """``code`` prefixed so that its file descriptor 0 reads ``stdin``.
-
-    ``run_many`` shares one stdin across programs, so each case's input is written to a
-    file in the sandbox's scratch dir and put on fd 0 before the program runs (``input()``,
-    ``sys.stdin`` and ``open(0)`` all see it).
-    """
-    prefix = (f"import os as _gr_os\nwith open({_STDIN_FILE!r}, 'w', encoding='utf-8') as _gr_f:\n"
-              f"    _gr_f.write({stdin!r})\n"
-              f"_gr_fd = _gr_os.open({_STDIN_FILE!r}, _gr_os.O_RDONLY)\n_gr_os.dup2(_gr_fd, 0)\n"
-              "_gr_os.close(_gr_fd)\ndel _gr_os, _gr_f, _gr_fd\n")
-    return prefix + code
-
-
 def _norm_out(text: str) -> str:
     return "\n".join(line.rstrip() for line in str(text).strip().splitlines())
 
@@ -269,8 +252,8 @@ def _assert_verdicts(splits: dict, results: list, limits: dict) -> dict:
     order = sorted(splits)
     values = [code_harness.probe_values(results[i].stdout) for i in order]
     secret = secrets.token_hex(16)
-    judge = run_in_sandbox(code_harness.judge_program([splits[i] for i in order]),
-                           stdin=code_harness.judge_stdin(secret, values), **limits)
+    judge = run_in_sandbox(code_harness.JUDGE_PROGRAM, stdin=code_harness.judge_stdin([splits[i] for i in order],
+                                                                                     secret, values), **limits)
     if judge.infra_error:
         return {"judge": judge}
     found = code_harness.judge_verdicts(judge.stdout, secret, len(order))
@@ -317,14 +300,15 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
                               metrics={"pass_fraction": MetricResult(score=0.0, reason="no code block")})
 
     try:
-        splits = {i: code_harness.split_test(c) for i, c in enumerate(cases) if isinstance(c, str)}
+        splits = {i: code_harness.split_test(c, code) for i, c in enumerate(cases) if isinstance(c, str)}
     except code_harness.UnsupportedTest as err:
         return EvaluateResult(score=0.0, is_score_valid=False, reason=f"unsupported test: {err}",
                               error=f"code_execution: unsupported test: {err}")
-    programs = [_with_stdin(code_harness.child_program(code, splits[i]), "") if i in splits
-                else _with_stdin(code, str(c.get("input", "") or "")) for i, c in enumerate(cases)]
+    programs = [code_harness.PROBE_PROGRAM if i in splits else code for i in range(len(cases))]
+    stdins = [code_harness.child_stdin(code, splits[i]) if i in splits else str(c.get("input", "") or "")
+              for i, c in enumerate(cases)]
     limits = dict(timeout_s=float(timeout), cpu_s=max(1, math.ceil(float(timeout))) + 1, memory_mb=int(memory_mb))
-    results = run_many(programs, workers=int(workers), **limits)
+    results = run_many(programs, workers=int(workers), stdins=stdins, **limits)
     verdicts = _assert_verdicts(splits, results, limits) if splits else {}
     infra = next((r.infra_error for r in [*results, *verdicts.values()] if getattr(r, "infra_error", None)), None)
     if infra:  # the program never ran: no opinion, and the error is counted upstream
@@ -336,6 +320,8 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
     for i, (c, res) in enumerate(zip(cases, results)):
         if res.killed_reason is not None or res.timed_out:
             ok, why = False, _kill_text(res, float(timeout))
+        elif i in splits and not splits[i].probe_count:  # nothing of the solution's is called: nothing judged
+            ok, why = False, "the test calls nothing the solution defines"
         elif i in splits:
             ok, why = verdicts[i]
         elif res.exit_code != 0:

@@ -6,14 +6,21 @@ Whatever runs in the program's process is the program's, so the verdict is made 
 
 1. Each test is split (``split_test``) into what must run with the solution and what must not.
    ``assert sorted(f(x)) == [1, 2]`` becomes the *probe* ``f(x)`` (a value computed by the
-   solution's code) and the *check* ``sorted(V0) == [1, 2]``. Names the test does not define,
-   that are not builtins and not standard-library modules, are the solution's. Test helpers the
-   probes need cross cut down to what the probes read (``_child_data``).
-2. The solution runs in one sandbox with only the probes (``child_program``): it prints the
-   probes' values as plain data (None, bool, int, float, str, bytes, list, tuple, dict, set;
-   exact types, so no object of its own can cross) after a marker. The expected values are in
-   no file and no input it can see; an early exit leaves no values, which fails the case.
-3. A second sandbox runs only the checks on the decoded values (``judge_program``), with no
+   solution's code) and the *check* ``sorted(V0) == [1, 2]``. A name the solution defines is
+   the solution's, always, even when it is also a builtin or a standard-library module's name
+   (``max``, ``sorted``, ``calendar``): plain Python would call the solution's, and a solution
+   that does not define it fails instead of being judged by the builtin. Other names the test
+   does not define, that are not builtins and not standard-library modules, are the solution's
+   too; its standard-library imports (``from collections import Counter``) are repeated on the
+   judge's side. Test helpers the probes need cross cut down to what the probes read
+   (``_child_data``). A test that calls nothing of the solution's judges nothing: it fails.
+2. The solution runs in one sandbox with only the probes (``programs/probe.py``): it prints the
+   probes' values as plain data after a marker: None, bool, int, float, str, bytes, list,
+   tuple, dict, set, and the standard library's own types (Counter, defaultdict, namedtuple,
+   deque, range, iterators, Decimal, Fraction, dates), exact types, rebuilt fresh by the judge,
+   so no object of its own can cross. The expected values are in no file and no input it can
+   see; an early exit leaves no values, which fails the case.
+3. A second sandbox runs only the checks on the decoded values (``programs/judge.py``), with no
    solution code in it. It receives a fresh per-run secret on stdin after every solution run
    has ended, and prints ``secret:case:pass`` only after a case's last assert held.
 
@@ -29,6 +36,7 @@ import builtins
 import json
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 MARK = "__GROUPRL_PROBE_VALUES__"
 _V = "__grouprl_v"
@@ -48,6 +56,12 @@ class SplitTest:
     child_ops: list[tuple[str, str]] = field(default_factory=list)   # ("exec"|"eval", source)
     judge_ops: list[tuple[str, str, list[int]]] = field(default_factory=list)  # (kind, source, values used)
     modules: set[str] = field(default_factory=set)  # stdlib modules the test names without importing
+    setup: list[str] = field(default_factory=list)  # the solution's stdlib imports the checks name, for the judge
+    required: set[str] = field(default_factory=set)  # builtin names the solution must define itself
+
+    @property
+    def probe_count(self) -> int:
+        return sum(kind == "eval" for kind, _ in self.child_ops)
 
 
 def _bound_names(node: ast.AST) -> set[str]:
@@ -105,8 +119,47 @@ class _Probes(ast.NodeTransformer):
         return self.generic_visit(node)  # keywords, comprehension clauses, operators...
 
 
-def split_test(source: str) -> SplitTest:
-    """Split one test (``assert ...`` lines and helper statements) into probes and checks."""
+def solution_bindings(solution: str) -> tuple[set[str], dict[str, str]]:
+    """The names the solution binds at module level: (its own definitions, its standard-library
+    imports as ``name -> import statement``). A solution that does not parse binds nothing."""
+    try:
+        tree = ast.parse(solution)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return set(), {}
+    own: set[str] = set()
+    imports: dict[str, str] = {}
+    todo: list[ast.AST] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+            todo.extend(node.decorator_list)
+            own.update(n for inner in ast.walk(node) if isinstance(inner, ast.Global) for n in inner.names)
+            continue
+        if isinstance(node, ast.Lambda):
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            root = node.module.split(".")[0] if isinstance(node, ast.ImportFrom) and node.module else ""
+            for alias in node.names:
+                bound = (alias.asname or alias.name).split(".")[0]
+                source = alias.name.split(".")[0] if isinstance(node, ast.Import) else root
+                plain = isinstance(node, ast.Import) and alias.asname is None
+                stdlib = source in _STDLIB and not getattr(node, "level", 0) and alias.name != "*"
+                if stdlib and (plain or isinstance(node, ast.ImportFrom) or alias.asname):
+                    one = type(node)(**{**{f: getattr(node, f) for f in node._fields}, "names": [alias]})
+                    imports[bound] = ast.unparse(one)
+                else:
+                    own.add(bound)
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            own.add(node.id)
+        todo.extend(ast.iter_child_nodes(node))
+    return own, {k: v for k, v in imports.items() if k not in own}
+
+
+def split_test(source: str, solution: str = "") -> SplitTest:
+    """Split one test (``assert ...`` lines and helper statements) into probes and checks; the names
+    ``solution`` defines are its own (see the module docstring)."""
     try:
         tree = ast.parse(source)
     except SyntaxError as err:
@@ -114,8 +167,12 @@ def split_test(source: str) -> SplitTest:
     tree.body = [part for stmt in tree.body for part in _split_unpacking(stmt)]
     defined = set().union(*(_bound_names(s) for s in tree.body)) if tree.body else set()
     free = set().union(*(_loaded(s) for s in tree.body)) if tree.body else set()
-    tainted = {n for n in free - defined if n not in _BUILTINS and n not in _STDLIB}
-    out = SplitTest(modules={n for n in free - defined if n in _STDLIB})
+    own, imports = solution_bindings(solution)
+    outside = free - defined
+    tainted = {n for n in outside if n in own or (n not in _BUILTINS and n not in _STDLIB and n not in imports)}
+    out = SplitTest(modules={n for n in outside - tainted if n in _STDLIB and n not in imports},
+                    setup=[imports[n] for n in sorted(outside & set(imports))],
+                    required=tainted & _BUILTINS)
     # Statements, in order: ("child", stmt) needs the solution; ("judge", stmt) does not.
     placed: list[tuple[str, ast.stmt]] = []
     for stmt in tree.body:
@@ -268,133 +325,54 @@ def _first_line(stmt: ast.stmt) -> str:
     return ast.unparse(stmt).splitlines()[0][:80]
 
 
-_CHILD = '''
-import json as _gr_json
-{encoder}
-_gr_g = {{"__name__": "__main__", "__builtins__": __builtins__}}
-for _gr_m in {modules!r}:
-    _gr_g[_gr_m] = __import__(_gr_m)
-exec(compile({solution!r}, "solution.py", "exec"), _gr_g)
-_gr_out = []
-try:
-    for _gr_kind, _gr_src in {ops!r}:
-        if _gr_kind == "exec":
-            exec(compile(_gr_src, "test.py", "exec"), _gr_g)
-        else:
-            try:
-                _gr_out.append({{"v": _gr_enc(eval(compile(_gr_src, "test.py", "eval"), _gr_g))}})
-            except Exception as _gr_err:
-                _gr_out.append({{"e": type(_gr_err).__name__ + ": " + str(_gr_err)[:200]}})
-except Exception as _gr_err:
-    _gr_out.append({{"e": "test setup: " + type(_gr_err).__name__ + ": " + str(_gr_err)[:200]}})
-print("\\n" + {mark!r} + _gr_json.dumps(_gr_out))
-'''
-
-_ENCODER = '''
-def _gr_enc(x, depth=0):
-    t = type(x)
-    if depth > 64:
-        raise ValueError("value nested too deeply")
-    if x is None or t is bool or t is str or t is int:
-        return x
-    if t is float:
-        return {"f": repr(x)}
-    if t is bytes:
-        return {"b": x.hex()}
-    if t is complex:
-        return {"c": [repr(x.real), repr(x.imag)]}
-    if t in (list, tuple, set, frozenset):
-        return {{list: "l", tuple: "t", set: "s", frozenset: "z"}[t]: [_gr_enc(v, depth + 1) for v in x]}
-    if t is dict:
-        return {"d": [[_gr_enc(k, depth + 1), _gr_enc(v, depth + 1)] for k, v in x.items()]}
-    raise TypeError(f"returned a {t.__name__} object; only plain values (None, bool, int, float, str, "
-                    "bytes, list, tuple, dict, set) are compared")
-'''
+PROGRAMS = Path(__file__).with_name("programs")
+PROBE_PROGRAM = (PROGRAMS / "probe.py").read_text(encoding="utf-8")
+JUDGE_PROGRAM = (PROGRAMS / "judge.py").read_text(encoding="utf-8")
 
 
-def child_program(solution: str, split: SplitTest) -> str:
-    """The program run with the solution: its probes' values, encoded, after ``MARK``."""
-    return _CHILD.format(encoder=_ENCODER, modules=sorted(split.modules), solution=solution,
-                         ops=split.child_ops, mark=MARK)
+def child_stdin(solution: str, split: SplitTest) -> str:
+    """What ``PROBE_PROGRAM`` reads: the solution and its probes (no expected value among them)."""
+    return json.dumps({"solution": solution, "ops": split.child_ops, "modules": sorted(split.modules),
+                       "required": sorted(split.required), "mark": MARK}) + "\n"
 
 
-def probe_values(stdout: str) -> list | None:
-    """The probe results a child printed (``[{"v": ...} | {"e": ...}]``), or None if it printed none."""
+def probe_values(stdout: str) -> str | None:
+    """The probe results a child printed (a JSON list ``[{"v": ...} | {"e": ...}]``, as its text), or
+    None if it printed none or nothing readable. Numbers stay text here (``parse_int=str``): a long
+    integer is the judge's to compare, not an error of this process's int() limit."""
     if MARK not in stdout:
         return None
     line = stdout.rsplit(MARK, 1)[1].split("\n", 1)[0]
     try:  # the program wrote this: any text (deep nesting, huge numbers) is its failure, never ours
-        values = json.loads(line)
+        values = json.loads(line, parse_int=str)
     except (ValueError, RecursionError):
         return None
-    return values if isinstance(values, list) else None
+    return line if isinstance(values, list) else None
 
 
-_JUDGE = '''
-import json, sys
-_secret = sys.stdin.readline().strip()
-_all_values = json.loads(sys.stdin.readline())
-
-def _dec(x):
-    if x is None or type(x) in (bool, int, str):
-        return x
-    if type(x) is dict and len(x) == 1:
-        (tag, v), = x.items()
-        if tag == "f": return float(v)
-        if tag == "b": return bytes.fromhex(v)
-        if tag == "c": return complex(float(v[0]), float(v[1]))
-        if tag in ("l", "t", "s", "z"):
-            items = [_dec(i) for i in v]
-            return {{"l": list, "t": tuple, "s": set, "z": frozenset}}[tag](items)
-        if tag == "d": return {{_dec(k): _dec(w) for k, w in v}}
-    raise ValueError("not a plain value")
-
-for _case, (_ops, _modules) in enumerate({cases!r}):
-    _g = {{m: __import__(m) for m in _modules}}
-    _values = _all_values[_case]
-    try:
-        if _values is None:
-            raise AssertionError("the program exited before its tests ran (no values: early exit?)")
-        _v = []
-        for _item in _values:
-            _v.append(("e", _item["e"]) if "e" in _item else ("v", _dec(_item["v"])))
-        _g[{name!r}] = [val for _, val in _v]
-        for _kind, _src, _used in _ops:
-            for _i in _used:
-                if _i >= len(_v):
-                    raise AssertionError("the program stopped before this value was computed")
-                if _v[_i][0] == "e":
-                    raise AssertionError(_v[_i][1])
-            if _kind == "exec":
-                exec(_src, _g)
-            elif not eval(_src, _g):
-                raise AssertionError("assert failed: " + _src[:160])
-    except Exception as _err:
-        print(f"{{_case}}:fail:{{type(_err).__name__}}: {{str(_err)[:200]}}".replace("\\n", " "))
-        continue
-    print(f"{{_secret}}:{{_case}}:pass")
-'''
-
-
-def judge_program(splits: list[SplitTest]) -> str:
-    """The program that checks every case's values (stdin: the secret line, then the values)."""
-    cases = [(s.judge_ops, sorted(s.modules)) for s in splits]
-    return _JUDGE.format(cases=cases, name=_V)
-
-
-def judge_stdin(secret: str, values: list[list | None]) -> str:
-    return secret + "\n" + json.dumps(values) + "\n"
+def judge_stdin(splits: list[SplitTest], secret: str, values: list[str | None]) -> str:
+    """What ``JUDGE_PROGRAM`` reads: every case's checks, the secret line, then the probe values."""
+    cases = [(s.judge_ops, sorted(s.modules), s.setup) for s in splits]
+    raw = "[" + ",".join("null" if v is None else v for v in values) + "]"
+    return json.dumps({"cases": cases, "name": _V}) + "\n" + secret + "\n" + raw + "\n"
 
 
 def judge_verdicts(stdout: str, secret: str, n: int) -> list[tuple[bool, str]]:
     """(passed, reason) per case from the judge's output; a case passes only with the secret."""
     out: list[tuple[bool, str]] = [(False, "no verdict from the judge")] * n
-    for line in stdout.splitlines():
+    for line in stdout.split("\n"):  # the judge's own lines; a value's text is never a line of its own
         head, _, rest = line.partition(":")
         if head == secret:
             case, _, word = rest.partition(":")
-            if case.isdigit() and int(case) < n and word == "pass":
+            if _case_number(case, n) is not None and word == "pass":
                 out[int(case)] = (True, "assert passed")
-        elif head.isdigit() and int(head) < n and rest.startswith("fail:"):
+        elif _case_number(head, n) is not None and rest.startswith("fail:"):
             out[int(head)] = (False, rest[len("fail:"):].strip())
     return out
+
+
+def _case_number(text: str, n: int) -> int | None:
+    """``text`` as a case number below ``n``: ASCII digits only, and short (``'²'.isdigit()`` is true)."""
+    if not (0 < len(text) <= 9 and text.isascii() and text.isdigit()):
+        return None
+    return int(text) if int(text) < n else None

@@ -278,10 +278,12 @@ def run_in_sandbox(
     return _note_infra_error(_run_rlimits(code, stdin, python, limits))
 
 
-def run_many(codes: Iterable[str], workers: int = 4, **kw) -> list[SandboxResult]:
-    """Run many programs concurrently (each in its own sandbox); results keep input order."""
+def run_many(codes: Iterable[str], workers: int = 4, stdins: Iterable[str] | None = None, **kw) -> list[SandboxResult]:
+    """Run many programs concurrently (each in its own sandbox, ``stdins[i]`` on program i's stdin);
+    results keep input order."""
     codes = list(codes)
+    inputs = list(stdins) if stdins is not None else [kw.pop("stdin", "")] * len(codes)
     if not codes:
         return []
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(lambda c: run_in_sandbox(c, **kw), codes))
+        return list(pool.map(lambda c, i: run_in_sandbox(c, stdin=i, **kw), codes, inputs))
