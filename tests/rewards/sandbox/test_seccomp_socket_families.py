@@ -72,3 +72,27 @@ def test_the_refused_families_open_outside_the_sandbox():
         except OSError:
             pass
     assert 16 in opened, "netlink cannot be opened here at all; the sandbox test would prove nothing"
+
+
+def test_the_same_families_are_refused_when_the_trainer_is_not_root():
+    import os
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not Path("/usr/bin/python3").exists():
+        pytest.skip("needs root (to become nobody with setpriv) and /usr/bin/python3")
+    src = str(Path(__file__).resolve().parents[3] / "src" / "grouprl")
+    script = (  # the system Python has no pydantic: load the sandbox without grouprl/__init__.py
+        f"import sys, types\npkg = types.ModuleType('grouprl')\npkg.__path__ = [{src!r}]\nsys.modules['grouprl'] = pkg\n"
+        "from grouprl.rewards.sandbox.runner import run_in_sandbox\n"
+        f"r = run_in_sandbox({PROBE % ([40, 16, 17, 38, 1, 2, 10],)!r}, backend='bwrap', python='/usr/bin/python3')\n"
+        "print(r.stdout if r.ok else 'FAILED ' + r.stderr[-300:] + str(r.infra_error))\n")
+    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
+                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=60)
+    if "FAILED" in p.stdout or p.returncode:
+        pytest.skip(f"the sandbox does not start as nobody here: {p.stdout[-300:]} {p.stderr[-300:]}")
+    import json
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert [out[str(f)] for f in (40, 16, 17, 38)] == ["EAFNOSUPPORT"] * 4, out
+    assert [out[str(f)] for f in (1, 2, 10)] == ["opened"] * 3 and out["pair"] == "x", out
