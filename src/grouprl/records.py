@@ -61,6 +61,10 @@ class Step:
     reward: float = 0.0  # step reward r_t: env reward - penalty + step-level reward-function rewards
     logprobs: list[float] | None = None  # the generation engine's per-token log-probs, when it gives them
     prompt_truncated: bool = False  # the prompt was cut to max_prompt_length (its last tokens kept)
+    # Conversation episodes (rollout/conversation.py): the calls parsed from this turn and the tool
+    # messages that answered them (each with its "error" kind or None).
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_results: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -79,6 +83,10 @@ class Episode:
     correct: bool = False  # single-turn: the judge reward is 1.0; environments: the episode succeeded
     seed: int | None = None  # the reset seed (all episodes of a group share it)
     done: bool = False  # the environment ended the episode (False: cut at max_steps)
+    # One growing conversation: step t+1's prompt ids extend step t's prompt + action ids, so the
+    # update scores the episode once as one sequence (train/conversation_samples.py).
+    conversation: bool = False
+    end_reason: str = ""  # conversations: answer | max_tool_calls | context | truncated
 
     @property
     def prompt_id(self) -> str:

@@ -21,6 +21,7 @@ from grouprl.config import Config
 from grouprl.policy.tiny import init_tiny
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.rollout.prompts import build_messages, format_action
+from grouprl.rollout.conversation import ConversationSettings
 from grouprl.rollout.runner import EpisodeSettings, episode_settings
 from grouprl.job.evaluate import evaluate
 from grouprl.job.sft import sft_warm_start
@@ -76,6 +77,11 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
         if train.sft_steps:
             console.log("no SFT warm start: the task's rows have no gold completions (RL starts from the tiny init)")
         return str(tiny)
+    conversation = episode_settings(cfg, task)
+    if isinstance(conversation, ConversationSettings):  # tool calls: SFT on expert conversations
+        from grouprl.job.tool_sft import sft_conversations
+
+        return str(sft_conversations(cfg, task, scorer, str(tiny), conversation, console))
     if task.multi_step:
         return str(sft_environment(cfg, task, scorer, str(tiny), console))
     console.log(f"SFT warm start: up to {train.sft_steps} steps on gold solutions (TRL SFTTrainer)"

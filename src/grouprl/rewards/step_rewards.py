@@ -13,10 +13,13 @@ def episode_messages(ep: Episode) -> list[dict[str, Any]]:
     The first step's prompt (system + first observation), then for every step its action as
     an assistant turn, each followed by the next step's observation as a user turn. So the
     i-th assistant turn (``step_index = i``) is the action of step i. For a single-turn
-    episode this is the prompt plus the completion.
+    episode this is the prompt plus the completion; for a conversation episode, the conversation
+    (tool messages between the assistant turns, which keep their order).
     """
     if not ep.steps:
         return []
+    if ep.conversation:  # the chat itself: assistant turns with their tool_calls, tool messages, the last turn
+        return list(ep.steps[-1].messages or []) + [{"role": "assistant", "content": ep.steps[-1].action_text}]
     messages = list(ep.steps[0].messages or [])
     for i, step in enumerate(ep.steps):
         if i:

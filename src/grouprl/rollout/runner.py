@@ -18,6 +18,7 @@ from typing import Any
 
 from grouprl.data.chat_format import render_prompt_ids
 from grouprl.records import Episode, Observation, Step
+from grouprl.rollout.conversation import ConversationSettings, conversation_settings, run_conversations
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
 from grouprl.rollout.prompts import DEFAULT_ACTION_PATTERN, build_messages, parse_action
@@ -41,8 +42,12 @@ class EpisodeSettings:
 SINGLE_TURN = EpisodeSettings(max_steps=1, history_length=0, action_pattern=None, invalid_action_penalty=0.0)
 
 
-def episode_settings(cfg, task) -> EpisodeSettings:
-    """The config's settings for an environment task; one plain step for single-turn rows."""
+def episode_settings(cfg, task) -> EpisodeSettings | ConversationSettings:
+    """The config's settings for an environment task; one plain step for single-turn rows; with
+    ``episode_mode: conversation``, a growing conversation with tools (``rollout/conversation.py``)."""
+    conversation = conversation_settings(cfg)
+    if conversation is not None:
+        return conversation
     prompts = {"chat_template_kwargs": cfg.prompts.chat_template_kwargs or None,
                "max_prompt_length": cfg.prompts.max_prompt_length}
     if not task.multi_step:
@@ -65,15 +70,18 @@ def run_episodes(
     backend: GenerationBackend,
     tokenizer,
     params: SamplingParams,
-    settings: EpisodeSettings = SINGLE_TURN,
+    settings: EpisodeSettings | ConversationSettings = SINGLE_TURN,
     seeds: list[int | None] | None = None,
     pool: EnvPool | None = None,
 ) -> list[Episode]:
     """Roll out ``group_size`` episodes per group; returns them grouped and in order.
 
     ``factories[g]`` builds group g's environment, ``seeds[g]`` resets it, ``rows[g]`` is the
-    task row its episodes carry (ground truth for reward functions).
+    task row its episodes carry (ground truth for reward functions). Conversation settings hand
+    the rollout to ``rollout/conversation.py``.
     """
+    if isinstance(settings, ConversationSettings):
+        return run_conversations(factories, rows, group_size, backend, tokenizer, params, settings, seeds, pool)
     pool = pool or LocalEnvPool()
     n_groups = len(factories)
     seeds = list(seeds) if seeds is not None else [None] * n_groups

@@ -7,6 +7,7 @@ from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
 from grouprl.tasks.env_task import EnvTask
 from grouprl.tasks.registry import TASKS, load_task, register_task
 from grouprl.tasks.slates import task as _slates  # noqa: F401, E402 - registers the slates task (GRAIL)
+from grouprl.tasks import tool_arithmetic  # noqa: F401, E402 - registers tool_arithmetic and the tools section
 
 __all__ = ["TASKS", "EnvTask", "SingleTurnEnv", "SingleTurnTask", "Task", "load_task", "register_task"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from grouprl.records import Episode
+from grouprl.tools.metrics import tool_metrics
 
 
 def batch_metrics(episodes: list[Episode], scores: torch.Tensor, advantages, group_size: int,
@@ -32,6 +33,7 @@ def batch_metrics(episodes: list[Episode], scores: torch.Tensor, advantages, gro
             "anchor_nonsingleton_share": int((advantages.anchor_size > 1).sum()) / n_steps,
             "step_advantage_abs": sum(abs(v) for v in advantages.step_advantage.tolist()) / n_steps,
         })
+    m.update(tool_metrics(episodes))  # conversation episodes: tools/invalid_call_rate, errors, end reasons
     for key in reward_keys:
         vals = torch.tensor([ep.reward_parts[key] for ep in episodes if ep.reward_parts.get(key) is not None])
         if vals.numel():

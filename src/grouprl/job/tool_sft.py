@@ -1,0 +1,117 @@
+"""The tool-calling warm start: SFT on expert conversations, trained on the assistant's tokens only.
+
+A task with a scripted solver (``expert_reply(prompt_text) -> str``, e.g. ``tool_arithmetic``'s)
+plays its conversations through the real runner, parser, tools and chat template
+(``rollout/scripted.py``), and the model is fine-tuned on exactly the sequences and loss masks the
+RL update will use (``train/conversation_samples.py``): tool results and template tokens are read,
+the assistant's turns are learned. It stops after ``steps`` steps, or at the first check (every
+``check_every`` steps) where ``stop_when(model, tokenizer)`` holds, so RL starts from a
+deliberately unfinished imitation.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from grouprl.policy.scoring import completion_logps
+from grouprl.records import Episode
+from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.generation import SamplingParams
+from grouprl.rollout.scripted import ScriptedBackend
+from grouprl.tools.chat_template import ensure_tool_template
+from grouprl.train.conversation_samples import pack_conversations
+
+
+def expert_traces(task, tokenizer, settings: ConversationSettings, n_episodes: int,
+                  max_new_tokens: int = 256) -> list[Episode]:
+    """``n_episodes`` expert conversations on the task's SFT rows (seeds RL and evaluation never use)."""
+    from grouprl.tasks.tool_arithmetic import expert_reply
+
+    reply = getattr(task, "expert_reply", None) or expert_reply
+    rows = task.sft_rows(n_episodes)
+    episodes = run_conversations([task.env_factory(r) for r in rows], rows, 1, ScriptedBackend(tokenizer, reply),
+                                 tokenizer, SamplingParams(max_new_tokens=max_new_tokens), settings,
+                                 [task.seed_of(r) for r in rows])
+    failed = [ep for ep in episodes if not ep.success]
+    if failed:
+        errors = [r["content"] for s in failed[0].steps for r in (s.tool_results or []) if r.get("error")]
+        raise RuntimeError(f"expert traces: {len(failed)} of {len(episodes)} expert conversations failed; the first "
+                           f"ended ({failed[0].end_reason}) with {failed[0].steps[-1].action_text[:80]!r}"
+                           + (f" after the tool error {errors[0][:120]!r}" if errors else "")
+                           + f" (tools: {', '.join(t.name for t in settings.tools) or 'none'})")
+    return episodes
+
+
+def tool_sft(model_dir: str, task, settings: ConversationSettings, out_dir: str | Path, steps: int,
+             learning_rate: float, batch_size: int, seed: int, n_episodes: int = 400,
+             stop_when: Callable[[Any, Any], bool] | None = None, check_every: int = 20, console=None) -> Path:
+    from rich.progress import Progress
+    from transformers import AutoModelForCausalLM
+
+    from grouprl.policy.loading import load_tokenizer
+
+    torch.manual_seed(seed)
+    tokenizer = load_tokenizer(model_dir)
+    ensure_tool_template(tokenizer, settings.chat_template)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    episodes = expert_traces(task, tokenizer, settings, n_episodes)
+    n_steps = sum(len(ep.steps) for ep in episodes)
+    batch = pack_conversations(episodes, torch.zeros(n_steps), tokenizer.pad_token_id, mask_truncated=False).batch
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    rng = random.Random(seed)
+    order: list[int] = []
+    model.train()
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("tool SFT", total=steps)
+        for step in range(1, steps + 1):
+            if len(order) < batch_size:
+                fresh = list(range(len(batch)))
+                rng.shuffle(fresh)
+                order += fresh
+            rows, order = order[:batch_size], order[batch_size:]
+            part = batch.slice(torch.tensor(rows))
+            logps, _ = completion_logps(model, part)
+            mask = part.completion_mask.float()
+            loss = -(logps * mask).sum() / mask.sum().clamp(min=1)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            progress.update(bar, advance=1, description=f"tool SFT loss {loss.item():.3f}")
+            if stop_when is not None and step % check_every == 0:
+                model.eval()
+                stop = stop_when(model, tokenizer)
+                model.train()
+                if stop:
+                    if console is not None:
+                        console.log(f"tool SFT stopped at step {step} (target reached)")
+                    break
+    out = Path(out_dir)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettings, console) -> Path:
+    """``prepare_tiny``'s warm start for conversation tasks: tool SFT on expert traces (``sft_demo_episodes``
+    of them), stopping once sampled success on 32 training rows reaches ``sft_target_accuracy`` (if set)."""
+    from grouprl.job.warm_start import ENV_CHECK_EPISODES, check_accuracy
+
+    train = cfg.train
+    stop_when = None
+    if train.sft_target_accuracy:
+        params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
+        measure = check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES], params, settings)
+
+        def stop_when(model, tokenizer) -> bool:
+            return measure(model, tokenizer)["success_rate"] >= train.sft_target_accuracy
+
+    console.log(f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
+                "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when else ""))
+    return tool_sft(tiny, task, settings, Path(train.output_dir) / "sft_model", train.sft_steps,
+                    train.sft_learning_rate, train.sft_batch_size, train.seed, train.sft_demo_episodes, stop_when,
+                    console=console)

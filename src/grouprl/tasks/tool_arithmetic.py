@@ -1,0 +1,139 @@
+"""``tool_arithmetic``: questions whose answers need tools, for conversation episodes.
+
+Two kinds of question, half each, seeded and reproducible:
+
+- *multiply*: "What is 4821 * 97?" (a 3-4 digit number times a 2-3 digit one): a small model
+  cannot multiply reliably in its head, so it calls ``calculator`` and copies the result;
+- *convert*: "How many feet are in 47 miles?": the factor is not in the question, so it calls
+  ``lookup`` ("1 mile = 5280 feet"), then ``calculator`` on the number and the factor.
+
+The final answer is a turn with no tool call ending in ``Answer: <integer>``; it scores 1.0 when the
+integer is the exact answer and 0.0 otherwise (``info["success"]``). Recipes run it with
+``episode_mode: conversation`` and ``tools: [calculator, lookup]``. :func:`expert_reply` is the
+scripted solver whose conversations warm the tiny model (``job/tool_sft.py``).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import random
+import re
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+from grouprl.config import Config, ConfigError
+from grouprl.records import Observation, StepResult, stable_id
+from grouprl.tasks.registry import register_task
+from grouprl.tools.builtin import UNIT_FACTORS
+from grouprl.tools.settings import ToolsConfig  # noqa: F401 - registers the tools section
+
+SYSTEM_PROMPT = "Use the tools to answer. End with: Answer: <number>"
+EVAL_SEED_OFFSET = 1_000_000
+SFT_SEED_OFFSET = 2_000_000
+_ANSWER = re.compile(r"Answer:\s*(-?\d+)")
+_MULTIPLY = re.compile(r"What is (\d+) \* (\d+)\?")
+_CONVERT = re.compile(r"How many [\w ]+ are in (\d+) (\w+)s\?")
+_RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
+
+
+def make_row(seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    if rng.random() < 0.5:
+        a, b = rng.randint(100, 9999), rng.randint(10, 999)
+        return {"seed": seed, "kind": "multiply", "question": f"What is {a} * {b}?", "ground_truth": str(a * b)}
+    unit = rng.choice(sorted(UNIT_FACTORS))
+    n = rng.randint(2, 99)
+    factor, smaller = UNIT_FACTORS[unit]
+    return {"seed": seed, "kind": "convert", "question": f"How many {smaller} are in {n} {unit}s?",
+            "ground_truth": str(n * factor)}
+
+
+def rows(n: int, offset: int = 0) -> list[dict[str, Any]]:
+    return [make_row(offset + i) for i in range(n)]
+
+
+class ToolAnswerEnv:
+    """The question as the first chat, and a judge of the final answer (tool calls never reach it)."""
+
+    def __init__(self, question: str, answer: str, system_prompt: str = SYSTEM_PROMPT):
+        self.question, self.answer, self.system_prompt = question, answer, system_prompt
+
+    def reset(self, seed: int | None = None) -> Observation:
+        messages = [{"role": "system", "content": self.system_prompt}, {"role": "user", "content": self.question}]
+        return Observation(text=self.question, anchor_state=stable_id(self.question), messages=messages)
+
+    def step(self, action: str) -> StepResult:
+        found = _ANSWER.findall(action)
+        correct = bool(found) and found[-1] == self.answer
+        return StepResult(None, 1.0 if correct else 0.0, True,
+                          {"success": correct, "answered": bool(found), "prediction": found[-1] if found else None})
+
+
+def expert_reply(prompt_text: str, parser_format=None) -> str:
+    """The scripted solver's next turn, read off the conversation so far (question and tool results)."""
+    from grouprl.tools.parsers import PARSERS, ToolCall
+
+    write = parser_format or PARSERS["hermes"].format_calls
+    question = _last_question(prompt_text)
+    results = _RESPONSE.findall(prompt_text)
+    multiply, convert = _MULTIPLY.search(question), _CONVERT.search(question)
+    if multiply:
+        if not results:
+            return write([ToolCall("calculator", {"expression": f"{multiply.group(1)} * {multiply.group(2)}"})])
+        return f"Answer: {results[-1].strip()}"
+    if convert:
+        n, unit = convert.group(1), convert.group(2)
+        if not results:
+            return write([ToolCall("lookup", {"unit": unit})])
+        if len(results) == 1:
+            factor = re.search(r"= (\d+)", results[0]).group(1)
+            return write([ToolCall("calculator", {"expression": f"{n} * {factor}"})])
+        return f"Answer: {results[-1].strip()}"
+    raise ValueError(f"expert_reply: no tool_arithmetic question in the prompt: {question[:80]!r}")
+
+
+def _last_question(prompt_text: str) -> str:
+    turns = [t for t in prompt_text.split("<|im_start|>user\n")[1:] if not t.startswith("<tool_response>")]
+    return turns[-1] if turns else ""
+
+
+@dataclass
+class ToolArithmeticTask:
+    name: str
+    train_rows: list[dict[str, Any]]
+    eval_rows: list[dict[str, Any]]
+    system_prompt: str = SYSTEM_PROMPT
+    reward_names: list[str] = field(default_factory=list)  # the environment's answer check is the reward
+    reward_weights: list[float] = field(default_factory=list)
+    reward_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    correct_reward: str | None = None
+    tools: list[str] = field(default_factory=lambda: ["calculator", "lookup"])
+    multi_step = True
+    tiny_tokenizer = "char"
+
+    def env_factory(self, row: dict[str, Any]):
+        return functools.partial(ToolAnswerEnv, row["question"], row["ground_truth"], self.system_prompt)
+
+    def seed_of(self, row: dict[str, Any]) -> int | None:
+        return row.get("seed")
+
+    def tokenizer_corpus(self) -> str:
+        """Printable ASCII covers the questions, the tool template, the schemas and the calls."""
+        schemas = json.dumps([{"unit": u, "smaller": s} for u, (_, s) in UNIT_FACTORS.items()])
+        return "".join(sorted(set(string.printable) | set(self.system_prompt) | set(schemas)))
+
+    def sft_rows(self, n: int) -> list[dict[str, Any]]:
+        """Rows for expert traces: seeds neither training nor evaluation uses."""
+        return rows(n, SFT_SEED_OFFSET)
+
+
+@register_task("tool_arithmetic", max_new_tokens=96)
+def build_tool_arithmetic(cfg: Config) -> ToolArithmeticTask:
+    if cfg.tools.episode_mode != "conversation":
+        raise ConfigError("task 'tool_arithmetic' needs episode_mode: conversation (section tools); got "
+                          f"{cfg.tools.episode_mode!r}")
+    n_train, n_eval = cfg.task.n_train or 10_000, max(cfg.eval.n_eval, 1)
+    return ToolArithmeticTask("tool_arithmetic", rows(n_train), rows(n_eval, EVAL_SEED_OFFSET),
+                              cfg.task.system_prompt or SYSTEM_PROMPT)

@@ -1,0 +1,68 @@
+"""Conversation episodes as training samples: one sequence per episode, a loss mask on generated tokens.
+
+A conversation episode's steps share their prefix: step t+1's prompt ids are step t's prompt ids,
+its generated ids, then the template's tool-message tokens (``rollout/conversation.py``). So the
+last step's prompt plus its action is the whole conversation, and the update scores it once:
+
+    prompt      = the first turn's prompt (system, tools, user)        -- attended, not trained
+    completion  = everything after it, in order                        -- attended
+    loss mask   = 1 exactly on the ids the engine generated            -- trained
+
+Template tokens between turns and tool results are attended (the model reads them) but never
+trained. Each generated token carries its own turn's advantage (GiGPO's per-step credit), so the
+advantages are per token, shape (episodes, T). The sampler's log-probs, when the engine reports
+them, are placed at the same positions.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grouprl.policy.scoring import TokenBatch, pack
+from grouprl.records import Episode
+
+
+def conversation_layout(episode: Episode) -> tuple[list[int], list[int], list[int]]:
+    """(prompt ids, completion ids, step index per completion token: -1 where nothing was generated).
+
+    Refuses an episode whose turns do not extend each other (a re-tokenised turn would train on
+    ids the model never produced)."""
+    steps = episode.steps
+    prompt = steps[0].prompt_ids
+    full = steps[-1].prompt_ids + steps[-1].action_ids
+    owner = [-1] * (len(full) - len(prompt))
+    for t, step in enumerate(steps):
+        end = len(step.prompt_ids) + len(step.action_ids)
+        if full[:end] != step.prompt_ids + step.action_ids:
+            raise ValueError(f"episode {episode.episode_id}: turn {t}'s prompt and action are not a prefix of the "
+                             "conversation (the runner must append generated ids, never re-tokenise them)")
+        owner[len(step.prompt_ids) - len(prompt):end - len(prompt)] = [t] * len(step.action_ids)
+    return prompt, full[len(prompt):], owner
+
+
+def pack_conversations(episodes: list[Episode], step_advantages: torch.Tensor, pad_id: int,
+                       mask_truncated: bool):
+    """One sample per episode; ``step_advantages`` holds one value per step of ``episodes``, in order."""
+    from grouprl.train.learner import StepSamples  # the learner's record (imported late: the learner imports us)
+
+    layouts = [conversation_layout(ep) for ep in episodes]
+    batch = pack([p for p, _, _ in layouts], [c for _, c, _ in layouts], pad_id)
+    attention = batch.completion_mask.clone()  # every real token is read
+    loss_mask = torch.zeros_like(batch.completion_mask)
+    advantages = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
+    sampler = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
+    have_sampler = all(s.logprobs is not None for ep in episodes for s in ep.steps)
+    first = 0  # index of the episode's first step in step_advantages
+    for row, (ep, (_, _, owner)) in enumerate(zip(episodes, layouts)):
+        seen: dict[int, int] = {}
+        for position, t in enumerate(owner):
+            if t < 0 or (mask_truncated and ep.steps[t].truncated):
+                continue
+            loss_mask[row, position] = 1
+            advantages[row, position] = float(step_advantages[first + t])
+            k = seen[t] = seen.get(t, -1) + 1  # the k-th generated token of turn t
+            if have_sampler:
+                sampler[row, position] = ep.steps[t].logprobs[k]
+        first += len(ep.steps)
+    batch = TokenBatch(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, loss_mask, attention)
+    return StepSamples(batch, advantages, sampler if have_sampler else None)
