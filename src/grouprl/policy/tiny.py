@@ -11,12 +11,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-# Qwen-style ChatML, so prompts look like the real model's.
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from grouprl.policy.chatml import CHAT_TEMPLATE, SPECIAL
 
 
 def build_tokenizer(corpus: str) -> PreTrainedTokenizerFast:

@@ -17,7 +17,7 @@ from pathlib import Path
 from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 from transformers import PreTrainedTokenizerFast
 
-from grouprl.policy.tiny import CHAT_TEMPLATE, SPECIAL
+from grouprl.policy.chatml import CHAT_TEMPLATE, SPECIAL
 
 WORD_PATTERN = r" ?[A-Za-z0-9_]+| ?[^A-Za-z0-9_\s]|\s"
 CLASSIFIER_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]

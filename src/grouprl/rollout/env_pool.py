@@ -9,24 +9,12 @@ so a remote worker can build them where they run.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from grouprl.records import Observation, StepResult
+from grouprl.tasks.interface import EnvFactory, Environment, instructions_of
 
-EnvFactory = Callable[[], Any]
-
-
-class Environment(Protocol):
-    """The environment protocol. ``instructions`` (optional attribute) is the task text the
-    prompt builder puts in the system message."""
-
-    def reset(self, seed: int | None = None) -> Observation: ...
-
-    def step(self, action: str) -> StepResult: ...
-
-
-def instructions_of(env: Any) -> str:
-    return getattr(env, "instructions", "") or ""
+__all__ = ["EnvFactory", "EnvPool", "Environment", "LocalEnvPool", "instructions_of", "make_pool"]
 
 
 class EnvPool(Protocol):

@@ -53,7 +53,7 @@ import traceback
 from typing import Any
 
 from grouprl.records import Observation, StepResult
-from grouprl.rollout.env_pool import EnvFactory, instructions_of
+from grouprl.tasks.interface import EnvFactory, instructions_of
 
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024 * 1024
 _ACTION_PREVIEW = 80

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.rollout.generation import Completion, SamplingParams
+from grouprl.rollout.sampling import Completion, SamplingParams
 
 
 @dataclass

@@ -19,7 +19,7 @@ import urllib.request
 import weakref
 
 from grouprl.rollout.backends.vllm import checkpoint_weights, to_completion
-from grouprl.rollout.generation import Completion, SamplingParams
+from grouprl.rollout.sampling import Completion, SamplingParams
 
 
 class VLLMServerError(RuntimeError):
