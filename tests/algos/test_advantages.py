@@ -20,7 +20,7 @@ def close(actual, expected, tol=1e-4):
 
 
 def test_registry_names():
-    assert set(ADVANTAGES) == {"grpo", "dr_grpo", "rloo", "gigpo"}
+    assert set(ADVANTAGES) == {"grpo", "dr_grpo", "rloo", "gigpo", "gdpo"}
     with pytest.raises(KeyError, match="unknown advantage estimator 'ppo'"):
         adv("ppo", [1, 0], [0, 0])
 

@@ -12,7 +12,9 @@ signature is its declaration:
   (and optionally ``returns``, ``episode_advantage``, ``step_advantage``, ``anchor_size``).
 
 Its keyword parameters are its options; an option it does not declare is an error naming it
-(no ``**kwargs``: a typo must not pass silently).
+(no ``**kwargs``: a typo must not pass silently). An estimator that declares a ``parts`` parameter
+also receives each reward's own score per episode (:class:`RewardParts`), not only their weighted
+sum ``scores``: e.g. ``gdpo``, which normalises each reward within its group before summing.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Estimator:
     fn: AdvantageFn
     step_level: bool  # takes ``steps`` and returns one value (or a record) per step
     options: tuple[str, ...]  # its keyword options
+    wants_parts: bool = False  # takes ``parts``: each reward's score per episode (RewardParts)
 
     def check_options(self, options: dict[str, Any]) -> None:
         unknown = sorted(set(options) - set(self.options))
@@ -53,9 +56,9 @@ def declare(name: str, fn: AdvantageFn) -> Estimator:
     if positional[:2] != ["scores", "group_ids"] or len(positional) > 3:
         raise TypeError(f"advantage estimator '{name}': expected fn(scores, group_ids[, steps], *, options...), "
                         f"got parameters {[p.name for p in params]}")
-    step_level = "steps" in [p.name for p in params]
-    options = tuple(p.name for p in params if p.name not in ("scores", "group_ids", "steps"))
-    return Estimator(name, fn, step_level, options)
+    names = [p.name for p in params]
+    options = tuple(n for n in names if n not in ("scores", "group_ids", "steps", "parts"))
+    return Estimator(name, fn, "steps" in names, options, "parts" in names)
 
 
 ADVANTAGES: dict[str, Estimator] = {}
@@ -233,10 +236,65 @@ def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensor
                       episode_adv + step_advantage_weight * step_adv)
 
 
+@dataclass
+class RewardParts:
+    """Each reward's own score per episode, and its weight in the episode score."""
+
+    scores: dict[str, torch.Tensor]  # reward name -> (E,) float; NaN where the reward gave no score
+    weights: dict[str, float]  # reward name -> weight (as normalised for the episode score)
+
+
+def _nan_group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-episode group mean and unbiased std over the members with a value (NaN-aware)."""
+    mean, std = torch.full_like(values, float("nan")), torch.full_like(values, float("nan"))
+    for g in torch.unique(group_ids):
+        members = group_ids == g
+        known = values[members & ~torch.isnan(values)]
+        if known.numel():
+            mean[members] = known.mean()
+            std[members] = known.std() if known.numel() > 1 else known.new_zeros(())
+    return mean, std
+
+
+@register("gdpo")
+def gdpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, parts: RewardParts, epsilon: float = EPS,
+                   batch_norm: bool = True) -> torch.Tensor:
+    """GDPO ("GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL",
+    2026, arXiv:2601.05242): each reward k normalised within its group before the weighted sum,
+
+        A'_i = sum_k w_k (r_{k,i} - mean_j r_{k,j}) / (std_j r_{k,j} + eps)
+        A_i  = (A'_i - mean_batch A') / (std_batch A' + eps)      (``batch_norm``)
+
+    so a reward with a small spread is not drowned by one with a large spread (with the plain
+    sum, rewards of different scales reduce to the loudest one). A reward with no score for an
+    episode (NaN) is left out of its statistics and its sum; an episode with no reward at all
+    gets A = 0. TRL: ``multi_objective_aggregation="normalize_then_sum"``.
+    """
+    if not parts.scores:
+        raise ValueError("gdpo: no reward parts (the task has no reward functions)")
+    total = torch.zeros_like(scores)
+    known = torch.zeros_like(scores, dtype=torch.bool)
+    for name, values in parts.scores.items():
+        values = values.to(scores.dtype)
+        mean, std = _nan_group_stats(values, group_ids)
+        normalised = (values - mean) / (std + epsilon)
+        total = total + parts.weights[name] * torch.nan_to_num(normalised, nan=0.0)
+        known |= ~torch.isnan(values)
+    if batch_norm and bool(known.any()):
+        kept = total[known]
+        spread = kept.std() if kept.numel() > 1 else kept.new_zeros(())
+        total = (total - kept.mean()) / (spread + epsilon)
+    return torch.where(known, total, torch.zeros_like(total))
+
+
 def run_estimator(estimator: Estimator, scores: torch.Tensor, group_ids: torch.Tensor,
-                  steps: StepTensors | None = None, **options) -> Any:
+                  steps: StepTensors | None = None, parts: "RewardParts | None" = None, **options) -> Any:
     """The estimator's own output: per episode, or per step (a tensor or a record) for step-level ones."""
     estimator.check_options(options)
+    if estimator.wants_parts:
+        if parts is None:
+            raise ValueError(f"advantage estimator '{estimator.name}' takes each reward's part: pass parts=RewardParts")
+        options = {**options, "parts": parts}
     if estimator.step_level:
         if steps is None:
             raise ValueError(f"{estimator.name} is a step-level estimator: pass steps=StepTensors(...)")
@@ -245,9 +303,9 @@ def run_estimator(estimator: Estimator, scores: torch.Tensor, group_ids: torch.T
 
 
 def compute_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors | None = None,
-                       **options) -> Any:
+                       parts: RewardParts | None = None, **options) -> Any:
     """:func:`run_estimator` for the estimator ``name`` (a registry name or a user's function)."""
-    return run_estimator(get_estimator(name), scores, group_ids, steps, **options)
+    return run_estimator(get_estimator(name), scores, group_ids, steps, parts, **options)
 
 
 def step_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors,

@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 import torch
 
-from grouprl.algos.advantages import Estimator, StepTensors, discounted_returns, run_estimator
+from grouprl.algos.advantages import Estimator, RewardParts, StepTensors, discounted_returns, run_estimator
 from grouprl.algos.anchors import anchor_group_ids
 from grouprl.config import ConfigError
 from grouprl.records import Episode
@@ -54,7 +54,7 @@ def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
 
 def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algorithm, estimator: Estimator,
                              options: dict[str, Any], state_key: Callable | None = None,
-                             penalty_on_step: bool = False) -> AdvantageRecord:
+                             penalty_on_step: bool = False, parts: RewardParts | None = None) -> AdvantageRecord:
     """Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid step's
     penalty charged to that step alone: a step-level estimator receives it as ``steps.penalty`` (gigpo
     follows verl-agent's flow, see ``gigpo_parts``); an episode-level one's advantage is lowered by it,
@@ -70,7 +70,7 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
                           if penalty_on_step else None)
     # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
     # advantage becomes 0 -- nothing is learned, silently.
-    out = checked_output(estimator, run_estimator(estimator, scores.to(torch.float64), groups, tensors, **options),
+    out = checked_output(estimator, run_estimator(estimator, scores.to(torch.float64), groups, tensors, parts, **options),
                          scores, len(steps))
     # An episode-level estimator gives one value per episode (broadcast to its steps), a step-level one
     # a value per step or a record of parts (gigpo); a part it leaves out takes its plain default.
@@ -125,6 +125,14 @@ def checked_output(estimator: Estimator, out: Any, scores: torch.Tensor, n_steps
     if isinstance(out, torch.Tensor) or not hasattr(out, "advantage"):
         return tensor.to(torch.float64)
     return out
+
+
+def reward_parts(episodes: list[Episode], weights: dict[str, float]) -> RewardParts:
+    """Each reward's score per episode (NaN where it gave none), for an estimator that declares ``parts``."""
+    nan = float("nan")
+    return RewardParts({name: torch.tensor([nan if ep.reward_parts.get(name) is None else float(ep.reward_parts[name])
+                                            for ep in episodes], dtype=torch.float64) for name in weights},
+                       dict(weights))
 
 
 def log_groups(episodes: list[Episode], scores: torch.Tensor, record: AdvantageRecord) -> None:

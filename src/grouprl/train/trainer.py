@@ -32,7 +32,7 @@ from grouprl.rewards.scorer import Scorer, Scores
 from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
-from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options
+from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options, reward_parts
 from grouprl.train.checkpoint import (RNG_FILE, load_training_state, read_rng_states, restore_rng_states, rng_state,
                                       save_checkpoint)
 from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
@@ -105,8 +105,13 @@ class Trainer:
         return batch, Scores(everything, scores.parts if scores is not None else {}, metrics)
 
     def advantages(self, episodes: list[Episode], scores: torch.Tensor) -> AdvantageRecord:
+        parts = None
+        if self.estimator.wants_parts:  # each reward's own score (gdpo), with its weight in the episode score
+            weights = {**self.scorer.weights, **{r.name: w for r, w in zip(self.scorer.learned,
+                                                                             self.scorer.learned_weights)}}
+            parts = reward_parts(episodes, weights)
         return compute_advantage_record(episodes, scores, self.cfg.algorithm, self.estimator, self.estimator_options,
-                                        self.state_key, self.cfg.rollout.invalid_penalty == "on_step")
+                                        self.state_key, self.cfg.rollout.invalid_penalty == "on_step", parts)
 
     def samples(self, batch: GlobalBatch, advantages: AdvantageRecord) -> StepSamples:
         """This process's share of the batch as training samples, with its share of the advantages."""
@@ -230,6 +235,7 @@ class Trainer:
             bar = progress.add_task("train", total=train.max_steps, completed=self.step, info="")
             while self.step < train.max_steps:
                 record = self.train_step()
+                self.last_record = record  # observers may show the step's episodes (job/completion_samples.py)
                 self.step += 1
                 metrics = self.metrics(record)
                 sink.log(self.step, metrics)
