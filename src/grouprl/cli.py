@@ -37,18 +37,35 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
             )
 
 
-def config_from_args(args: argparse.Namespace):
+def config_from_args(args: argparse.Namespace, job: dict[str, Any] | None = None):
     cli: dict[str, Any] = {}
     for section_cls in SECTIONS.values():
         for name in section_cls.model_fields:
             if hasattr(args, name):
                 raw = getattr(args, name)
                 cli[name] = [parse_value(v) for v in raw] if isinstance(raw, list) else parse_value(raw)
-    return build_config(args.config, cli)
+    return build_config(args.config, cli, job=job)
+
+
+def built_in_job(args: argparse.Namespace) -> dict[str, Any] | None:
+    """The built-in job ``grouprl train`` starts from (``config/main_job.py``): ``--model NAME``, else the
+    real-model main job when nothing else is chosen; a recipe, a model or a task given without
+    ``--model`` starts from the field defaults (the tiny job), as it always did."""
+    from grouprl.config import env_overrides
+    from grouprl.config.main_job import MAIN_JOBS, MAIN_MODEL
+
+    if args.model is not None:
+        if args.config:
+            raise ConfigError(f"--model {args.model} picks a built-in job; with --config RECIPE, name the model "
+                              "in the recipe or with --model_name_or_path")
+        return MAIN_JOBS[args.model]
+    chosen = {name for name in ("model_name_or_path", "task") if hasattr(args, name)}
+    chosen |= {key for section in env_overrides().values() for key in section} & {"model_name_or_path", "task"}
+    return None if args.config or chosen else MAIN_JOBS[MAIN_MODEL]
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
+    cfg = config_from_args(args, built_in_job(args))
     from rich.console import Console
     from rich.table import Table
 
@@ -66,6 +83,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     console.print(table)
     console.print(f"summary written to {os.path.join(cfg.train.output_dir, 'summary.json')}")
+    console.print(f"see the run: grouprl dashboard {cfg.train.output_dir}")
     return 0
 
 
@@ -191,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=fmt,
                            description="Train with the configured estimator (default GRPO). Precedence: defaults < --config YAML < environment "
                                        f"({', '.join(ENV_VARS)}, GROUPRL_<FIELD>) < flags.")
+    from grouprl.config.main_job import MAIN_JOBS, MAIN_MODEL
+
+    train.add_argument("--model", default=None, choices=sorted(MAIN_JOBS),
+                       help=f"the built-in job to run: {MAIN_MODEL} (a real instruct model from its package; the "
+                            "default when no --config, --model_name_or_path or --task is given) or tiny (the "
+                            "0.8 M-parameter model grouprl builds itself, offline; the field defaults below)")
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
 

@@ -42,8 +42,9 @@ def build_config(
     recipe: str | os.PathLike | None = None,
     cli: dict[str, Any] | None = None,
     environ: dict[str, str] | None = None,
+    job: dict[str, Any] | None = None,
 ) -> Config:
-    """Defaults < recipe < environment < CLI, validated as one model, names checked."""
+    """Defaults < built-in job < recipe < environment < CLI, validated as one model, names checked."""
     import grouprl.tasks  # noqa: F401 - a registered task's own section must be known before the recipe is read
 
-    return check_names(load_config(recipe, cli, environ))
+    return check_names(load_config(recipe, cli, environ, job))

@@ -63,10 +63,10 @@ def test_grpo_raises_the_reward_of_a_prompt(warm_arithmetic_dir, tmp_path):
 
 
 @pytest.mark.slow
-def test_default_run_gains_ten_points(tmp_path):
-    """The embedded default (`grouprl train`, no options) must beat its SFT start by >= 10 points."""
+def test_tiny_run_gains_ten_points(tmp_path):
+    """The tiny job (`grouprl train --model tiny`) must beat its SFT start by >= 10 points."""
     out = tmp_path / "default"
-    assert main(["train", "--output_dir", str(out)]) == 0
+    assert main(["train", "--model", "tiny", "--output_dir", str(out)]) == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["accuracy_after"] - summary["accuracy_before"] >= 0.10, summary
     assert summary["wall_seconds"] < 600, summary

@@ -134,8 +134,8 @@ def test_two_process_tiny_run_logs_once_and_resumes(tmp_path):
 def test_deepspeed_config_is_refused_in_one_line(tmp_path):
     """zero3.yaml sets ACCELERATE_USE_DEEPSPEED; accelerate's prepare_model would leave the model
     unwrapped (no gradient averaging), so grouprl refuses before any work."""
-    proc = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--max_steps", "1", "--output_dir",
-                           str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--model", "tiny", "--max_steps", "1",
+                           "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
                           env=child_env({"ACCELERATE_USE_DEEPSPEED": "true"}), cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "grouprl: error: accelerate config: DeepSpeed (zero3.yaml) is not driven" in proc.stderr

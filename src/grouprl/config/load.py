@@ -124,10 +124,13 @@ def load_config(
     recipe: str | os.PathLike | None = None,
     cli: dict[str, Any] | None = None,
     environ: dict[str, str] | None = None,
+    job: dict[str, Any] | None = None,
 ) -> Config:
-    """Defaults < recipe < environment < CLI, validated as one typed model (names not resolved)."""
+    """Defaults < ``job`` (a built-in job's flat keys: what ``grouprl train`` runs with no recipe) <
+    recipe < environment < CLI, validated as one typed model (names not resolved)."""
     merged: dict[str, dict[str, Any]] = {}
-    for layer in (read_recipe(recipe) if recipe else {}, env_overrides(environ), _nest(cli or {}, "command line")):
+    for layer in (_nest(job or {}, "built-in job"), read_recipe(recipe) if recipe else {}, env_overrides(environ),
+                  _nest(cli or {}, "command line")):
         merged = _merge(merged, layer)
     for name, section_cls in EXTRA_SECTIONS.items():  # a registered section: its errors named like the others'
         try:

@@ -60,7 +60,6 @@ SAME_BEHAVIOUR = {
     "logging_strategy": {"steps"},  # grouprl logs every step to metrics.jsonl, prints every logging_steps
     "logging_first_step": {True, False},  # the first step is always in metrics.jsonl
     "log_level": {"passive", "info", "warning"},  # LOGLEVEL=DEBUG shows grouprl's debug lines
-    "num_completions_to_print": {0},
     "remove_unused_columns": {False},  # every column is kept and reaches the rewards
     "ddp_find_unused_parameters": {False},
 }

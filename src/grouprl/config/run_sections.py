@@ -75,6 +75,10 @@ class LoggingConfig(Section):
     log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")
     save_trajectories_every: int = Field(
         10, ge=0, description="write every step of the batch to trajectories/step_N.jsonl every N steps (0 = never)")
+    num_completions_to_print: int = Field(
+        0, ge=0, description="print this many of the step's completions (prompt, completion, reward) on step 1 and "
+                             "every completions_print_steps steps (0 = none)")
+    completions_print_steps: int = Field(10, gt=0, description="steps between printed completions")
     # from the former ``tracking`` section
     wandb_entity: str | None = Field(None, description="W&B entity (team) of the run (WANDB_ENTITY wins)")
     wandb_run_group: str | None = Field(None, description="W&B group of the run (WANDB_RUN_GROUP wins)")

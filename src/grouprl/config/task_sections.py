@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from grouprl.config.base import Section
 
@@ -22,8 +22,21 @@ class ArithmeticConfig(Section):
     arithmetic_reverse_answer: bool = Field(
         False, description="arithmetic: answer written least-significant digit first (carries flow left to right)")
     arithmetic_operators: str = Field("+", pattern=r"^[+\-]+$", description="arithmetic: operators to draw from")
+    arithmetic_prompt: str | None = Field(
+        None, description="arithmetic: the user turn, '{question}' standing for the sum written with spaces "
+                          "('Compute {question}. Reply with only the number.'); empty = the bare sum '47+38'")
+    arithmetic_answer: Literal["exact", "last_number"] = Field(
+        "exact", description="arithmetic: how the answer is read: the whole completion is the number (exact), or "
+                             "the last number in the reply (last_number: chat models that write '47 + 38 = 85')")
 
     former_sections = ("task",)
+
+    @field_validator("arithmetic_prompt")
+    @classmethod
+    def _names_the_question(cls, template: str | None) -> str | None:
+        if template is not None and "{question}" not in template:
+            raise ValueError("a template containing '{question}' (where the sum goes)")
+        return template
 
 
 class GridworldConfig(Section):

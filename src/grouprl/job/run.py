@@ -71,6 +71,20 @@ def check_model_path(name: str | None) -> None:
                           "or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'")
 
 
+def packaged_model_folder(name: str | None, parallel: DataParallel, console: Console) -> str | None:
+    """A packaged model's name (``smollm2-135m-instruct``) as its cached model folder, materialised
+    once (``policy/pretrained.py``); any other name or path as it is. One process writes the cache."""
+    from grouprl.policy.pretrained import KNOWN_MODELS, cache_dir, is_materialized, materialize_pretrained
+
+    if not name or name not in KNOWN_MODELS or Path(name).exists():
+        return name
+    if parallel.is_main and not is_materialized(cache_dir() / name):
+        console.log(f"materialising {name} from its package into {cache_dir() / name} (once; about 30 s)")
+    if parallel.distributed:
+        return broadcast_object(str(materialize_pretrained(name)) if parallel.is_main else None)
+    return str(materialize_pretrained(name))
+
+
 def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     """The run, holding its output_dir's lock from before its first write to its end (crash included)."""
     parallel = DataParallel.start()
@@ -118,6 +132,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
                          f"--resume_from_checkpoint {resume}")
     else:
         check_model_path(cfg.model.model_name_or_path)
+        packaged = packaged_model_folder(cfg.model.model_name_or_path, parallel, console)
     if main:  # everything is checked: now the old run's files go, or the resumed run's logs are cut back
         folder.apply(plan)
         (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
@@ -127,7 +142,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         model_path = resume
         base_model = saved.get("extra", {}).get("base_model", resume)
     else:
-        base_model = model_path = cfg.model.model_name_or_path or (
+        base_model = model_path = packaged or (
             prepare_tiny(cfg, task, scorer, console) if not parallel.distributed
             else broadcast_object(warm_start_alone(cfg) if main else None))
     device = parallel.device or pick_device(cfg.runtime.device)

@@ -37,6 +37,11 @@ def observers(cfg: Config, sink) -> list[TrainObserver]:
         found.append(PeriodicEval(cfg, sink))
     if not process_info().is_main:
         return found
+    if cfg.logging.num_completions_to_print:  # the behaviour changing, in the terminal
+        from grouprl.job.completion_samples import CompletionSamples
+
+        found.append(CompletionSamples(sink.console, cfg.logging.num_completions_to_print,
+                                       cfg.logging.completions_print_steps, cfg.train.seed))
     hub = cfg.hub
     pusher = None
     if hub.push_to_hub or hub.push_to_hub_revision:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from grouprl.rewards.builtin.arithmetic import arithmetic_digits, arithmetic_exact
+from grouprl.rewards.builtin.arithmetic import arithmetic_digits, arithmetic_exact, arithmetic_last_number
 from grouprl.rewards.builtin.structured import BUILTIN_STRUCTURED
 from grouprl.rewards.builtin.text import BUILTIN_TEXT
 from grouprl.rewards.builtin.gsm8k import gsm8k_final
@@ -24,6 +24,7 @@ REWARDS: dict[str, RewardFn] = {
     "gsm8k_final": gsm8k_final,
     "arithmetic_exact": arithmetic_exact,
     "arithmetic_digits": arithmetic_digits,
+    "arithmetic_last_number": arithmetic_last_number,
     "slate_accuracy": slate_accuracy,
     "slate_click": slate_click,
     "slate_opinion": slate_opinion,

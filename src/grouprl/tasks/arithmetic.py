@@ -6,10 +6,11 @@ Seeded and reproducible; the held-out split never shares a question with trainin
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 from grouprl.config import Config
-from grouprl.rewards.builtin.arithmetic import parse_answer
+from grouprl.rewards.builtin.arithmetic import last_number, parse_answer
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
 
@@ -26,6 +27,11 @@ def make_question(rng: random.Random, digits: int, operands: int, operators: str
         text += op + str(n)
         value = value + n if op == "+" else value - n
     return text, value
+
+
+def spaced(question: str) -> str:
+    """'47+38-5' -> '47 + 38 - 5' (operands are never negative, so every sign is an operator)."""
+    return re.sub(r"([+-])", r" \1 ", question)
 
 
 def reverse_digits(number: str) -> str:
@@ -68,5 +74,12 @@ def build_arithmetic(cfg: Config) -> SingleTurnTask:
     train, held_out = generate_rows(task_config.n_train or 6000, max(cfg.eval.n_eval, 1),
                                     own.arithmetic_digits, own.arithmetic_operands,
                                     own.arithmetic_operators, own.arithmetic_reverse_answer)
-    return SingleTurnTask("arithmetic", train, held_out, task_config.system_prompt, ["arithmetic_digits"],
-                          "arithmetic_exact", corpus_extra=ALPHABET, predict=parse_answer)
+    if own.arithmetic_prompt:  # a chat model is asked in words: "Compute 47 + 38. Reply with only the number."
+        for row in train + held_out:
+            row["question"] = own.arithmetic_prompt.format(question=spaced(row["question"]))
+    if own.arithmetic_answer == "last_number":  # '47 + 38 = 85' answers too; no partial credit to game
+        rewards, correct, predict = ["arithmetic_last_number"], "arithmetic_last_number", last_number
+    else:
+        rewards, correct, predict = ["arithmetic_digits"], "arithmetic_exact", parse_answer
+    return SingleTurnTask("arithmetic", train, held_out, task_config.system_prompt, rewards, correct,
+                          corpus_extra=ALPHABET, predict=predict)

@@ -25,6 +25,21 @@ def parse_answer(completion: str) -> str | None:
     return match.group(1) if match else None
 
 
+_NUMBER = re.compile(r"-?[0-9]+")
+
+
+def last_number(completion: str) -> str | None:
+    """The last integer written in a reply ('82 + 95 = 177.' -> '177'), for chat models that do not
+    answer with the number alone; ASCII digits only, like the gold."""
+    numbers = _NUMBER.findall(completion)
+    return numbers[-1] if numbers else None
+
+
+def arithmetic_last_number(completion: str, ground_truth: str, **_: object) -> float:
+    """1.0 if the last number in the reply is the answer, else 0.0."""
+    return 1.0 if last_number(completion) == str(ground_truth) else 0.0
+
+
 def arithmetic_exact(completion: str, ground_truth: str, **_: object) -> float:
     """1.0 if the completion is exactly the answer, else 0.0."""
     return 1.0 if parse_answer(completion) == str(ground_truth) else 0.0
