@@ -87,7 +87,8 @@ class RolloutConfig(Section):
     invalid_action_penalty: float = Field(
         0.1, ge=0, description="environments: reward subtracted for an unparsable or inadmissible action")
     invalid_penalty: Literal["in_returns", "on_step"] = Field("in_returns", description="environments: penalty as a "
-        "step reward (in returns and score), or on the invalid step's advantage alone (on_step: verl-agent)")
+        "step reward (in returns and score), or on the invalid step's own row before the group and anchor "
+        "statistics (on_step: verl-agent's flow exactly)")
     show_admissible_actions: bool = Field(True, description="environments: list admissible actions in the prompt")
     env_workers: int = Field(1, ge=1, description="environments: N > 1 runs them in N Ray actors")
     ray_address: str | None = Field(None, description="Ray cluster to connect to (empty = start a local one)")
