@@ -152,6 +152,8 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "gradient_checkpointing_kwargs": lambda v: None if v in (None, {}, {"use_reentrant": False}) else
         _optional_feature("gradient_checkpointing_kwargs", v, known, put, off=flat.get("gradient_checkpointing")),
     }
+    for key in TRL_OBJECTIVE_KEYS:
+        handlers[key] = lambda v: None  # read together below: they name a loss and its options
     for key, value in flat.items():
         if key in REWARD_OPTIONS:
             continue
@@ -175,12 +177,46 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
                                     "never take effect")
     if "per_device_train_batch_size" in flat:
         _batch_size(flat, out, origin, put)
+    _trl_objective(flat, out, origin, put)
     for key, (_, value) in derived.items():
         out.setdefault(key, value)
     named_data = {"dataset_name", "dataset_name_or_path", "dataset_mixture"} & set(flat)
     if named_data and "task" not in flat and "task" in known:
         out["task"] = "prompt_dataset"  # open-r1 recipes name a dataset, never a task
     return out
+
+
+# TRL's loss keys: loss_type names a loss and an aggregation at once, importance_sampling_level a ratio,
+# delta and sapo_temperature_* are options of the loss (grouprl: loss, loss_options, loss_type).
+TRL_LOSS_TYPES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "grpo")}
+TRL_OBJECTIVE_KEYS = ("loss_type", "importance_sampling_level", "delta", "sapo_temperature_pos",
+                      "sapo_temperature_neg")
+
+
+def _trl_objective(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> None:
+    loss_type, level = flat.get("loss_type"), flat.get("importance_sampling_level", "token")
+    options: dict[str, Any] = {}
+    if loss_type in TRL_LOSS_TYPES:
+        loss, aggregation = TRL_LOSS_TYPES[loss_type]
+        put("loss_type", "loss", loss, True)
+        put("loss_type", "loss_type", aggregation, True)
+        if loss == "cispo" and "epsilon_high" in flat:  # TRL's epsilon_high is CISPO's upper bound itself
+            options["epsilon_max"] = flat["epsilon_high"]
+    elif loss_type is not None:
+        put("loss_type", "loss_type", loss_type, True)  # an aggregation (checked with the config)
+    if level == "sequence":
+        if loss_type in TRL_LOSS_TYPES:
+            raise _err(origin, "importance_sampling_level", level, f"TRL's loss_type {loss_type} has no sequence level")
+        put("importance_sampling_level", "loss", "gspo", True)
+    elif level != "token":
+        raise _err(origin, "importance_sampling_level", level, "expected 'token' or 'sequence'")
+    if flat.get("delta") is not None:
+        options["delta"] = flat["delta"]
+    for key, option in (("sapo_temperature_pos", "temperature_pos"), ("sapo_temperature_neg", "temperature_neg")):
+        if key in flat:
+            options[option] = flat[key]
+    if options:
+        put("loss_options", "loss_options", {**options, **(out.get("loss_options") or {})}, True)
 
 
 def _optional_feature(key: str, value: Any, known: set[str], put, off: Any = None) -> None:
