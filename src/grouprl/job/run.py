@@ -33,6 +33,7 @@ from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.job.warm_start import prepare_tiny, warm_start_alone
 from grouprl.train.advantages import estimator_options
 from grouprl.train.checkpoint import CheckpointError, check_world_size, read_checkpoint_state
+from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.parallel import DataParallel, broadcast_object, end_processes, shard_slice
 from grouprl.train.trainer import Trainer
 
@@ -123,6 +124,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         estimator_options(cfg.algorithm, get_estimator(cfg.algorithm.advantage))
     except (KeyError, ValueError, TypeError) as err:
         raise ConfigError(f"config keys 'advantage'/'advantage_options': {err.args[0]}") from None
+    resolve_loss(cfg), entropy_bonus_of(cfg)  # the loss, its options and the entropy bonus, likewise
     prepare_schedule(cfg, task)  # epochs, warmup ratio, save strategy -> steps
     check_chat_template(cfg.prompts.chat_template, cfg.prompts.chat_template_kwargs)  # renders, before any model
     shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
