@@ -69,16 +69,29 @@ def _shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.devic
     return ids[index], mask[index], cache
 
 
+def stop_token_ids(tokenizer, model=None) -> list[int]:
+    """The ids that end a completion: the tokenizer's eos, then every eos of the model's generation config.
+    A chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``) may be only in the latter (a
+    tokenizer whose eos is ``<|endoftext|>``): stopping on the tokenizer's alone would run every turn on
+    to max_new_tokens and train the model on what follows its own end of turn."""
+    stops = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for token in [configured] if isinstance(configured, int) else list(configured or []):
+        if token not in stops:
+            stops.append(token)
+    return stops
+
+
 def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
               device: torch.device, prefill_once: bool = True) -> list[Completion]:
-    eos = tokenizer.eos_token_id
+    stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
     was_training = model.training
     model.eval()
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start : start + params.batch_size]
-        kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not params.greedy, eos_token_id=eos,
+        kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not params.greedy, eos_token_id=stops,
                       pad_token_id=pad, use_cache=True)
         if not params.greedy:
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
@@ -93,12 +106,11 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
         seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         rows, cut = [], []
         for row in seqs[:, width:].tolist():
-            if eos in row:
-                rows.append(row[: row.index(eos) + 1])
-                cut.append(False)
-            else:
-                rows.append([t for t in row if t != pad])
-                cut.append(True)
+            end = next((j for j, token in enumerate(row) if token in stops), None)
+            # a row without a stop ran to max_new_tokens and holds no padding: every token is the model's
+            # (dropping pad ids would drop real tokens where pad is an ordinary token, e.g. <|endoftext|>)
+            rows.append(row if end is None else row[: end + 1])
+            cut.append(end is None)
         texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
         out.extend(Completion(r, t, c) for r, t, c in zip(rows, texts, cut))
     if was_training:

@@ -99,16 +99,18 @@ def group_identical(prompt_ids: list[list[int]]) -> list[tuple[list[int], int]]:
     return runs
 
 
-def _sampling(params: SamplingParams, n: int, eos: int):
+def _sampling(params: SamplingParams, n: int, stops: int | list[int]):
     from vllm import SamplingParams as VSamplingParams
 
-    common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=[eos], skip_special_tokens=True)
+    stops = [stops] if isinstance(stops, int) else list(stops)
+    common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=stops, skip_special_tokens=True)
     if params.greedy:
         return VSamplingParams(temperature=0.0, **common)
     return VSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0, **common)
 
 
-def sample(llm, prompt_ids: list[list[int]], params: SamplingParams, eos: int) -> list[tuple[list[int], list[float]]]:
+def sample(llm, prompt_ids: list[list[int]], params: SamplingParams,
+           eos: int | list[int]) -> list[tuple[list[int], list[float]]]:
     """(token ids, their sampling log-probs) per prompt, in order. Identical prompts become one request
     with ``n`` samples: vLLM prefills the prompt once and forks its KV cache, instead of K prefills."""
     runs = group_identical(prompt_ids)
@@ -122,10 +124,12 @@ def sample(llm, prompt_ids: list[list[int]], params: SamplingParams, eos: int) -
     return samples
 
 
-def to_completion(ids: list[int], logprobs: list[float] | None, tokenizer) -> Completion:
+def to_completion(ids: list[int], logprobs: list[float] | None, tokenizer,
+                  stops: list[int] | None = None) -> Completion:
     """A sampled sequence as the hf backend reports it: text decoded by the trainer's tokenizer, and
-    ``truncated`` when the length cap, not eos, stopped it."""
-    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), tokenizer.eos_token_id not in ids,
+    ``truncated`` when the length cap, not a stop token (default: the tokenizer's eos), ended it."""
+    stops = [tokenizer.eos_token_id] if stops is None else stops
+    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), not ids or ids[-1] not in stops,
                       logprobs)
 
 
@@ -138,9 +142,11 @@ def reload_weights(llm, weights) -> None:
 class VLLMBackend:
     """GenerationBackend over ``vllm.LLM``; ``tokenizer`` decodes the texts exactly as the hf backend does."""
 
-    def __init__(self, model_path: str, tokenizer, options: VLLMOptions | None = None):
+    def __init__(self, model_path: str, tokenizer, options: VLLMOptions | None = None,
+                 stops: list[int] | None = None):
         self.options = options or VLLMOptions()
         self.tokenizer = tokenizer
+        self.stops = stops or [tokenizer.eos_token_id]  # generation.stop_token_ids: eos + end-of-turn ids
         self.llm = make_engine(model_path, self.options, sleep_mode=self.options.sleep_during_update)
         self.sleeps = torch.cuda.is_available() and self.options.sleep_during_update
         self.asleep = False
@@ -149,8 +155,8 @@ class VLLMBackend:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
-        samples = sample(self.llm, prompt_ids, params, self.tokenizer.eos_token_id)
-        completions = [to_completion(ids, logprobs, self.tokenizer) for ids, logprobs in samples]
+        samples = sample(self.llm, prompt_ids, params, self.stops)
+        completions = [to_completion(ids, logprobs, self.tokenizer, self.stops) for ids, logprobs in samples]
         if self.sleeps:
             self.llm.sleep(level=2)  # weights and KV cache freed: the update gets the memory
             self.asleep = True
@@ -169,12 +175,14 @@ def build_vllm_backend(policy, cfg) -> VLLMBackend:
     """The ``vllm`` entry of the backend registry: an engine on the policy's checkpoint, in the trainer's
     dtype unless ``vllm_dtype`` says otherwise, then synced with the in-memory weights (a warm start or a
     resumed run may differ from the files)."""
+    from grouprl.rollout.generation import stop_token_ids
+
     speed = cfg.speed
     path = policy.model.config._name_or_path
     dtype = speed.vllm_dtype if speed.vllm_dtype != "auto" else str(policy.model.dtype).removeprefix("torch.")
     backend = VLLMBackend(path, policy.tokenizer, VLLMOptions(
         dtype=dtype, max_model_len=speed.vllm_max_model_len, gpu_memory_utilization=speed.vllm_gpu_memory_utilization,
         sleep_during_update=speed.vllm_sleep_during_update, cpu_kv_cache_gb=speed.vllm_cpu_kv_cache_gb,
-        seed=cfg.train.seed, enforce_eager=speed.vllm_enforce_eager))
+        seed=cfg.train.seed, enforce_eager=speed.vllm_enforce_eager), stop_token_ids(policy.tokenizer, policy.model))
     backend.load_weights(policy.model)
     return backend
