@@ -145,6 +145,20 @@ def standin(log: Path, mode: str = "arithmetic", delay: float = 0.0, requests_lo
     return ServedProcess(command, log, port, startup_s=30)
 
 
+try:  # the fixture for tests (``from judge_standin import grader``); the script runs without pytest
+    import pytest
+
+    @pytest.fixture()
+    def grader(tmp_path):
+        """The scripted judge in its own process; its requests are logged to ``tmp_path/grader_requests.jsonl``."""
+        srv = standin(tmp_path / "grader.log", requests_log=tmp_path / "grader_requests.jsonl")
+        srv.start()
+        yield srv
+        srv.kill()
+except ImportError:  # pragma: no cover
+    pass
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from grouprl.cli import main
-from judge_standin import ServedProcess, standin
+from judge_standin import ServedProcess, grader, standin  # noqa: F401 - grader: the fixture
 from real_model import smollm2_dir  # noqa: F401 - the fixture
 
 pytest.importorskip("openai")
@@ -44,14 +44,6 @@ def metrics(out: Path) -> list[dict]:
 def cache_lines(out: Path, name: str) -> list[dict]:
     path = out / "judge_cache" / name / "responses.rank0.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
-
-
-@pytest.fixture()
-def grader(tmp_path):
-    srv = standin(tmp_path / "grader.log", requests_log=tmp_path / "grader_requests.jsonl")
-    srv.start()
-    yield srv
-    srv.kill()
 
 
 def test_pointwise_judge_run_and_resume_pays_nothing_twice(tiny_arithmetic_dir, grader, tmp_path):

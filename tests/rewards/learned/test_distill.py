@@ -4,22 +4,13 @@ sample; agreement is measured; the whole state resumes. The judge is the scripte
 from __future__ import annotations
 
 import pytest
-import torch
 
 from grouprl.config import ConfigError
 from grouprl.records import Episode, Step
 from grouprl.rewards.scorer import Scorer
-from judge_standin import standin
+from judge_standin import grader  # noqa: F401 - the fixture
 
 pytest.importorskip("openai")
-
-
-@pytest.fixture()
-def grader(tmp_path):
-    srv = standin(tmp_path / "grader.log", requests_log=tmp_path / "requests.jsonl")
-    srv.start()
-    yield srv
-    srv.kill()
 
 
 def batch(step: int) -> list[Episode]:
