@@ -90,3 +90,22 @@ def test_math_accuracy_finishes_within_its_budget_off_the_main_thread():
     assert not worker.is_alive(), "math_accuracy hung past its budget"
     assert out[0][:4] == [0.0] * 4 and out[0][4] == 1.0
     assert time.monotonic() - start < 5 * (3 * 1 + 1) + 10
+
+
+def test_fenced_blocks_are_found_in_linear_time_as_the_regex_found_them():
+    import random
+
+    from grouprl.rewards.builtin import structured
+
+    def by_regex(text):  # the reference: the regex the scan replaced (quadratic on a run of backticks)
+        return [(m.group(1).lower(), m.group(2)) for m in structured._FENCE.finditer(text)]
+
+    rng = random.Random(0)
+    alphabet = ["`", "```", "\n", "py", "python", " ", "x", "\t", "json", "+", "é"]
+    for _ in range(5000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
+        assert structured._fenced_blocks(text) == by_regex(text), repr(text)
+    start = time.monotonic()
+    assert structured._fenced_blocks("`" * 1_000_000) == []  # the regex took 38 s on 100k of them
+    assert REWARDS["code_execution"](conversation("q", "`" * 1_000_000), test_cases=["assert f() == 1"]).score == 0.0
+    assert time.monotonic() - start < 2.0

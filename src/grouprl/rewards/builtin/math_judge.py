@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import os
 import select
 import subprocess
 import sys
@@ -26,6 +27,7 @@ START_TIMEOUT_S = 120.0  # importing sympy on a busy machine; not counted agains
 _idle: list[subprocess.Popen] = []
 _all: set[subprocess.Popen] = set()
 _lock = threading.Lock()
+_owner = [os.getpid()]  # a forked child must not share its parent's workers (their pipes would interleave)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,10 @@ def judge(completion: str | None, ground_truth, timeout_seconds: float = 5.0) ->
         return MathVerdict(None, None, False)
     budget = 3 * max(float(timeout_seconds), 1.0) + 1.0
     with _lock:
+        if _owner[0] != os.getpid():  # forked since: the parent's workers are the parent's
+            _owner[0] = os.getpid()
+            _idle.clear()
+            _all.clear()
         proc = _idle.pop() if _idle else None
     if proc is None or proc.poll() is not None:
         proc = _start()

@@ -138,6 +138,9 @@ def solution_bindings(solution: str) -> tuple[set[str], dict[str, str]]:
             continue
         if isinstance(node, ast.Lambda):
             continue
+        if isinstance(node, ast.comprehension):  # its target is the comprehension's own variable
+            todo.extend([node.iter, *node.ifs])
+            continue
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             root = node.module.split(".")[0] if isinstance(node, ast.ImportFrom) and node.module else ""
             for alias in node.names:
