@@ -11,6 +11,7 @@ deliberately unfinished imitation.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -33,6 +34,7 @@ def expert_traces(task, tokenizer, settings: ConversationSettings, n_episodes: i
 
     reply = getattr(task, "expert_reply", None) or expert_reply
     rows = task.sft_rows(n_episodes)
+    settings = dataclasses.replace(settings, max_conversation_tokens=None)  # the expert's turns are never cut
     episodes = run_conversations([task.env_factory(r) for r in rows], rows, 1, ScriptedBackend(tokenizer, reply),
                                  tokenizer, SamplingParams(max_new_tokens=max_new_tokens), settings,
                                  [task.seed_of(r) for r in rows])
@@ -98,7 +100,8 @@ def tool_sft(model_dir: str, task, settings: ConversationSettings, out_dir: str 
 
 def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettings, console) -> Path:
     """``prepare_tiny``'s warm start for conversation tasks: tool SFT on expert traces (``sft_demo_episodes``
-    of them), stopping once sampled success on 32 training rows reaches ``sft_target_accuracy`` (if set)."""
+    of them), stopping once sampled success on 32 training rows reaches ``sft_target_accuracy`` (if set;
+    checked every 50 steps: a check plays 32 conversations)."""
     from grouprl.job.warm_start import ENV_CHECK_EPISODES, check_accuracy
 
     train = cfg.train
@@ -114,4 +117,4 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
                 "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when else ""))
     return tool_sft(tiny, task, settings, Path(train.output_dir) / "sft_model", train.sft_steps,
                     train.sft_learning_rate, train.sft_batch_size, train.seed, train.sft_demo_episodes, stop_when,
-                    console=console)
+                    check_every=50, console=console)

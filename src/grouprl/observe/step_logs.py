@@ -40,8 +40,19 @@ def trajectory_records(step: int, episodes: list[Episode], advantages) -> Iterat
                 "step_advantage": float(advantages.step_advantage[j]), "advantage": float(advantages.advantage[j]),
                 "anchor_group": int(advantages.anchor[j]), "anchor_group_size": int(advantages.anchor_size[j]),
                 "info": s.env_info,
+                **(conversation_fields(ep, t) if ep.conversation else {}),
             }
             j += 1
+
+
+def conversation_fields(ep: Episode, t: int) -> dict:
+    """A conversation turn: its parsed calls, the tool messages that answered them, its anchor state, and
+    the masked span after it (tool results and template tokens: read by the model, never trained)."""
+    s = ep.steps[t]
+    after = (len(ep.steps[t + 1].prompt_ids) - len(s.prompt_ids) - len(s.action_ids)) if t + 1 < len(ep.steps) else 0
+    return {"tool_calls": s.tool_calls or [], "tool_results": s.tool_results or [], "anchor_state": str(s.anchor_state),
+            "generated_tokens": len(s.action_ids), "masked_tokens_after": after,
+            "masked_prompt_tokens": len(s.prompt_ids) if t == 0 else 0, "end_reason": ep.end_reason}
 
 
 def write_trajectories(path: Path, step: int, episodes: list[Episode], advantages) -> None:

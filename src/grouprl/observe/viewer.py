@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
 from pathlib import Path
 
@@ -51,6 +52,28 @@ def steps_table(eid: str, steps: list[dict]) -> Table:
     return table
 
 
+def conversation_table(eid: str, steps: list[dict]) -> Table:
+    """A conversation episode turn by turn: what the model generated (trained), the call the parser read,
+    what the tool answered (masked: read, not trained), the turn's reward and advantages."""
+    first = steps[0]
+    table = Table(title=f"conversation {eid} (group {first['group']}, score {first['episode_score']:+.3f}, "
+                        f"success {bool(first.get('success'))}, ended: {first.get('end_reason') or '?'}; "
+                        f"prompt {first.get('masked_prompt_tokens', 0)} tokens masked)", show_lines=True)
+    for col in ["t", "assistant (trained)", "tool call", "tool result (masked)", "r_t", "A_E", "A_S", "A",
+                "anchor state (size)"]:
+        table.add_column(col, justify="right" if col in ("t", "r_t", "A_E", "A_S", "A") else "left")
+    for s in steps:
+        calls = "\n".join(f"{c['name']}({json.dumps(c['arguments'])})" for c in s.get("tool_calls") or []) or "-"
+        results = "\n".join(("[red]" + r["error"] + "[/red] " if r.get("error") else "") + r["content"]
+                             for r in s.get("tool_results") or [])
+        masked = s.get("masked_tokens_after", 0)
+        table.add_row(str(s["t"]), f"{s['action']}\n[dim]({s.get('generated_tokens', '?')} tokens)[/dim]", calls,
+                      (results + f"\n[dim]({masked} tokens)[/dim]") if results else "-", f"{s['base_reward']:+.2f}",
+                      f"{s['episode_advantage']:+.3f}", f"{s['step_advantage']:+.3f}", f"{s['advantage']:+.3f}",
+                      f"{s.get('anchor_state', '')} ({s['anchor_group_size']})")
+    return table
+
+
 def view_trajectories(path: str | Path, episode: str | None = None, console: Console | None = None) -> int:
     console = console or Console()
     episodes = load_episodes(path)
@@ -61,5 +84,6 @@ def view_trajectories(path: str | Path, episode: str | None = None, console: Con
     if episode not in episodes:
         known = ", ".join(list(episodes)[:10])
         raise KeyError(f"{path}: no episode {episode!r}; episodes are e.g. {known}")
-    console.print(steps_table(episode, episodes[episode]))
+    steps = episodes[episode]
+    console.print(conversation_table(episode, steps) if "tool_results" in steps[0] else steps_table(episode, steps))
     return 0

@@ -14,10 +14,10 @@ UNIT_FACTORS: dict[str, tuple[int, str]] = {
 
 
 def calculator(expression: str) -> str:
-    """Evaluate an arithmetic expression exactly.
+    """Evaluate arithmetic exactly.
 
     Args:
-        expression: numbers with + - * / // % ** and parentheses, e.g. "4821 * 97"
+        expression: e.g. "4821 * 97"
     """
     from grouprl.tasks.envs.calculator import CalcError, safe_eval  # the calculator env's AST walker, never eval
 
@@ -31,10 +31,10 @@ def calculator(expression: str) -> str:
 
 
 def lookup(unit: str) -> str:
-    """Look up how many smaller units one unit holds.
+    """How many smaller units one unit holds.
 
     Args:
-        unit: a unit name in the singular, e.g. "mile"
+        unit: e.g. "mile"
     """
     key = unit.strip().lower().rstrip("s") if unit.strip().lower() not in UNIT_FACTORS else unit.strip().lower()
     if key == "feet":

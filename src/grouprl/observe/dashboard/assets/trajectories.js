@@ -20,7 +20,36 @@ function episodesOf(rows) {
   });
 }
 
+// A conversation episode (tool calls): each assistant turn (generated, trained), the call the parser read,
+// the tool messages that answered it (read by the model, masked from the loss), the turn's reward and advantages.
+function conversationTable(app, ep, selectedT) {
+  const calls = (s) => (s.tool_calls || []).map((c) => h("code", { class: "tool-call" }, `${c.name}(${JSON.stringify(c.arguments)})`));
+  const results = (s) => (s.tool_results || []).map((r) => h("div", { class: "tool-result" },
+    r.error ? GRL.badge(r.error, "bad") : null, h("pre", { class: "obs small" }, r.content ?? "")));
+  return GRL.table([
+    { label: "t", num: true, fmt: (s) => s.t },
+    { label: "assistant turn (trained)", fmt: (s) => [h("pre", { class: "obs generated" }, s.action ?? ""),
+      h("div", { class: "muted" }, `${s.generated_tokens ?? "?"} generated tokens`)] },
+    { label: "tool call", fmt: (s) => calls(s) },
+    { label: "tool result (masked)", fmt: (s) => (s.tool_results && s.tool_results.length ? [results(s),
+      h("div", { class: "muted" }, `${s.masked_tokens_after ?? 0} masked tokens`)] : "") },
+    { label: "valid", fmt: (s) => (s.valid ? "yes" : [GRL.badge("no", "bad"),
+      s.invalid_reason ? h("div", { class: "muted invalid-reason" }, s.invalid_reason) : null]) },
+    { label: "r_t", num: true, fmt: (s) => GRL.signed(s.base_reward, 2) },
+    { label: "A_E", num: true, fmt: (s) => GRL.signed(s.episode_advantage), cls: (s) => GRL.signClass(s.episode_advantage) },
+    { label: "A_S", num: true, fmt: (s) => GRL.signed(s.step_advantage), cls: (s) => GRL.signClass(s.step_advantage) },
+    { label: "A", num: true, fmt: (s) => GRL.signed(s.advantage), cls: (s) => "strong " + GRL.signClass(s.advantage) },
+    { label: "anchor state (size)", fmt: (s) => [h("code", {}, s.anchor_state ?? ""), ` (${s.anchor_group_size})`] },
+  ], ep.steps, {
+    class: "traj-steps conversation",
+    onClick: (s) => app.render({ t: s.t }),
+    rowClass: (s) => (String(s.t) === String(selectedT) ? "selected" : ""),
+    rowData: (s) => ({ t: s.t }),
+  });
+}
+
 function stepsTable(app, ep, selectedT) {
+  if (ep.steps[0] && ep.steps[0].tool_results !== undefined) return conversationTable(app, ep, selectedT);
   return GRL.table([
     { label: "t", num: true, fmt: (s) => s.t },
     { label: "observation", fmt: (s) => h("pre", { class: "obs" }, s.observation ?? "") },
@@ -108,6 +137,8 @@ GRL.views.trajectories = {
       open ? h("section", { class: "card", id: "episode-detail" },
         h("h2", {}, `episode ${open.id} · group ${open.group} · seed ${GRL.fmt(open.seed)} · score ${GRL.signed(open.score)}`, " ",
           open.success ? GRL.badge("success", "ok") : GRL.badge("failed", "bad")),
+        open.steps[0].end_reason ? h("p", { class: "muted" }, `conversation: ended on ${open.steps[0].end_reason}; `
+          + `the first prompt's ${open.steps[0].masked_prompt_tokens} tokens and every tool result are masked from the loss`) : null,
         h("p", { class: "muted" }, "click a step to see the other steps of its anchor group"),
         stepsTable(app, open, st.t)) : h("p", { class: "muted" }, "click an episode to see its steps"),
       chosen ? anchorPanel(rows, chosen) : null);
