@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+from grouprl.policy.lm_head import head_scores
 from grouprl.policy.scoring import TokenBatch
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
@@ -160,15 +160,16 @@ def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
     hidden = model.get_decoder()(input_ids=layout.input_ids.to(device), attention_mask=mask,
                                  position_ids=layout.position_ids.to(device), use_cache=False).last_hidden_state
     picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, layout.predictor.to(device))
-    logits = head(picked)
-    if temperature != 1.0:
-        logits = logits / temperature
     where = tuple(layout.where.to(device))
-    if support is not None:
-        logits = truncate_logits(logits, layout.targets.to(device), *support)
-    logps = logps.index_put(where, selective_log_softmax(logits, layout.targets.to(device)))
-    if with_entropy:
-        entropy = entropy.index_put(where, scored_entropy(logits, with_entropy))
+    return _place(logps, entropy, where, *head_scores(picked, head, layout.targets.to(device), temperature,
+                                                      with_entropy, support))
+
+
+def _place(logps, entropy, where, picked_logps, picked_entropy):
+    """The picked rows' values at their (sample, t) places of the padded (N, T) layout."""
+    logps = logps.index_put(where, picked_logps)
+    if picked_entropy is not None:
+        entropy = entropy.index_put(where, picked_entropy)
     return logps, entropy
 
 
@@ -226,17 +227,9 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with
     hidden = decoder(input_ids=segment, attention_mask=seg_mask, position_ids=seg_positions, past_key_values=cache,
                      use_cache=True).last_hidden_state
     real = batch.completion_mask[kept, :T_kept].bool()
-    logits = head(hidden[real])
-    if temperature != 1.0:
-        logits = logits / temperature
     rows, cols = real.nonzero(as_tuple=True)
-    where = (kept[rows], cols)
-    if support is not None:
-        logits = truncate_logits(logits, completion[real], *support)
-    logps = logps.index_put(where, selective_log_softmax(logits, completion[real]))
-    if with_entropy:
-        entropy = entropy.index_put(where, scored_entropy(logits, with_entropy))
-    return logps, entropy
+    return _place(logps, entropy, (kept[rows], cols), *head_scores(hidden[real], head, completion[real], temperature,
+                                                                   with_entropy, support))
 
 
 def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+from grouprl.policy.lm_head import head_scores, supports_chunked_head
 
 
 @dataclass
@@ -52,8 +53,9 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_en
                      support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(y_t | x, y_<t) for every completion position, logits scaled by 1/temperature.
 
-    Only the last T+1 positions go through the LM head (``logits_to_keep``), and the
-    log-softmax is taken per chunk, so no full (B, L, V) float32 tensor is ever built.
+    Only the last T+1 positions go through the LM head, a chunk of rows at a time (``lm_head.head_scores``:
+    the (B, T, V) logits never exist whole, in the forward or the backward) where the model allows it,
+    else whole with ``logits_to_keep`` and a chunked log-softmax.
     Positions follow the attention mask, as in ``generate``. ``with_entropy``: True, the
     per-position entropy as a detached metric; "grad", with its gradient (the entropy bonus).
     ``support`` (top_k, top_p): renormalised over the tokens the sampler kept (``truncate_logits``).
@@ -62,6 +64,12 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_en
     attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     T = batch.completion_ids.size(1)
+    if supports_chunked_head(model):  # the (B, T, V) logits never exist whole: policy/lm_head.py
+        hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention, position_ids=positions,
+                                     use_cache=False).last_hidden_state[:, -(T + 1):-1]
+        logps, entropy = head_scores(hidden.reshape(-1, hidden.size(-1)), model.get_output_embeddings(),
+                                     batch.completion_ids.reshape(-1), temperature, with_entropy, support)
+        return logps.view(-1, T), (entropy.view(-1, T) if entropy is not None else None)
     logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
                    logits_to_keep=T + 1, use_cache=False).logits[:, :-1, :]
     if temperature != 1.0:
