@@ -6,7 +6,6 @@ only when bwrap is missing or cannot start here. Install it with .ci/install-sys
 
 from __future__ import annotations
 
-import os
 import socket
 import tempfile
 import threading

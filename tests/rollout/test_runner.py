@@ -54,8 +54,8 @@ def _run(model_dir, options, n_groups=2, group_size=3, seeds=(3, 4), max_new_tok
     factories = [functools.partial(GridWorld, size=4, max_steps=20, instructions=prompt)] * n_groups
     rows = [{"seed": s} for s in seeds[:n_groups]]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0)
-    return run_episodes(factories, rows, group_size, HFBackend(model, tok, "cpu"), tok, params, options,
-                        list(seeds[:n_groups]))
+    return run_episodes(factories, rows, group_size, HFBackend(model, tok, "cpu"), tok, params, settings=options,
+                        seeds=list(seeds[:n_groups]))
 
 
 def test_untrained_model_makes_invalid_steps_that_are_penalized_and_do_not_advance(tiny_grid_dir):

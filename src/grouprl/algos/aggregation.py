@@ -41,7 +41,7 @@ def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str,
     raise ValueError(f"policy_loss: loss_type must be one of {', '.join(AGGREGATIONS)}, got {loss_type!r}")
 
 
-def micro_batch_weight(loss_type: str, micro_batch_size: int, batch_size: int, micro_batches: int = 1) -> float:
+def micro_batch_weight(loss_type: str, micro_batch_size: float, batch_size: float, micro_batches: float = 1) -> float:
     """The factor on a micro-batch's loss so that the accumulated gradient is the whole batch's.
 
     "grpo" and "dr_grpo" average over the micro-batch's sequences, so each micro-batch counts by

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,7 +50,7 @@ class EntropyBonus:
         """JSON-ready (no entropy seen yet: None)."""
         return {"coef": self.coef, "last_entropy": None if math.isinf(self.last_entropy) else self.last_entropy}
 
-    def load_state_dict(self, state: dict[str, float | None]) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         last = state["last_entropy"]
         self.coef, self.last_entropy = float(state["coef"]), math.inf if last is None else float(last)
 

@@ -90,7 +90,7 @@ def scored_entropy(logits: torch.Tensor, with_entropy: bool | str) -> torch.Tens
 
 
 def policy_objective(loss: Loss, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                     mask: torch.Tensor, options: dict[str, Any] | None = None, loss_type: str = "grpo",
+                     mask: torch.Tensor, options: dict[str, Any] | None = None, loss_type: str = "grpo", *,
                      beta: float = 0.0, ref_logps: torch.Tensor | None = None, kl_estimator: str = "k3",
                      max_completion_length: int | None = None, num_items_in_batch: float | None = None,
                      token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -140,8 +140,7 @@ def policy_loss(
     Shapes: logps/old_logps/ref_logps/mask (B, T); advantages (B,).
     """
     return policy_objective(LOSSES["ppo_clip"], logps, old_logps, advantages, mask,
-                            {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high}, loss_type, beta, ref_logps,
-                            "k3", max_completion_length, num_items_in_batch, token_weights)
+                            {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high}, loss_type, beta=beta,
+                            ref_logps=ref_logps, kl_estimator="k3", max_completion_length=max_completion_length,
+                            num_items_in_batch=num_items_in_batch, token_weights=token_weights)
 
-
-LOSS_TYPES = AGGREGATIONS

@@ -56,7 +56,7 @@ REWARD_OPTIONS = {
 }
 
 # Keys that ask for what grouprl does anyway: accepted with these values only, no effect.
-SAME_BEHAVIOUR = {
+SAME_BEHAVIOUR: dict[str, set[Any]] = {
     "logging_strategy": {"steps"},  # grouprl logs every step to metrics.jsonl, prints every logging_steps
     "logging_first_step": {True, False},  # the first step is always in metrics.jsonl
     "log_level": {"passive", "info", "warning"},  # LOGLEVEL=DEBUG shows grouprl's debug lines
@@ -124,19 +124,23 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         else:
             derived[key] = (source, value)
 
+    def epsilon(value: Any) -> None:  # TRL's one clip width: both of grouprl's bounds (epsilon_high derived)
+        put("epsilon", "epsilon_low", value, True)
+        put("epsilon", "epsilon_high", value)
+
     options: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         if key in REWARD_OPTIONS:
             reward, option = REWARD_OPTIONS[key]
             options.setdefault(reward, {})[option] = value
-    handlers: dict[str, Callable[[Any], None]] = {
+    handlers: dict[str, Callable[[Any], Any]] = {
         "reward_funcs": lambda v: put("reward_funcs", "rewards", _rewards(v, options, origin), True),
         "report_to": lambda v: put("report_to", "report_to", _report_to(v, origin), True),
         "scale_rewards": lambda v: put("scale_rewards", "scale_rewards", _scale_rewards(v), True),
         # TRL's max_steps: -1 means "num_train_epochs decides" (kept, and rejected, without epochs)
         "max_steps": lambda v: None if v == -1 and "num_train_epochs" in flat else put("max_steps", "max_steps", v,
                                                                                         True),
-        "epsilon": lambda v: (put("epsilon", "epsilon_low", v, True), put("epsilon", "epsilon_high", v)),
+        "epsilon": epsilon,
         "bf16": lambda v: put("bf16", "torch_dtype", "bfloat16") if v else None,
         "fp16": lambda v: put("fp16", "torch_dtype", "float16") if v else None,
         "use_vllm": lambda v: put("use_vllm", "generation_backend", _backend(v, flat, origin), True),

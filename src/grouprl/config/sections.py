@@ -47,7 +47,10 @@ class RewardSpec(Section):
 
 class TaskConfig(Section):
     task: str = Field("arithmetic", description="where episodes come from: a registered task (tasks/registry.py): "
-                                                "arithmetic, gsm8k, gridworld, sokoban, calculator, ...")
+                                                "arithmetic, gsm8k, gridworld, sokoban, calculator, ..., or your own "
+                                                "as 'path/to/file.py:make_task' (make_task(cfg) -> Task)")
+    env: str | None = Field(None, description="an environment of your own: 'path/to/file.py:make_env' (make_env() -> "
+                                              "Environment), played on seeded levels (task 'env', implied)")
     dataset_name_or_path: str | None = Field(None, description="gsm8k: hub id (openai/gsm8k) or a dir with "
                                                                "train.jsonl/test.jsonl")
     dataset_config: str = Field("main", description="hub dataset config")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from grouprl.config.task_sections import DatasetMixture, MixtureDataset
+from grouprl.config.task_sections import DatasetMixture
 from grouprl.data.sources import load_split
 
 log = logging.getLogger(__name__)

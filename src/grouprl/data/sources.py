@@ -92,23 +92,3 @@ def load_split(source: str, config: str | None, split: str):
     except FileNotFoundError as err:
         raise DatasetSourceError(f"{where}: not found ({str(err)[:300]}); a hub id needs the network, "
                                  "a local path must exist") from None
-
-
-def available_splits(source: str, config: str | None) -> list[str] | None:
-    """The split names of a local source (None when it cannot be told without loading a hub id)."""
-    path = Path(source)
-    if path.is_file():
-        return ["train"]
-    if path.is_dir() and _is_saved_to_disk(path):
-        import datasets
-
-        loaded = datasets.load_from_disk(str(path))
-        return sorted(loaded) if isinstance(loaded, datasets.DatasetDict) else ["train"]
-    if path.is_dir():
-        import datasets
-
-        try:
-            return sorted(datasets.get_dataset_split_names(str(path), config))
-        except Exception:  # noqa: BLE001 - the caller falls back to asking for the split
-            return None
-    return None

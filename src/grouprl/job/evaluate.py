@@ -12,8 +12,10 @@ from typing import Any
 
 from grouprl.observe.jsonl import JsonlAppender
 from grouprl.rewards.scorer import Scorer
-from grouprl.rollout.generation import GenerationBackend, SamplingParams
+from grouprl.rollout.generation import GenerationBackend, HFBackend, SamplingParams
 from grouprl.rollout.runner import SINGLE_TURN, EpisodeSettings, run_episodes
+
+ENV_CHECK_EPISODES = 32  # sampled training episodes that decide when an environment's SFT stops
 
 
 def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
@@ -21,7 +23,7 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
              pool=None) -> dict[str, float]:
     settings = settings or SINGLE_TURN
     episodes = run_episodes([task.env_factory(row) for row in rows], rows, 1, backend, tokenizer, params,
-                            settings, [task.seed_of(row) for row in rows], pool)
+                            settings=settings, seeds=[task.seed_of(row) for row in rows], pool=pool)
     with scorer.eval_mode():
         scorer.score(episodes)
     n = max(len(episodes), 1)
@@ -32,8 +34,7 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
         "mean_new_tokens": sum(new_tokens) / n,
         "n": len(episodes),
     }
-    if hasattr(task, "eval_metrics"):  # the task's own measures (slates: next click, opinion, parsed, formatted)
-        result.update(task.eval_metrics(episodes))
+    result.update(task.eval_metrics(episodes))  # the task's own measures (slates: next click, opinion, ...)
     if task.multi_step:
         steps = [s for ep in episodes for s in ep.steps]
         result.update({"success_rate": result["accuracy"],
@@ -51,3 +52,12 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
                                   valid=[s.valid for s in ep.steps])
                 sink.write(record)
     return result
+
+
+def check_accuracy(task, scorer, rows, params: SamplingParams, settings: EpisodeSettings | None = None):
+    """``evaluate`` on a model mid-SFT (the stop rule's measurement)."""
+    def measure(model, tokenizer) -> dict[str, float]:
+        return evaluate(HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer,
+                        settings=settings)
+
+    return measure

@@ -57,7 +57,7 @@ def evaluate_groups(trainer, rows: list[dict[str, Any]], k: int, params: Samplin
     """Generate k completions per row, score them with the run's scorer (eval mode), and measure."""
     task, scorer = trainer.task, trainer.scorer
     episodes = run_episodes([task.env_factory(r) for r in rows], rows, k, trainer.backend, trainer.policy.tokenizer,
-                            params, trainer.settings, [task.seed_of(r) for r in rows])
+                            params, settings=trainer.settings, seeds=[task.seed_of(r) for r in rows])
     with scorer.eval_mode():
         scorer.score(episodes)
     n = max(len(episodes), 1)

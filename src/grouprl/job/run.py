@@ -169,8 +169,8 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
-                       flat_dict(cfg), cfg.logging.logging_steps, console, cfg.logging.wandb_entity,
-                       cfg.logging.wandb_run_group) if main else NullSink()
+                       flat_dict(cfg), logging_steps=cfg.logging.logging_steps, console=console,
+                       entity=cfg.logging.wandb_entity, group=cfg.logging.wandb_run_group) if main else NullSink()
     try:
         trainer.observers += observers(cfg, sink)
         trainer.train(sink)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_dir: str | Path, max_steps: int,
+def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_dir: str | Path, *, max_steps: int,
                    learning_rate: float, batch_size: int, seed: int,
                    stop_when: Callable[[Any, Any], bool] | None = None, check_every: int = 10) -> Path:
     """Fine-tune ``model_dir`` on (prompt, gold completion) pairs; save to ``out_dir``.

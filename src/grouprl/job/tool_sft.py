@@ -19,6 +19,7 @@ from typing import Any, Callable
 import torch
 
 from grouprl.policy.scoring import completion_logps
+from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
 from grouprl.records import Episode
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams
@@ -102,8 +103,6 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
     """``prepare_tiny``'s warm start for conversation tasks: tool SFT on expert traces (``sft_demo_episodes``
     of them), stopping once sampled success on 32 training rows reaches ``sft_target_accuracy`` (if set;
     checked every 50 steps: a check plays 32 conversations)."""
-    from grouprl.job.warm_start import ENV_CHECK_EPISODES, check_accuracy
-
     train = cfg.train
     stop_when = None
     if train.sft_target_accuracy:

@@ -19,14 +19,12 @@ from rich.console import Console
 
 from grouprl.config import Config
 from grouprl.policy.tiny import init_tiny
-from grouprl.rollout.generation import HFBackend, SamplingParams
+from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.prompts import build_messages, format_action
 from grouprl.rollout.conversation import ConversationSettings
 from grouprl.rollout.runner import EpisodeSettings, episode_settings
-from grouprl.job.evaluate import evaluate
+from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
 from grouprl.job.sft import sft_warm_start
-
-ENV_CHECK_EPISODES = 32  # sampled training episodes that decide when an environment's SFT stops
 
 
 def demonstrations(task, rows: list[dict[str, Any]], policy: str, settings: EpisodeSettings,
@@ -56,24 +54,15 @@ def env_demonstrations(cfg: Config, task, rows: list[dict[str, Any]]) -> list[di
     return demonstrations(task, rows, cfg.train.sft_demonstrations, episode_settings(cfg, task), cfg.train.seed)
 
 
-def check_accuracy(task, scorer, rows, params: SamplingParams, settings: EpisodeSettings | None = None):
-    """``evaluate`` on a model mid-SFT (the stop rule's measurement)."""
-    def measure(model, tokenizer) -> dict[str, float]:
-        return evaluate(HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer,
-                        settings=settings)
-
-    return measure
-
-
 def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     """Build the tiny model for the task and warm it with a deliberately short SFT."""
     out = Path(cfg.train.output_dir)
     model_config, train = cfg.model, cfg.train
     tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", model_config.tiny_hidden_size,
                      model_config.tiny_num_layers, model_config.tiny_num_heads, seed=train.seed,
-                     tokenizer=getattr(task, "tiny_tokenizer", "char"))
+                     tokenizer=task.tiny_tokenizer)
     console.log(f"built tiny Qwen2 model at {tiny}")
-    if train.sft_steps == 0 or not getattr(task, "has_gold_completions", True):
+    if train.sft_steps == 0 or not task.has_gold_completions:
         if train.sft_steps:
             console.log("no SFT warm start: the task's rows have no gold completions (RL starts from the tiny init)")
         return str(tiny)
@@ -98,8 +87,9 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
         def stop_when(model, tokenizer) -> bool:
             return measure(model, tokenizer)["accuracy"] >= train.sft_target_accuracy
 
-    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", train.sft_steps, train.sft_learning_rate,
-                          train.sft_batch_size, train.seed, stop_when)
+    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", max_steps=train.sft_steps,
+                          learning_rate=train.sft_learning_rate, batch_size=train.sft_batch_size, seed=train.seed,
+                          stop_when=stop_when)
     return str(path)
 
 
@@ -131,7 +121,8 @@ def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> P
         return result["invalid_action_rate"] <= 0.05 and (target is None or result["success_rate"] >= target)
 
     return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
-                          train.sft_steps, train.sft_learning_rate, train.sft_batch_size, train.seed, stop_when)
+                          max_steps=train.sft_steps, learning_rate=train.sft_learning_rate,
+                          batch_size=train.sft_batch_size, seed=train.seed, stop_when=stop_when)
 
 
 LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",

@@ -98,7 +98,7 @@ REPORT_TO = ("none", "wandb", "trackio", "tensorboard")
 
 class MetricsSink:
     def __init__(self, output_dir: str, report_to: str = "none", project: str = "grouprl",
-                 run_name: str | None = None, config: dict[str, Any] | None = None, logging_steps: int = 1,
+                 run_name: str | None = None, config: dict[str, Any] | None = None, *, logging_steps: int = 1,
                  console: Console | None = None, entity: str | None = None, group: str | None = None):
         if report_to not in REPORT_TO:
             raise ValueError(f"report_to: '{report_to}' is not a metrics sink; expected one of {', '.join(REPORT_TO)}")

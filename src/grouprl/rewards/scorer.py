@@ -200,7 +200,7 @@ class Scorer:
         """The run's scorer: the task's rewards with the config's weights, budget and sandbox rule, and the
         learned rewards / mixer the task offers (``task.scorer_extras(cfg)``, e.g. GRAIL's) unless given."""
         task_config = cfg.task
-        if learned is None and mixer is None and hasattr(task, "scorer_extras"):
+        if learned is None and mixer is None:
             extras = task.scorer_extras(cfg)
             learned, learned_weights, mixer = extras.get("learned"), extras.get("learned_weights"), extras.get("mixer")
         return cls(task.reward_names, task.reward_weights, task.correct_reward, task_config.normalize_weights,

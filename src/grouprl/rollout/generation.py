@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams
+from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
 
 if TYPE_CHECKING:
     from grouprl.config import Config
 
-__all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "SamplingParams", "generate", "make_backend"]
+__all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "SamplingParams", "generate", "make_backend",
+           "stop_token_ids"]
 
 
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
@@ -67,19 +68,6 @@ def _shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.devic
     index = torch.tensor(rows, device=device)
     cache.batch_select_indices(index)
     return ids[index], mask[index], cache
-
-
-def stop_token_ids(tokenizer, model=None) -> list[int]:
-    """The ids that end a completion: the tokenizer's eos, then every eos of the model's generation config.
-    A chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``) may be only in the latter (a
-    tokenizer whose eos is ``<|endoftext|>``): stopping on the tokenizer's alone would run every turn on
-    to max_new_tokens and train the model on what follows its own end of turn."""
-    stops = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for token in [configured] if isinstance(configured, int) else list(configured or []):
-        if token not in stops:
-            stops.append(token)
-    return stops
 
 
 def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,

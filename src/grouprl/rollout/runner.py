@@ -70,6 +70,7 @@ def run_episodes(
     backend: GenerationBackend,
     tokenizer,
     params: SamplingParams,
+    *,
     settings: EpisodeSettings | ConversationSettings = SINGLE_TURN,
     seeds: list[int | None] | None = None,
     pool: EnvPool | None = None,

@@ -1,5 +1,5 @@
 """The records of the generation seam: sampling parameters in, completions out, and the backend
-protocol (``generate``, ``load_weights``). Backends (``generation.py``'s hf, ``backends/``) build on these."""
+protocol (``generate``, ``load_weights``), and the ids a completion stops at. Backends (``generation.py``'s hf, ``backends/``) build on these."""
 
 from __future__ import annotations
 
@@ -49,3 +49,16 @@ class GenerationBackend(Protocol):
 
     def load_weights(self, model) -> None:
         """Take the trained weights (engines holding their own copy); a no-op for ``hf``."""
+
+
+def stop_token_ids(tokenizer, model=None) -> list[int]:
+    """The ids that end a completion: the tokenizer's eos, then every eos of the model's generation config.
+    A chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``) may be only in the latter (a
+    tokenizer whose eos is ``<|endoftext|>``): stopping on the tokenizer's alone would run every turn on
+    to max_new_tokens and train the model on what follows its own end of turn."""
+    stops = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for token in [configured] if isinstance(configured, int) else list(configured or []):
+        if token not in stops:
+            stops.append(token)
+    return stops

@@ -7,10 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grouprl.records import Observation, StepResult, stable_id
+from grouprl.tasks.interface import Environment, Task
 
 
 @dataclass
-class SingleTurnTask:
+class SingleTurnTask(Task):
     """Rows with ``question``/``ground_truth`` plus how to prompt and score them.
 
     ``gold_completion`` (optional per row) is the reference solution used for SFT warm-up.
@@ -49,7 +50,7 @@ class SingleTurnTask:
         return "".join(sorted(chars))
 
 
-class SingleTurnEnv:
+class SingleTurnEnv(Environment):
     """A task row as an environment: one observation, one action, done.
 
     This is what makes single-turn training an episode of one step, so it runs through

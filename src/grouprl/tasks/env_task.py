@@ -15,13 +15,15 @@ import string
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
-from grouprl.config import Config
+from grouprl.config import Config, ConfigError
 from grouprl.records import Observation, StepResult
 from grouprl.tasks.envs.calculator import SYSTEM_PROMPT as CALCULATOR_PROMPT
 from grouprl.tasks.envs.calculator import Calculator
 from grouprl.tasks.envs.gridworld import GridWorld
 from grouprl.tasks.envs.sokoban import Sokoban
+from grouprl.tasks.interface import Environment, Task, instructions_of
 from grouprl.tasks.registry import register_task, task_spec
+from grouprl.user_code import import_callable
 
 EVAL_SEED_OFFSET = 1_000_000  # held-out levels: seeds no training row uses
 DEMO_SEED_OFFSET = 2_000_000  # SFT demonstration levels: neither training nor evaluation
@@ -29,7 +31,7 @@ CORPUS_ROWS = 20  # training and evaluation rows played to collect the tokenizer
 
 
 @dataclass
-class EnvTask:
+class EnvTask(Task):
     name: str
     train_rows: list[dict[str, Any]]
     eval_rows: list[dict[str, Any]]
@@ -74,10 +76,9 @@ def seeded_rows(n: int, offset: int = 0) -> list[dict[str, Any]]:
     return [{"seed": offset + i, "question": f"level {offset + i}"} for i in range(n)]
 
 
-def expert_action(env) -> str | None:
+def expert_action(env: Environment) -> str | None:
     """The environment's next expert move (``env.expert_action()``), or None if it has none."""
-    method = getattr(env, "expert_action", None)
-    return method() if method is not None else None
+    return env.expert_action()
 
 
 def play(task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random,
@@ -89,7 +90,7 @@ def play(task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random,
     """
     env = task.env_factory(row)()
     obs = env.reset(task.seed_of(row))
-    instructions = getattr(env, "instructions", "") or ""
+    instructions = instructions_of(env)
     for _ in range(max_steps):
         if policy != "expert" and obs.admissible_actions:
             action = rng.choice(obs.admissible_actions)
@@ -148,6 +149,25 @@ def build_calculator(cfg: Config) -> EnvTask:
                            "max_calls": cfg.calculator.calculator_max_calls, "instructions": task_config.system_prompt}
     return _env_task(cfg, "calculator", train, held_out, Calculator, task_config.system_prompt or CALCULATOR_PROMPT,
                      demos_on_seeds=False)
+
+
+@register_task("env", max_new_tokens=24)
+def build_env(cfg: Config) -> EnvTask:
+    """An environment from a file (``env: path/to/file.py:make_env``) on seeded levels, like gridworld's."""
+    spec = cfg.task.env
+    if not spec:
+        raise ConfigError("task 'env' needs config key 'env': 'path/to/file.py:make_env' (make_env() -> Environment)")
+    try:
+        make = import_callable(spec, "env")
+    except KeyError as err:
+        raise ConfigError(str(err).strip("'\"")) from None
+    probe = make()
+    if not isinstance(probe, Environment):
+        raise ConfigError(f"env '{spec}': make_env() returned {type(probe).__name__}; expected a "
+                          "grouprl.tasks.interface.Environment (subclass it: reset, step)")
+    n_train, n_eval = _sizes(cfg)
+    return _env_task(cfg, "env", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
+                     cfg.task.system_prompt or probe.instructions)
 
 
 __all__ = ["EnvTask", "expert_action", "play", "seeded_rows"]

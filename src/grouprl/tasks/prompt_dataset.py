@@ -19,6 +19,7 @@ from grouprl.data.mixture import MixtureError, hold_out, load_mixture
 from grouprl.data.prompt_rows import BadRowsError, PromptSpec, prompt_messages, to_prompt_rows
 from grouprl.data.sources import DatasetSourceError, load_split
 from grouprl.tasks.base import SingleTurnEnv
+from grouprl.tasks.interface import Task
 from grouprl.tasks.registry import register_task
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def _math_gold(value: Any) -> str | None:
 SOLUTION_CHECKS = {"math_accuracy": _math_gold, "cosine_length": _math_gold}
 
 
-class PromptDatasetTask:
+class PromptDatasetTask(Task):
     """Single-turn rows from a prompt dataset; the task protocol of ``tasks/registry.py``."""
 
     name = "prompt_dataset"

@@ -23,10 +23,13 @@ environments, ``demonstration_rows(n)`` plus the environment's ``expert_action()
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable
 
 from grouprl.config import Config, ConfigError, Section, register_section
+from grouprl.tasks.interface import Task
+from grouprl.user_code import import_callable
 
 TaskBuilder = Callable[[Config], Any]
 
@@ -53,10 +56,28 @@ def register_task(name: str, max_new_tokens: int,
     return wrap
 
 
+FILE_TASK_MAX_NEW_TOKENS = 256  # the completion cap of a task from a file when max_new_tokens is empty
+
+
 def task_spec(name: str) -> TaskSpec:
-    if name not in TASKS:
-        raise KeyError(f"unknown task '{name}'; known: {sorted(TASKS)}")
-    return TASKS[name]
+    """A registered task, or one from a file: ``path/to/file.py:make_task`` / ``package.module:make_task``."""
+    if name in TASKS:
+        return TASKS[name]
+    if ":" in name:
+        return TaskSpec(name, functools.partial(_task_from_file, name), FILE_TASK_MAX_NEW_TOKENS)
+    raise KeyError(f"unknown task '{name}'; known: {sorted(TASKS)}")
+
+
+def _task_from_file(spec: str, cfg: Config) -> Task:
+    try:
+        make_task = import_callable(spec, "task")
+    except KeyError as err:
+        raise ConfigError(str(err).strip("'\"")) from None
+    task = make_task(cfg)
+    if not isinstance(task, Task):
+        raise ConfigError(f"task '{spec}': make_task(cfg) returned {type(task).__name__}; expected a "
+                          "grouprl.tasks.interface.Task (subclass it, or SingleTurnTask / EnvTask)")
+    return task
 
 
 def load_task(cfg: Config):

@@ -25,6 +25,7 @@ from typing import Any
 
 from grouprl.config import Config, ConfigError
 from grouprl.records import Observation, StepResult, stable_id
+from grouprl.tasks.interface import Environment, Task
 from grouprl.tasks.registry import register_task
 from grouprl.tools.builtin import UNIT_FACTORS
 from grouprl.tools.settings import ToolsConfig  # noqa: F401 - registers the tools section
@@ -54,7 +55,7 @@ def rows(n: int, offset: int = 0) -> list[dict[str, Any]]:
     return [make_row(offset + i) for i in range(n)]
 
 
-class ToolAnswerEnv:
+class ToolAnswerEnv(Environment):
     """The question as the first chat, and a judge of the final answer (tool calls never reach it)."""
 
     def __init__(self, question: str, answer: str, system_prompt: str = SYSTEM_PROMPT):
@@ -100,7 +101,7 @@ def _last_question(prompt_text: str) -> str:
 
 
 @dataclass
-class ToolArithmeticTask:
+class ToolArithmeticTask(Task):
     name: str
     train_rows: list[dict[str, Any]]
     eval_rows: list[dict[str, Any]]

@@ -92,6 +92,7 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algo
         advantage, tensors.anchor,
         torch.bincount(tensors.anchor)[tensors.anchor] if anchor_size is None else anchor_size)
     if penalty_on_step and not estimator.step_level:
+        assert tensors.penalty is not None  # built whenever the penalty goes on the step
         record.episode_advantage = record.episode_advantage - tensors.penalty
         record.advantage = record.advantage - tensors.penalty
     if log.isEnabledFor(logging.DEBUG):
@@ -130,7 +131,7 @@ def checked_output(estimator: Estimator, out: Any, scores: torch.Tensor, n_steps
 def reward_parts(episodes: list[Episode], weights: dict[str, float]) -> RewardParts:
     """Each reward's score per episode (NaN where it gave none), for an estimator that declares ``parts``."""
     nan = float("nan")
-    return RewardParts({name: torch.tensor([nan if ep.reward_parts.get(name) is None else float(ep.reward_parts[name])
+    return RewardParts({name: torch.tensor([nan if (value := ep.reward_parts.get(name)) is None else float(value)
                                             for ep in episodes], dtype=torch.float64) for name in weights},
                        dict(weights))
 

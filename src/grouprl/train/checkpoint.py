@@ -40,7 +40,7 @@ class DamagedCheckpoint(ValueError):
 
 
 def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
-                    state: dict[str, Any], scorer=None, rng_states: list[dict[str, Any]] | None = None,
+                    state: dict[str, Any], *, scorer=None, rng_states: list[dict[str, Any]] | None = None,
                     model_state: dict[str, Any] | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
     """Write ``checkpoint-<step>`` atomically. On failure the partial temp dir is removed, earlier
     checkpoints are untouched, and ``CheckpointError`` names the cause (e.g. "No space left on

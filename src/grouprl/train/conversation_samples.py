@@ -20,6 +20,7 @@ import torch
 
 from grouprl.policy.scoring import TokenBatch, pack
 from grouprl.records import Episode
+from grouprl.train.step_samples import StepSamples
 
 
 def conversation_layout(episode: Episode) -> tuple[list[int], list[int], list[int]]:
@@ -43,7 +44,6 @@ def conversation_layout(episode: Episode) -> tuple[list[int], list[int], list[in
 def pack_conversations(episodes: list[Episode], step_advantages: torch.Tensor, pad_id: int,
                        mask_truncated: bool):
     """One sample per episode; ``step_advantages`` holds one value per step of ``episodes``, in order."""
-    from grouprl.train.learner import StepSamples  # the learner's record (imported late: the learner imports us)
 
     layouts = [conversation_layout(ep) for ep in episodes]
     batch = pack([p for p, _, _ in layouts], [c for _, c, _ in layouts], pad_id)
@@ -62,7 +62,7 @@ def pack_conversations(episodes: list[Episode], step_advantages: torch.Tensor, p
             advantages[row, position] = float(step_advantages[first + t])
             k = seen[t] = seen.get(t, -1) + 1  # the k-th generated token of turn t
             if have_sampler:
-                sampler[row, position] = ep.steps[t].logprobs[k]
+                sampler[row, position] = (ep.steps[t].logprobs or [])[k]  # every step has them (have_sampler)
         first += len(ep.steps)
     batch = TokenBatch(batch.prompt_ids, batch.prompt_mask, batch.completion_ids, loss_mask, attention)
     return StepSamples(batch, advantages, sampler if have_sampler else None)

@@ -52,9 +52,8 @@ class DynamicSampler:
         kept: list[list[Episode]] = []
         generated = agreeing = agreeing_score = rounds = 0
         reward_errors = 0.0
-        batch = scores = None
-        while rounds < self.max_batches and len(kept) < self.batch_size:
-            batch, scores = draw()
+        batch, scores = draw()  # at least one round: max_batches >= 1
+        while True:
             rounds += 1
             reward_errors += scores.metrics.get("reward_errors", 0.0)
             for members in group_members(batch.episodes).values():
@@ -64,6 +63,9 @@ class DynamicSampler:
                     agreeing += 1
                 elif len(kept) < self.batch_size:
                     kept.append(members)
+            if rounds >= self.max_batches or len(kept) >= self.batch_size:
+                break
+            batch, scores = draw()
         world = self.parallel.info.world_size
         n = len(kept) - len(kept) % world  # whole groups, the same number on every process
         metrics = {**scores.metrics, "dynamic_sampling/batches": float(rounds),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-from dataclasses import dataclass
 
 import torch
 from transformers import get_scheduler
@@ -26,10 +25,11 @@ from grouprl.config import Config, ConfigError
 from grouprl.policy.grouped_scoring import (auto_grouped_logps, grouped_completion_logps, shared_prefix_logps,
                                             supports_grouped_scoring)
 from grouprl.policy.loading import Policy
-from grouprl.policy.scoring import TokenBatch, completion_logps, pack
+from grouprl.policy.scoring import completion_logps, pack
 from grouprl.records import Episode
 from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.parallel import SINGLE, DataParallel
+from grouprl.train.step_samples import StepSamples
 
 log = logging.getLogger(__name__)
 
@@ -38,15 +38,6 @@ UpdateStats = dict[str, float]  # loss, grad_norm, entropy, clip ratios, kl: mea
 
 class NonFiniteUpdates(RuntimeError):
     """Too many updates had a non-finite loss or gradient; the run stops before the weights do."""
-
-
-@dataclass
-class StepSamples:
-    """Every step of every episode as one training sample."""
-
-    batch: TokenBatch
-    advantages: torch.Tensor  # (N,)
-    sampler_logps: torch.Tensor | None = None  # (N, T) the generation engine's log-probs, when it reports them
 
 
 def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int, mask_truncated: bool) -> StepSamples:
@@ -64,7 +55,8 @@ def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int,
     if steps and all(s.logprobs is not None for s in steps):
         sampler = torch.zeros(batch.completion_ids.shape, dtype=torch.float32)
         for i, s in enumerate(steps):
-            sampler[i, : len(s.logprobs)] = torch.tensor(s.logprobs, dtype=torch.float32)
+            logprobs = s.logprobs or []  # every step has them (checked above)
+            sampler[i, : len(logprobs)] = torch.tensor(logprobs, dtype=torch.float32)
     return StepSamples(batch, advantages.to(torch.float32), sampler)
 
 
@@ -163,13 +155,16 @@ class Learner:
                 with parallel.accumulate(self.model, sync=i == len(micro) - 1):
                     logps, entropy = score(self.model, part, temperature, with_entropy="grad" if coef else True,
                                            support=support)
+                    assert entropy is not None  # asked for (with_entropy)
                     pi_old = logps.detach() if old is None else old[m]
-                    weights, is_stats = (None, {}) if correct is None else correct(
+                    weights, is_stats = (None, {}) if correct is None or sampler is None else correct(
                         pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)
                     loss, s = policy_objective(
                         self.loss, logps, pi_old, adv[m], part.completion_mask, self.loss_options,
-                        algorithm.loss_type, algorithm.beta, None if ref is None else ref[m],
-                        self.cfg.objective.kl_estimator, self.cfg.rollout.max_new_tokens, total_tokens, weights)
+                        algorithm.loss_type, beta=algorithm.beta, ref_logps=None if ref is None else ref[m],
+                        kl_estimator=self.cfg.objective.kl_estimator,
+                        max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
+                        token_weights=weights)
                     s.update(is_stats)
                     # x world: DDP averages the processes' gradients, the batch loss is their sum.
                     loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all, n_micro) * world

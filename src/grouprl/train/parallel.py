@@ -248,15 +248,18 @@ class DataParallel:
         last), so each process syncs once per optimizer step however many micro-batches it has."""
         if not self.distributed or sync:
             yield
-        elif hasattr(wrapped, "no_sync"):  # DDP
-            with wrapped.no_sync():
+            return
+        no_sync = getattr(wrapped, "no_sync", None)  # DDP
+        set_sync = getattr(wrapped, "set_requires_gradient_sync", None)  # FSDP2
+        if no_sync is not None:
+            with no_sync():
                 yield
-        elif hasattr(wrapped, "set_requires_gradient_sync"):  # FSDP2
-            wrapped.set_requires_gradient_sync(False)
+        elif set_sync is not None:
+            set_sync(False)
             try:
                 yield
             finally:
-                wrapped.set_requires_gradient_sync(True)
+                set_sync(True)
         else:
             yield
 

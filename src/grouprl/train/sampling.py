@@ -22,7 +22,7 @@ class RowSampler:
 
     def __init__(self, rows: list[dict[str, Any]], seed: int, position: int = 0):
         self.rows, self.seed, self.position = rows, seed, position
-        self._epoch, self._cached = -1, []
+        self._epoch, self._cached = -1, list[int]()
 
     def _order(self, epoch: int) -> list[int]:
         if epoch != self._epoch:  # one shuffle per epoch, derived from (seed, epoch) alone

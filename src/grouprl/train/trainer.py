@@ -88,8 +88,8 @@ class Trainer:
         # Every process draws the same rows (the data position is global) and keeps its share.
         rows = self.parallel.rows(self.sampler.next(self.cfg.rollout.batch_size))
         return run_episodes([self.task.env_factory(row) for row in rows], rows, self.cfg.rollout.num_generations,
-                            self.backend, self.policy.tokenizer, self.sampling, self.settings,
-                            [self.task.seed_of(row) for row in rows], self.pool)
+                            self.backend, self.policy.tokenizer, self.sampling, settings=self.settings,
+                            seeds=[self.task.seed_of(row) for row in rows], pool=self.pool)
 
     def score(self, episodes: list[Episode]) -> Scores:
         return self.scorer.score(episodes)
@@ -204,8 +204,9 @@ class Trainer:
             path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer,
                                    self.learner.optimizer, self.learner.scheduler,
                                    {"data_position": self.sampler.position, "extra": self.run_state,
-                                    "objective": self.objective_state()}, self.scorer,
-                                   rng_states, model_state, optimizer_state)
+                                    "objective": self.objective_state()}, scorer=self.scorer,
+                                   rng_states=rng_states, model_state=model_state,
+                                   optimizer_state=optimizer_state)
         barrier()
         self._saved_step = self.step
         if self.parallel.is_main:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.rollout.sampling import Completion, SamplingParams
+from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
 
 
 @dataclass
@@ -146,7 +146,7 @@ class VLLMBackend:
                  stops: list[int] | None = None):
         self.options = options or VLLMOptions()
         self.tokenizer = tokenizer
-        self.stops = stops or [tokenizer.eos_token_id]  # generation.stop_token_ids: eos + end-of-turn ids
+        self.stops = stops or [tokenizer.eos_token_id]  # sampling.stop_token_ids: eos + end-of-turn ids
         self.llm = make_engine(model_path, self.options, sleep_mode=self.options.sleep_during_update)
         self.sleeps = torch.cuda.is_available() and self.options.sleep_during_update
         self.asleep = False
@@ -175,7 +175,6 @@ def build_vllm_backend(policy, cfg) -> VLLMBackend:
     """The ``vllm`` entry of the backend registry: an engine on the policy's checkpoint, in the trainer's
     dtype unless ``vllm_dtype`` says otherwise, then synced with the in-memory weights (a warm start or a
     resumed run may differ from the files)."""
-    from grouprl.rollout.generation import stop_token_ids
 
     speed = cfg.speed
     path = policy.model.config._name_or_path

@@ -23,6 +23,7 @@ from typing import Any
 from grouprl.records import Observation, StepResult, stable_id
 from grouprl.rewards.builtin.gsm8k import NUMBER, normalize_number
 from grouprl.tasks.envs.grid_base import strip_tags
+from grouprl.tasks.interface import Environment
 
 MAX_EXPRESSION_CHARS = 200
 MAX_EXPONENT = 64
@@ -107,7 +108,7 @@ def calculate(expression: str) -> str:
         return f"error: {exc}"
 
 
-class Calculator:
+class Calculator(Environment):
     """Calculator-tool environment following the ``reset(seed)`` / ``step(action)`` protocol.
 
     ``max_calls`` bounds the calculator calls; the next one ends the episode (``truncated``).

@@ -7,6 +7,7 @@ import re
 from typing import Any
 
 from grouprl.records import Observation, StepResult
+from grouprl.tasks.interface import Environment
 
 ACTIONS = ["up", "down", "left", "right"]
 MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
@@ -24,7 +25,7 @@ def parse_action(action: str) -> str:
     return strip_tags(action).strip().lower()
 
 
-class GridMoveEnv:
+class GridMoveEnv(Environment):
     """Subclasses set ``system_prompt`` and ``board_name`` and implement ``_move``, ``_outcome``,
     ``render`` and ``anchor_state``; ``reset`` sets ``steps = 0`` and ``done = False``."""
 

@@ -53,6 +53,7 @@ from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from grouprl.records import Observation, StepResult
+from grouprl.tasks.interface import Environment
 
 ObservationText = Callable[[Any, Any], str]  # (gymnasium obs, gymnasium env) -> text
 SuccessFn = Callable[[float, bool, bool, dict[str, Any]], bool]  # (reward, terminated, truncated, info)
@@ -129,7 +130,7 @@ def stable_anchor(obs: Any) -> Hashable:
     return obs
 
 
-class GymTextEnv:
+class GymTextEnv(Environment):
     """A gymnasium environment behind the grouprl text protocol.
 
     Args:
