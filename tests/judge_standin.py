@@ -6,7 +6,8 @@ judge prompt grouprl rendered (the default templates' ``Question:`` / ``Response
 the sum out and answers in the declared format. The judge's client, retries, cache and parsing are
 grouprl's own and are exercised for real; only the grader behind the URL is a script.
 
-Modes: ``arithmetic`` (pointwise ``SCORE: 10`` / ``SCORE: 0``; group: ``<n>: <score>`` lines),
+Modes: ``arithmetic`` (pointwise ``SCORE: 10`` / ``SCORE: 0``; group: ``<n>: <score>`` lines), ``digits``
+(partial credit for near misses: 10 x the share of the sum's digits in place),
 ``garbage`` (prose without a score). ``--delay`` seconds per answer. Every request is appended to
 ``--log`` (one JSON line: time, in-flight count), so a test can count what reached the server.
 
@@ -42,6 +43,18 @@ def answered(text: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
+def grade(completion: str, truth: int | None, mode: str) -> int:
+    """10 for the right sum; ``digits`` mode gives partial credit (10 x the share of the sum's digits in place,
+    from the right), as a rubric judge grading near misses would; ``arithmetic`` mode gives 0."""
+    given = answered(completion)
+    if given == truth:
+        return 10
+    if mode != "digits" or given is None or truth is None:
+        return 0
+    want, got = str(truth)[::-1], str(given)[::-1]
+    return round(10 * sum(a == b for a, b in zip(want, got)) / max(len(want), len(got)))
+
+
 def verdict(prompt: str, mode: str) -> str:
     if mode == "garbage":
         return "What a lovely question. I would rather talk about the weather today."
@@ -49,9 +62,9 @@ def verdict(prompt: str, mode: str) -> str:
     truth = worked_out(question)
     responses = re.findall(r"Response (\d+):\n(.*?)(?=\n\nResponse \d+:|\n\nReply with|\Z)", prompt, re.S)
     if responses:
-        return "\n".join(f"{i}: {10 if answered(c) == truth else 0}" for i, c in responses)
+        return "\n".join(f"{i}: {grade(c, truth, mode)}" for i, c in responses)
     completion = prompt.split("Response:\n", 1)[-1].split("\n\n", 1)[0]
-    return f"Checked the sum.\nSCORE: {10 if answered(completion) == truth else 0}"
+    return f"Checked the sum.\nSCORE: {grade(completion, truth, mode)}"
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -162,7 +175,7 @@ except ImportError:  # pragma: no cover
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["arithmetic", "garbage"], default="arithmetic")
+    parser.add_argument("--mode", choices=["arithmetic", "digits", "garbage"], default="arithmetic")
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--log", default=None)
     args = parser.parse_args()
