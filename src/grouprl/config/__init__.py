@@ -1,7 +1,7 @@
 """One typed ``Config`` at the bottom of grouprl: it imports nothing from tasks, backends or estimators.
 
 - ``base.py``: ``Section``, ``ConfigError``, the one value parser.
-- ``sections.py``: model, task, rollout, algorithm, objective, speed. ``run_sections.py``: train (with the
+- ``sections.py``: model, task, rollout, algorithm, objective, speed, tools. ``run_sections.py``: train (with the
   schedule), eval (with evaluation during training), logging (with tracking), runtime, prompts, hub.
 - ``task_sections.py``: each built-in task's own section, GRAIL's switches with their environment
   aliases.
@@ -19,13 +19,13 @@ from grouprl.config.model import EXTRA_SECTIONS, FIELD_SECTION, SECTIONS, Config
 from grouprl.config.run_sections import (EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig,
                                          TrainConfig, resolve_schedule)
 from grouprl.config.sections import (AlgorithmConfig, ModelConfig, ObjectiveConfig, RewardSpec, RolloutConfig,
-                                     SpeedConfig, TaskConfig)
+                                     SpeedConfig, TaskConfig, ToolsConfig)
 from grouprl.config.task_sections import (ArithmeticConfig, CalculatorConfig, DatasetMixture, GrailConfig,
                                           GridworldConfig, PromptDatasetConfig, SlatesConfig, SokobanConfig)
 
 __all__ = ["ENV_VARS", "EXTRA_SECTIONS", "FIELD_SECTION", "SECTIONS", "AlgorithmConfig", "ArithmeticConfig",
            "CalculatorConfig", "Config", "ConfigError", "DatasetMixture", "EvalConfig", "GrailConfig", "GridworldConfig",
            "HubConfig", "LoggingConfig", "ModelConfig", "ObjectiveConfig", "PromptDatasetConfig", "PromptsConfig", "RewardSpec",
-           "RolloutConfig", "RuntimeConfig", "Section", "SlatesConfig", "SokobanConfig", "SpeedConfig", "TaskConfig",
+           "RolloutConfig", "RuntimeConfig", "Section", "SlatesConfig", "SokobanConfig", "SpeedConfig", "TaskConfig", "ToolsConfig",
            "TrainConfig", "env_overrides", "env_vars", "flat_dict", "load_config", "parse_value", "read_recipe",
            "register_section", "resolve_schedule"]

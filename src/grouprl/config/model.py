@@ -11,7 +11,7 @@ from grouprl.config.base import Section
 from grouprl.config.run_sections import (EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig,
                                          TrainConfig)
 from grouprl.config.sections import (AlgorithmConfig, ModelConfig, ObjectiveConfig, RolloutConfig, SpeedConfig,
-                                     TaskConfig)
+                                     TaskConfig, ToolsConfig)
 from grouprl.config.task_sections import (ArithmeticConfig, CalculatorConfig, GrailConfig, GridworldConfig,
                                           PromptDatasetConfig, SlatesConfig, SokobanConfig)
 
@@ -31,6 +31,7 @@ class Config(Section):
     logging: LoggingConfig = Field(default_factory=LoggingConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     speed: SpeedConfig = Field(default_factory=SpeedConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
     prompts: PromptsConfig = Field(default_factory=PromptsConfig)
     hub: HubConfig = Field(default_factory=HubConfig)
     data: PromptDatasetConfig = Field(default_factory=PromptDatasetConfig)

@@ -28,7 +28,6 @@ from grouprl.records import Observation, StepResult, stable_id
 from grouprl.tasks.interface import Environment, Task
 from grouprl.tasks.registry import register_task
 from grouprl.tools.builtin import UNIT_FACTORS
-from grouprl.tools.settings import ToolsConfig  # noqa: F401 - registers the tools section
 
 SYSTEM_PROMPT = "Use the tools to answer. End with: Answer: <number>"
 EVAL_SEED_OFFSET = 1_000_000
