@@ -92,18 +92,25 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grouprl.rewards.scorer import Scorer
     from grouprl.rollout.generation import SamplingParams, make_backend
     from grouprl.rollout.runner import episode_settings
-    from grouprl.tasks import load_task
     from grouprl.job.evaluate import evaluate
+    from grouprl.job.run import checked_task
 
+    check_eval_args(args)
     cli = {"model_name_or_path": args.model, "n_eval": args.n}
     if args.task or not args.config:  # a recipe names its own task
         cli["task"] = args.task or "gsm8k"
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
     cfg = build_config(args.config, cli)
-    task = load_task(cfg)
+    task = checked_task(cfg)
+    if not task.eval_rows:
+        raise ConfigError(f"task '{cfg.task.task}': no held-out rows to evaluate; expected a test split")
     device = pick_device(args.device)
-    policy = load_policy(cfg.model, args.model, device, need_reference=False)
+    try:
+        policy = load_policy(cfg.model, args.model, device, need_reference=False)
+    except (OSError, ValueError) as err:  # a folder without a model, a hub id that is none
+        raise ConfigError(f"--model {args.model}: cannot load a model and tokenizer there "
+                          f"({str(err).splitlines()[0][:200]})") from None
     params = SamplingParams(max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens,
                             temperature=args.temperature,
                             greedy=not args.sample, batch_size=args.batch_size)
@@ -113,6 +120,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result["per_example"] = out
     print(json.dumps(result, indent=2))
     return 0
+
+
+def check_eval_args(args: argparse.Namespace) -> None:
+    """``grouprl eval``'s numbers in range and its paths usable, before any model loads."""
+    import math
+
+    from grouprl.job.run import check_model_path
+
+    for flag, low in (("n", 1), ("batch_size", 1), ("max_new_tokens", 1)):
+        value = getattr(args, flag)
+        if value is not None and value < low:
+            raise ConfigError(f"grouprl eval --{flag}: got {value}; expected a whole number >= {low}")
+    if not math.isfinite(args.temperature) or args.temperature < 0:
+        raise ConfigError(f"grouprl eval --temperature: got {args.temperature}; expected a number >= 0")
+    if args.out and os.path.isdir(args.out):
+        raise ConfigError(f"grouprl eval --out {args.out} is a folder; expected the JSONL file to write")
+    check_model_path(args.model)
+    if args.device != "auto":
+        import torch
+
+        try:
+            device = torch.device(args.device)
+        except RuntimeError:
+            raise ConfigError(f"grouprl eval --device: got {args.device!r}; expected auto, cpu, cuda[:N] or mps") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError(f"grouprl eval --device {args.device}: this machine has no CUDA device; use cpu or auto")
 
 
 def cmd_plot(args: argparse.Namespace) -> int:

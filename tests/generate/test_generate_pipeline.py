@@ -139,7 +139,7 @@ def test_server_killed_mid_run_then_rerun_loses_and_duplicates_nothing(server, t
     assert 10 <= len(first) < 80 and len(set(first)) == len(first)
     assert not (out / "generations.jsonl").exists()  # incomplete: no final output yet
 
-    base_url = server.start()  # restarted (on a new port: the journal is keyed by rows, not by server)
+    base_url = server.start()  # restarted (on a new port: the journal is keyed by the request, not by the server)
     rerun = subprocess.run(command(data, base_url, out, tiny_model), capture_output=True, text=True, timeout=300)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     summary = json.loads(rerun.stdout.strip().splitlines()[-1])
@@ -152,6 +152,7 @@ def test_server_killed_mid_run_then_rerun_loses_and_duplicates_nothing(server, t
 
 
 def test_prompt_column_string_or_messages_and_template_errors_name_the_row(tmp_path):
+    from grouprl.config import ConfigError
     from grouprl.generate.pipeline import GenerateSpec, build_messages
 
     spec = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path), system_prompt="Be brief.")
@@ -159,9 +160,9 @@ def test_prompt_column_string_or_messages_and_template_errors_name_the_row(tmp_p
                                                            {"role": "user", "content": "hi"}]
     chat = [{"role": "system", "content": "own"}, {"role": "user", "content": "hi"}]
     assert build_messages(spec, {"prompt": chat}, 0) == chat  # a message list is used as it is
-    with pytest.raises(KeyError, match="d.jsonl row 3: no prompt column 'prompt'"):
+    with pytest.raises(ConfigError, match="d.jsonl row 3: no prompt column 'prompt'"):
         build_messages(spec, {"text": "hi"}, 3)
-    with pytest.raises(ValueError, match="d.jsonl row 4: prompt is an empty string"):
+    with pytest.raises(ConfigError, match="d.jsonl row 4: prompt is an empty string"):
         build_messages(spec, {"prompt": " "}, 4)
     templated = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path),
                              prompt_template="Reverse: {{ word }}")

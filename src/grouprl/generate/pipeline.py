@@ -4,8 +4,10 @@ Each (row, generation index) is one chat-completion request (``n`` is not sent: 
 ``transformers serve`` among them, ignore it), so a request is the unit of progress. Requests run
 with at most ``concurrency`` in flight, each with a timeout, retried with exponential backoff
 (plus jitter) on connection errors, timeouts, 429 and 5xx. Every finished request is appended at
-once to ``requests.jsonl`` (one whole line, even if the process dies), so a rerun skips what is
-already there: a killed run loses only the requests that were in flight. When every request has
+once to ``requests.jsonl`` (one whole line, even if the process dies), keyed on the request itself
+(the messages, the model and the sampling settings, hashed, with the generation index), so a rerun
+skips exactly the requests already answered: a killed run loses only the requests that were in
+flight, and an edited prompt or another ``--model`` is asked afresh, never answered from the journal. When every request has
 an answer, ``generations.jsonl`` (the input rows with ``generations``, ``finish_reasons`` and
 ``model_name`` columns) and a ``datasets`` dataset (``dataset/``, ``save_to_disk``) are written.
 
@@ -18,13 +20,17 @@ retry rules would sit between us and the per-request resume this needs.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+from urllib.parse import urlparse
 
+from grouprl.config import ConfigError
 from grouprl.observe.jsonl import JsonlAppender
 
 log = logging.getLogger(__name__)
@@ -74,39 +80,108 @@ class GenerationFailed(RuntimeError):
     """Requests that still failed after every retry (rerun to try them again)."""
 
 
-def load_rows(spec: GenerateSpec) -> list[dict[str, Any]]:
-    from grouprl.data.sources import load_split
+def check_spec(spec: GenerateSpec) -> None:
+    """Every flag in range before any row is read or request sent; ``ConfigError`` names the flag."""
+    def bad(flag: str, value: Any, expected: str) -> ConfigError:
+        return ConfigError(f"grouprl generate --{flag}: got {value!r}; expected {expected}")
 
-    rows = list(load_split(spec.dataset, spec.dataset_config, spec.split))
-    return rows[: spec.max_rows] if spec.max_rows else rows
+    url = urlparse(spec.base_url)
+    if url.scheme not in ("http", "https") or not url.netloc:
+        raise bad("base_url", spec.base_url, "an http(s) URL like http://127.0.0.1:8000/v1")
+    for flag in ("model", "dataset", "output_dir"):
+        if not str(getattr(spec, flag)).strip():
+            raise bad(flag, getattr(spec, flag), "a non-empty value")
+    for flag, low in (("num_generations", 1), ("max_new_tokens", 1), ("concurrency", 1), ("retries", 0)):
+        if getattr(spec, flag) < low:
+            raise bad(flag, getattr(spec, flag), f"a whole number >= {low}")
+    if spec.max_rows is not None and spec.max_rows < 1:
+        raise bad("max_rows", spec.max_rows, "a whole number >= 1 (or leave it out: every row)")
+    for flag, ok, expected in (("temperature", lambda v: 0 <= v, ">= 0"), ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+                               ("timeout", lambda v: v > 0, "> 0 seconds"),
+                               ("backoff_seconds", lambda v: v >= 0, ">= 0 seconds")):
+        value = getattr(spec, flag)
+        if not math.isfinite(value) or not ok(value):
+            raise bad(flag, value, f"a number {expected}")
+    out = Path(spec.output_dir)
+    if out.exists() and not out.is_dir():
+        raise bad("output_dir", spec.output_dir, "a folder (this is a file)")
+
+
+def load_rows(spec: GenerateSpec) -> list[dict[str, Any]]:
+    from grouprl.data.sources import FILE_BUILDERS, load_split
+
+    path = Path(spec.dataset).expanduser()
+    if not path.exists() and (spec.dataset.startswith((".", "/", "~")) or path.suffix.lower() in FILE_BUILDERS):
+        raise ConfigError(f"grouprl generate --dataset: {spec.dataset} does not exist; expected a data file "
+                          f"({', '.join(sorted(FILE_BUILDERS))}), a dataset dir or a hub id")
+    try:
+        rows = list(load_split(spec.dataset, spec.dataset_config, spec.split))
+    except ValueError as err:  # the source names the file, the split or the row
+        raise ConfigError(f"grouprl generate --dataset: {err}") from None
+    rows = rows[: spec.max_rows] if spec.max_rows else rows
+    if not rows:
+        raise ConfigError(f"grouprl generate --dataset: {spec.dataset} split {spec.split!r} has no rows; expected "
+                          "at least one")
+    return rows
+
+
+def request_keys(spec: GenerateSpec, messages: dict[int, list[dict[str, str]]]) -> dict[int, str]:
+    """Each row's request key: what makes two requests the same (the messages, the model, the sampling
+    settings), hashed, and which occurrence of that request in the dataset the row is (a prompt that
+    appears twice gets two sets of samples). The journal is keyed on it with the generation index, so an
+    edited prompt, another model or other sampling is asked again, never answered from the journal."""
+    sampling = {"temperature": spec.temperature, "top_p": spec.top_p, "max_tokens": spec.max_new_tokens}
+    seen: dict[str, int] = {}
+    keys = {}
+    for i, row_messages in messages.items():
+        body = json.dumps({"model": spec.model, "messages": row_messages, **sampling}, sort_keys=True,
+                          ensure_ascii=False)
+        digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
+        seen[digest] = seen.get(digest, -1) + 1
+        keys[i] = f"{digest}#{seen[digest]}"
+    return keys
 
 
 def build_messages(spec: GenerateSpec, row: dict[str, Any], index: int) -> list[dict[str, str]]:
+    """The request's chat messages for one row; ``ConfigError`` names the row and what is wrong with it."""
     from grouprl.data.prompt_rows import prompt_messages
 
     if spec.prompt_template:
         import jinja2
 
-        value: Any = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(spec.prompt_template).render(**row)
+        try:
+            value: Any = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
+                spec.prompt_template).render(**row)
+        except Exception as err:  # noqa: BLE001 - a template is code: any error of it is the template's
+            raise ConfigError(f"grouprl generate --prompt_template on {spec.dataset} row {index}: "
+                              f"{type(err).__name__}: {err}; the row has {sorted(row)}") from None
     else:
         if spec.prompt_column not in row:
-            raise KeyError(f"{spec.dataset} row {index}: no prompt column {spec.prompt_column!r}; "
-                           f"it has {sorted(row)} (or give --prompt_template)")
+            raise ConfigError(f"{spec.dataset} row {index}: no prompt column {spec.prompt_column!r}; "
+                              f"it has {sorted(row)} (or give --prompt_template)")
         value = row[spec.prompt_column]
     try:
         return prompt_messages(value, spec.system_prompt)
     except ValueError as err:
-        raise ValueError(f"{spec.dataset} row {index}: {err}") from None
+        raise ConfigError(f"{spec.dataset} row {index}: {err}") from None
 
 
-def read_journal(path: Path) -> dict[tuple[int, int], dict[str, Any]]:
-    done: dict[tuple[int, int], dict[str, Any]] = {}
+def read_journal(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """Finished requests by (request key, generation index). A line that is not a finished request (torn
+    by a kill, edited by hand, from a version that kept no key) is skipped: that request is asked again."""
+    done: dict[tuple[str, int], dict[str, Any]] = {}
     if path.is_file():
-        with path.open() as fh:
+        with path.open("rb") as fh:
             for line in fh:
-                if line.endswith("\n"):  # a torn last line (killed mid-write) is not a finished request
+                if not line.endswith(b"\n"):  # a torn last line (killed mid-write) is not a finished request
+                    continue
+                try:
                     record = json.loads(line)
-                    done[(record["row"], record["k"])] = record
+                    key = (record["key"], record["k"])
+                    if isinstance(key[0], str) and isinstance(key[1], int) and isinstance(record["generation"], str):
+                        done[key] = record
+                except (ValueError, KeyError, TypeError):
+                    continue
     return done
 
 
@@ -119,14 +194,14 @@ def _retryable(err: Exception) -> bool:
     return isinstance(err, openai.APIStatusError) and err.status_code >= 500
 
 
-async def _request(client, spec: GenerateSpec, messages, row: int, k: int) -> dict[str, Any]:
+async def _request(client, spec: GenerateSpec, messages, row: int, k: int, key: str) -> dict[str, Any]:
     for attempt in range(spec.retries + 1):
         try:
             response = await client.chat.completions.create(
                 model=spec.model, messages=messages, temperature=spec.temperature, top_p=spec.top_p,
                 max_tokens=spec.max_new_tokens)
             choice = response.choices[0]
-            return {"row": row, "k": k, "generation": choice.message.content or "",
+            return {"key": key, "k": k, "row": row, "model": spec.model, "generation": choice.message.content or "",
                     "finish_reason": choice.finish_reason, "attempts": attempt + 1}
         except Exception as err:  # noqa: BLE001 - classified just below
             if attempt == spec.retries or not _retryable(err):
@@ -138,8 +213,8 @@ async def _request(client, spec: GenerateSpec, messages, row: int, k: int) -> di
     raise AssertionError("unreachable")
 
 
-async def _run(spec: GenerateSpec, todo: list[tuple[int, int]], messages: dict[int, list], journal: JsonlAppender,
-               bar) -> tuple[int, list[str]]:
+async def _run(spec: GenerateSpec, todo: list[tuple[int, int]], messages: dict[int, list], keys: dict[int, str],
+               journal: JsonlAppender, bar) -> tuple[int, list[str]]:
     import openai
 
     client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=spec.api_key, timeout=spec.timeout, max_retries=0)
@@ -150,7 +225,7 @@ async def _run(spec: GenerateSpec, todo: list[tuple[int, int]], messages: dict[i
         nonlocal done
         for row, k in pending:  # a shared iterator: each worker takes the next request, so <= concurrency in flight
             try:
-                record = await _request(client, spec, messages[row], row, k)
+                record = await _request(client, spec, messages[row], row, k, keys[row])
             except Exception as err:  # noqa: BLE001 - counted, the run goes on, a rerun retries it
                 errors.append(f"row {row} generation {k}: {type(err).__name__}: {str(err)[:200]}")
                 bar.update(0)
@@ -170,20 +245,22 @@ def generate(spec: GenerateSpec) -> GenerateResult:
     """Run (or resume) the generation; see the module docstring."""
     from tqdm.auto import tqdm
 
+    check_spec(spec)
     out = Path(spec.output_dir)
-    out.mkdir(parents=True, exist_ok=True)
     rows = load_rows(spec)
     messages = {i: build_messages(spec, row, i) for i, row in enumerate(rows)}
+    keys = request_keys(spec, messages)
+    out.mkdir(parents=True, exist_ok=True)
     done = read_journal(out / JOURNAL)
     wanted = [(i, k) for i in range(len(rows)) for k in range(spec.num_generations)]
-    todo = [key for key in wanted if key not in done]
+    todo = [(i, k) for i, k in wanted if (keys[i], k) not in done]
     log.info("%d rows x %d generations: %d requests, %d already done", len(rows), spec.num_generations, len(wanted),
              len(wanted) - len(todo))
     journal = JsonlAppender(out / JOURNAL)
     bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc="generate", unit="req",
                disable=not spec.progress)
     try:
-        done_now, errors = asyncio.run(_run(spec, todo, messages, journal, bar)) if todo else (0, [])
+        done_now, errors = asyncio.run(_run(spec, todo, messages, keys, journal, bar)) if todo else (0, [])
     finally:
         bar.close()
         journal.close()
@@ -192,18 +269,19 @@ def generate(spec: GenerateSpec) -> GenerateResult:
     if errors:
         raise GenerationFailed(f"{len(errors)} of {len(todo)} requests failed after {spec.retries} retries "
                                f"(rerun the same command to retry only those); first: {errors[0]}")
-    result.output = str(write_outputs(spec, rows, read_journal(out / JOURNAL)))
+    result.output = str(write_outputs(spec, rows, keys, read_journal(out / JOURNAL)))
     return result
 
 
-def write_outputs(spec: GenerateSpec, rows: list[dict[str, Any]], done: dict[tuple[int, int], dict]) -> Path:
+def write_outputs(spec: GenerateSpec, rows: list[dict[str, Any]], keys: dict[int, str],
+                  done: dict[tuple[str, int], dict]) -> Path:
     """generations.jsonl (written whole, then renamed) and dataset/ (save_to_disk); optional hub push."""
     import datasets
 
     out = Path(spec.output_dir)
     records = []
     for i, row in enumerate(rows):
-        answers = [done[(i, k)] for k in range(spec.num_generations)]
+        answers = [done[(keys[i], k)] for k in range(spec.num_generations)]
         records.append({**row, "generations": [a["generation"] for a in answers],
                         "finish_reasons": [a["finish_reason"] for a in answers], "model_name": spec.model})
     tmp = out / (OUTPUT + ".tmp")

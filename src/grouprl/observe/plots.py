@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from grouprl.observe.jsonl import read_jsonl
+from grouprl.observe.jsonl import step_of
+
+
+def rollout_rows(path: str | Path) -> list[dict]:
+    """The rollout records of ``path`` that a plot can use (a whole-number step, a finite reward, a
+    prompt id); other lines are skipped. ``ConfigError`` when the path is not such a file."""
+    from grouprl.config import ConfigError
+    from grouprl.observe.dashboard.rollout_index import parse_lines
+
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; expected a rollouts.jsonl file (OUTPUT_DIR/rollouts/rollouts.jsonl)")
+    data = path.read_bytes()  # a missing file: FileNotFoundError, named by the CLI
+    rows = []
+    for record in parse_lines(data):
+        step, reward = step_of(record), record.get("reward")
+        if step is not None and isinstance(reward, (int, float)) and not isinstance(reward, bool) \
+                and math.isfinite(reward) and isinstance(record.get("prompt_id"), (str, int)):
+            rows.append({**record, "step": step, "prompt_id": str(record["prompt_id"])})
+    if not rows:
+        lines = len(data.splitlines())
+        raise ConfigError(f"{path}: no rollout record (a step, a finite reward, a prompt_id) in its {lines} line(s); "
+                          "expected the rollouts.jsonl a grouprl run writes")
+    return rows
 
 
 def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: str | None = None) -> Path:
@@ -15,9 +39,15 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_jsonl(rollouts_path)
-    if not rows:
-        raise ValueError(f"{rollouts_path}: no rollout records to plot")
+    from grouprl.config import ConfigError
+
+    out = Path(out_path)
+    formats = plt.figure().canvas.get_supported_filetypes()
+    plt.close("all")
+    if out.is_dir() or (out.suffix and out.suffix[1:].lower() not in formats):
+        raise ConfigError(f"--out {out}: expected an image file to write, ending in one of "
+                          f"{', '.join('.' + f for f in sorted(formats))}")
+    rows = rollout_rows(rollouts_path)
     by_step: dict[int, list[float]] = defaultdict(list)
     for r in rows:
         by_step[r["step"]].append(float(r["reward"]))
@@ -27,15 +57,20 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     smooth = [sum(means[max(0, i - window + 1): i + 1]) / len(means[max(0, i - window + 1): i + 1])
               for i in range(len(means))]
 
+    ids = dict.fromkeys(r["prompt_id"] for r in rows)
+    if prompt_id is not None and str(prompt_id) not in ids:
+        raise ConfigError(f"--prompt_id {prompt_id}: not in {rollouts_path}; it has {len(ids)} prompt(s), e.g. "
+                          f"{', '.join(list(ids)[:5])}")
     if prompt_id is None:  # the prompt seen at the most distinct steps
         seen = Counter({pid: len({r["step"] for r in rows if r["prompt_id"] == pid})
-                        for pid in dict.fromkeys(r["prompt_id"] for r in rows)})  # first-seen order: ties are stable
+                        for pid in ids})  # first-seen order: ties are stable
         prompt_id = seen.most_common(1)[0][0]
+    prompt_id = str(prompt_id)
     mine: dict[int, list[float]] = defaultdict(list)
     for r in rows:
         if r["prompt_id"] == prompt_id:
             mine[r["step"]].append(1.0 if r.get("correct") else 0.0)
-    prompt_text = next(r["prompt"] for r in rows if r["prompt_id"] == prompt_id)
+    prompt_text = str(next(r.get("prompt", "") for r in rows if r["prompt_id"] == prompt_id))
     # the question without the chat template's markers, for a readable title
     prompt_text = re.sub(r"<\|[^|]+\|>(system|user|assistant)?", " ", prompt_text).split()
 
@@ -54,7 +89,6 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     seen = len(mine)
     ax2.set_title(f"Prompt {prompt_id} ({seen} steps): {' '.join(prompt_text)[-50:]}", fontsize=8)
     fig.tight_layout()
-    out = Path(out_path)
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)

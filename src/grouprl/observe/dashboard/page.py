@@ -14,7 +14,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from grouprl.observe.dashboard.run_folder import RunFolder, open_runs
+from grouprl.observe.dashboard.run_folder import RUN_FILES, RunFolder, open_runs
 
 # Order matters: uPlot first, then the helpers the views use, the views, and the app last.
 SCRIPTS = ("uPlot.iife.min.js", "dom.js", "data.js", "charts.js", "overview.js", "curves.js", "groups.js",
@@ -105,13 +105,27 @@ def report_data(folders: Iterable[RunFolder], budget_bytes: int = 24 << 20) -> d
 
 
 def write_report(dirs: list[str], out: str | Path, budget_mb: float = 24.0) -> Path:
+    """The report of ``dirs``; ``ConfigError`` (one line) for a folder that holds no run, an ``out``
+    that is a folder, a budget that is no positive number."""
+    from grouprl.config import ConfigError
+
+    if not (isinstance(budget_mb, (int, float)) and 0 < budget_mb < float("inf")):
+        raise ConfigError(f"--max_mb: got {budget_mb}; expected a positive number of MiB")
+    out = Path(out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; expected the HTML file to write, e.g. {out / 'report.html'}")
     folders = open_runs(dirs)
-    missing = [str(f.path) for f in folders if not f.path.is_dir()]
+    missing = [str(f.path) for f in folders if not f.path.exists()]
     if missing:
         raise FileNotFoundError(f"no run folder at {', '.join(missing)}")
+    for folder in folders:
+        if not folder.path.is_dir():
+            raise ConfigError(f"{folder.path} is a file; expected a run folder (the output_dir of grouprl train)")
+        if not any((folder.path / name).exists() for name in RUN_FILES) and not folder.trajectory_files():
+            raise ConfigError(f"{folder.path} holds no grouprl run (none of {', '.join(RUN_FILES)}); expected the "
+                              "output_dir of grouprl train")
     data = report_data(folders, int(budget_mb * (1 << 20)))
     title = "grouprl report: " + ", ".join(f.name for f in folders)
-    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render_page(title, data), encoding="utf-8")
     return out
