@@ -129,11 +129,18 @@ def _garble(path):
     path.write_bytes(bytes(data))
 
 
+def _shard_missing(path):
+    """Sharded weights whose index names a shard that is not there."""
+    path.rename(path.with_name("model-00001-of-00002.safetensors"))
+    index = {"weight_map": {"a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}
+    path.with_name("model.safetensors.index.json").write_text(json.dumps(index))
+
+
 DAMAGE = {
     "model.safetensors": _truncate, "optimizer.pt": _truncate, "trainer_state.json": _truncate,
     "scheduler.pt": _truncate, "rng.pt": _truncate, "tokenizer.json": _truncate,
     "optimizer.pt:garbled": _garble, "model.safetensors:empty": lambda p: p.write_bytes(b""),
-    "rng.pt:missing": lambda p: p.unlink(), "trainer_state.json:no step": lambda p: p.write_text('{"data_position": 2}'),
+    "rng.pt:missing": lambda p: p.unlink(), "model.safetensors:shard missing": _shard_missing, "trainer_state.json:no step": lambda p: p.write_text('{"data_position": 2}'),
 }
 
 

@@ -107,6 +107,16 @@ def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
         missing.append("model weights (model.safetensors or adapter_model.safetensors)")
     if missing:
         raise DamagedCheckpoint(f"{ckpt} has no {', '.join(missing)}")
+    index = ckpt / "model.safetensors.index.json"
+    if index.is_file():  # sharded weights: every shard the index names must be there (and whole, below)
+        try:
+            shards = sorted(set(json.loads(index.read_bytes())["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError) as err:
+            raise DamagedCheckpoint(f"{index.relative_to(ckpt.parent)} is damaged ({type(err).__name__}: {err})") \
+                from None
+        absent = [name for name in shards if not (ckpt / name).is_file()]
+        if absent:
+            raise DamagedCheckpoint(f"{ckpt} has no {', '.join(absent)} (named by model.safetensors.index.json)")
     for path in sorted(p for p in ckpt.rglob("*") if p.is_file()):
         why = _damage(path)
         if why:
