@@ -83,13 +83,3 @@ def register_section(name: str, section: type[Section]) -> None:
 
 def flat_dict(cfg: Config) -> dict[str, Any]:
     return {k: v for section in cfg.model_dump().values() for k, v in section.items()}
-
-
-def _former(section: str):
-    """``cfg.schedule`` etc.: a merged pair's former name, read as the section it joined (for code
-    written against the old layout; the fields are the same objects)."""
-    return property(lambda cfg: getattr(cfg, section), doc=f"the former name of cfg.{section}")
-
-
-for _old, _new in (("schedule", "train"), ("evaluation", "eval"), ("loading", "model"), ("tracking", "logging")):
-    setattr(Config, _old, _former(_new))
