@@ -191,6 +191,7 @@ class Scorer:
         self.learned_weights = list(learned_weights or [1.0] * len(learned or [])) + [all_weights[k] for k in named_learned]
         self.mixer = mixer if mixer is not None else named_mixer  # one a learned reward brought
         self._evaluating = False  # inside eval_mode(): learned rewards score, never update or gather
+        self._io_pool: ThreadPoolExecutor | None = None  # the judges' thread, made on first use
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
         self.penalty_in_rewards = penalty_in_rewards  # False: invalid_penalty on_step (charged in the advantage)
 
@@ -219,10 +220,11 @@ class Scorer:
         waiting = [key for key, fn in self.fns.items() if getattr(fn, "waits_on_network", False)]
         if not waiting or len(self.fns) == 1:
             return {key: parts(key, fn) for key, fn in self.fns.items()}
-        with ThreadPoolExecutor(len(waiting), thread_name_prefix="reward-io") as pool:
-            pending = {key: pool.submit(parts, key, self.fns[key]) for key in waiting}
-            done = {key: parts(key, fn) for key, fn in self.fns.items() if key not in pending}
-            done.update({key: future.result() for key, future in pending.items()})
+        # One pool kept for the run: its threads (and the reward worker each keeps, guard.py) serve every batch.
+        self._io_pool = self._io_pool or ThreadPoolExecutor(len(waiting), "reward-io")
+        pending = {key: self._io_pool.submit(parts, key, self.fns[key]) for key in waiting}
+        done = {key: parts(key, fn) for key, fn in self.fns.items() if key not in pending}
+        done.update({key: future.result() for key, future in pending.items()})
         return {key: done[key] for key in self.keys}
 
     def score(self, episodes: list[Episode]) -> Scores:

@@ -143,3 +143,25 @@ def test_unreachable_endpoint_and_timeouts_are_errors(server):
     slow = server(delay=3.0)
     judge_scorer("judge", slow.base_url, timeout=0.5, retries=0).score(eps)
     assert all("APITimeoutError" in ep.reward_errors[0] for ep in eps)
+
+
+def test_judge_requests_overlap_the_other_rewards(server, tmp_path):
+    """A judge runs in its own thread while the batch's other rewards compute: its requests reach the
+    server inside the window in which a slow local reward is still working."""
+    srv = server(delay=0.1)
+    window = tmp_path / "window.json"
+    slow = tmp_path / "slow_reward.py"
+    slow.write_text("import json, time\n"
+                    "def slow(completion, ground_truth, **row):\n"
+                    f"    start = time.time(); time.sleep(0.4)\n"
+                    f"    with open({str(window)!r}, 'a') as fh: fh.write(json.dumps([start, time.time()]) + '\\n')\n"
+                    "    return 1.0\n")
+    opts = {"base_url": srv.base_url, "model": "grader", "concurrency": 1}
+    scorer = Scorer([f"{slow}:slow", "judge"], [1.0, 1.0], reward_kwargs={"judge": opts})
+    eps = episodes([("1+1", "2"), ("2+2", "4"), ("3+3", "6"), ("4+4", "8")])
+    scorer.score(eps)
+    assert [ep.reward_parts["judge"] for ep in eps] == [1.0] * 4
+    spans = [json.loads(line) for line in window.read_text().splitlines()]
+    begin, end = spans[0][0], spans[-1][1]
+    asked = [r["t"] for r in requests_seen(srv)]
+    assert len(asked) == 4 and all(begin < t < end for t in asked)
