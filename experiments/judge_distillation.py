@@ -30,9 +30,13 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--judge_url", default=None, help="an endpoint; default: start the scripted grader")
     parser.add_argument("--judge_model", default="grader")
+    parser.add_argument("--judge_mode", default="digits", help="the scripted grader's mode (arithmetic: 0/10, "
+                        "digits: partial credit)")
     parser.add_argument("--max_steps", type=int, default=40)
     parser.add_argument("--judge_steps", type=int, default=15)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learning_rate", type=float, default=1e-3, help="the student's")
+    parser.add_argument("--updates_per_step", type=int, default=4, help="the student's")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -40,11 +44,12 @@ def main() -> None:
     if args.judge_url is None:
         from judge_standin import standin
 
-        server = standin(out / "grader.log")
+        server = standin(out / "grader.log", mode=args.judge_mode)
         args.judge_url = server.start()
     recipe = {"rewards": [{"name": "distilled_judge", "options": {
         "student": args.model, "device": "cpu", "judge_steps": args.judge_steps, "sample_fraction": 0.5,
-        "sample_decay": 0.85, "min_fraction": 0.1, "learning_rate": 1e-3, "updates_per_step": 4, "seed": args.seed,
+        "sample_decay": 0.85, "min_fraction": 0.1, "learning_rate": args.learning_rate,
+        "updates_per_step": args.updates_per_step, "seed": args.seed,
         "judge": {"base_url": args.judge_url, "model": args.judge_model, "concurrency": 16}}}],
         "max_steps": args.max_steps, "batch_size": 8, "num_generations": 8, "n_eval": 100, "seed": args.seed,
         "output_dir": str(out / "run")}

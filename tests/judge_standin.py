@@ -7,7 +7,8 @@ the sum out and answers in the declared format. The judge's client, retries, cac
 grouprl's own and are exercised for real; only the grader behind the URL is a script.
 
 Modes: ``arithmetic`` (pointwise ``SCORE: 10`` / ``SCORE: 0``; group: ``<n>: <score>`` lines), ``digits``
-(partial credit for near misses: 10 x the share of the sum's digits in place),
+(partial credit for near misses: 10 x the share of the sum's digits in place), ``even`` (10 for an even
+last digit: a criterion a small student model learns quickly),
 ``garbage`` (prose without a score). ``--delay`` seconds per answer. Every request is appended to
 ``--log`` (one JSON line: time, in-flight count), so a test can count what reached the server.
 
@@ -47,6 +48,8 @@ def grade(completion: str, truth: int | None, mode: str) -> int:
     """10 for the right sum; ``digits`` mode gives partial credit (10 x the share of the sum's digits in place,
     from the right), as a rubric judge grading near misses would; ``arithmetic`` mode gives 0."""
     given = answered(completion)
+    if mode == "even":  # a taste a small student can learn: even last digits pass
+        return 10 if given is not None and given % 2 == 0 else 0
     if given == truth:
         return 10
     if mode != "digits" or given is None or truth is None:
@@ -175,11 +178,12 @@ except ImportError:  # pragma: no cover
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--mode", choices=["arithmetic", "digits", "garbage"], default="arithmetic")
+    parser.add_argument("--mode", choices=["arithmetic", "digits", "even", "garbage"], default="arithmetic")
     parser.add_argument("--delay", type=float, default=0.0)
     parser.add_argument("--log", default=None)
     args = parser.parse_args()
     Handler.mode, Handler.delay, Handler.log_path = args.mode, args.delay, args.log
+    ThreadingHTTPServer.request_queue_size = 256  # the default backlog (5) drops connections under load
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True
     server.serve_forever()
