@@ -69,9 +69,6 @@ def main() -> None:
     rng = random.Random(args.seed)
     task = load_task(build_config(None, {"n_eval": 400}, environ={}))
     tok = build_tokenizer(task.tokenizer_corpus())
-    # Train on the tokenizer as it loads from the folder (AutoTokenizer), which is what scoring will use.
-    tok.save_pretrained(args.out)
-    tok = AutoTokenizer.from_pretrained(args.out)
     if args.init_from:
         from transformers import AutoModelForSequenceClassification
 
@@ -83,6 +80,11 @@ def main() -> None:
                          pad_token_id=tok.pad_token_id, tie_word_embeddings=False)
     if not args.init_from:
         model = Qwen2ForSequenceClassification(config)
+    # Train on the tokenizer exactly as scoring will load it: AutoTokenizer on the finished folder, where
+    # config.json (a qwen2 model) makes it a Qwen2Tokenizer, which drops the tiny tokenizer's newlines.
+    model.config.save_pretrained(args.out)
+    tok.save_pretrained(args.out)
+    tok = AutoTokenizer.from_pretrained(args.out)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.learning_rate, weight_decay=0.0)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.learning_rate, total_steps=args.steps,
                                                    pct_start=0.1)
