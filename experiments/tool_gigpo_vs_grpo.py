@@ -69,7 +69,8 @@ def main() -> None:
     if not (sft_model / "config.json").is_file():
         start = time.perf_counter()
         tiny = init_tiny(task.tokenizer_corpus(), out / "warmup" / "tiny_model", cfg.model.tiny_hidden_size,
-                         cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0)
+                         cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0,
+                         max_positions=task.tiny_max_positions)
         tool_sft(str(tiny), task, episode_settings(cfg, task), sft_model, args.sft_steps, cfg.train.sft_learning_rate,
                  cfg.train.sft_batch_size, 0, cfg.train.sft_demo_episodes, console=console)
         results["sft_seconds"] = time.perf_counter() - start

@@ -60,7 +60,7 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     model_config, train = cfg.model, cfg.train
     tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", model_config.tiny_hidden_size,
                      model_config.tiny_num_layers, model_config.tiny_num_heads, seed=train.seed,
-                     tokenizer=task.tiny_tokenizer)
+                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
     console.log(f"built tiny Qwen2 model at {tiny}")
     if train.sft_steps == 0 or not task.has_gold_completions:
         if train.sft_steps:

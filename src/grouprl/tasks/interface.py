@@ -53,6 +53,9 @@ class Task:
     multi_step: bool = False
     # The tiny model's tokenizer for this task: "char" (one token per character) or "word".
     tiny_tokenizer: str = "char"
+    # The tiny model's declared context (None: the tokenizer kind's default, 512 char / 4096 word); engines
+    # such as vLLM refuse longer sequences.
+    tiny_max_positions: int | None = None
     # Whether rows carry ``gold_completion`` (SFT warm start of the tiny model); environments play
     # demonstrations instead.
     has_gold_completions: bool = True

@@ -112,6 +112,7 @@ class ToolArithmeticTask(Task):
     tools: list[str] = field(default_factory=lambda: ["calculator", "lookup"])
     multi_step = True
     tiny_tokenizer = "char"
+    tiny_max_positions = 2048  # the system turn with the tool schemas alone is ~900 characters
 
     def env_factory(self, row: dict[str, Any]):
         return functools.partial(ToolAnswerEnv, row["question"], row["ground_truth"], self.system_prompt)

@@ -21,7 +21,8 @@ def batch_metrics(episodes: list[Episode], scores: torch.Tensor, advantages, gro
         "completions/mean_length": float(lengths.mean()),
         "completions/max_length": float(lengths.max()),
         "completions/clipped_ratio": sum(s.truncated for s in steps) / lengths.numel(),
-        "samples": float(lengths.numel()),  # one per step: an episode of n steps is n samples
+        # one per step (an episode of n steps is n samples); a conversation is one sample per episode
+        "samples": float(len(episodes) if episodes and episodes[0].conversation else lengths.numel()),
         "prompts/truncated": sum(s.prompt_truncated for s in steps) / lengths.numel(),  # cut to max_prompt_length
     }
     if multi_step:
