@@ -14,11 +14,9 @@ The section's fields then work as ``--counting_start``, ``GROUPRL_COUNTING_START
 (nested under ``counting:`` or flat), like every other field. The built-in tasks' sections are
 typed in ``config/task_sections.py``.
 
-A built task provides (see ``tasks/base.py`` and ``tasks/env_task.py``): ``name``,
-``train_rows``/``eval_rows``, ``reward_names``/``reward_weights``/``reward_kwargs``,
-``correct_reward``, ``multi_step``, ``env_factory(row)``, ``seed_of(row)``, ``messages(row)``
-(single-turn), ``tokenizer_corpus()`` (every character the tiny tokenizer needs) and, for
-environments, ``demonstration_rows(n)`` plus the environment's ``expert_action()``.
+A built task is a :class:`~grouprl.tasks.interface.Task` (``SingleTurnTask``, ``EnvTask`` or your
+own subclass): its rows, ``env_factory(row)``, rewards and ``tokenizer_corpus()``, with every optional
+hook defaulted there. A recipe may also name one from a file, ``task: path/to/file.py:make_task``.
 """
 
 from __future__ import annotations
