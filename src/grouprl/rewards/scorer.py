@@ -174,8 +174,8 @@ class Scorer:
             raise ValueError(f"{len(weights)} weight(s) for {len(reward_names)} reward(s)")
         # Model rewards (reward models, judges; run_dir holds a judge's cache) are built here; a learned
         # reward named in ``rewards`` joins the learned ones with its (normalised) weight.
-        built = {key: build_reward(name, (reward_kwargs or {}).get(name), sandbox_user_rewards, run_dir)
-                 for key, name in zip(unique_keys(list(reward_names)), reward_names)}
+        built = {key: build_reward(name, (reward_kwargs or {}).get(name), sandbox_user_rewards, run_dir,
+                                   reward_timeout) for key, name in zip(unique_keys(list(reward_names)), reward_names)}
         all_weights = dict(zip(built, normalized_weights(weights, normalize_weights)))
         self.fns, named_learned, named_mixer = split_learned(built)
         self.keys = list(self.fns)

@@ -167,3 +167,17 @@ def test_judge_requests_overlap_the_other_rewards(server, tmp_path):
     # Run one after the other, the judge's 4 requests (0.4 s) would all come before or all after the slow
     # reward's 1.6 s; overlapping, they span into its window.
     assert len(asked) == 4 and min(asked) < end and max(asked) > begin
+
+
+def test_a_hung_request_costs_its_own_sample_not_the_batch(server):
+    """The batch deadline (0.9 x reward_timeout): what is answered by then keeps its score, the rest are
+    errors; without it the scorer's time budget would fail every sample of the batch."""
+    srv = server(delay=1.5)
+    eps = episodes([("1+1", "2"), ("2+2", "4"), ("3+3", "7")])
+    opts = {"base_url": srv.base_url, "model": "grader", "concurrency": 1, "timeout": 30, "retries": 0}
+    scorer = Scorer(["judge"], [1.0], max_error_fraction=1.0, reward_kwargs={"judge": opts}, reward_timeout=2.5)
+    metrics = scorer.score(eps).metrics
+    parts = [ep.reward_parts["judge"] for ep in eps]
+    assert parts[0] == 1.0 and parts[1:] == [None, None]  # one answer in 1.5 s; the deadline is 2.25 s
+    assert all("no answer within the batch deadline of 2.25s" in ep.reward_errors[0] for ep in eps[1:])
+    assert metrics["reward_errors"] == 2 and metrics["judge/endpoint_errors"] == 2

@@ -19,7 +19,8 @@ got no answer after its retries are *that sample's reward error* (counted agains
 Options: base_url, model (required); api_key (default: $OPENAI_API_KEY, else "EMPTY"), template,
 system_prompt, format, score_pattern, score_range, normalize, temperature, max_tokens, concurrency,
 timeout, retries, backoff_seconds, cache (default true: ``<output_dir>/judge_cache/<name>``),
-cache_dir, price_per_million_tokens ([prompt, completion]: a ``cost`` metric).
+cache_dir, price_per_million_tokens ([prompt, completion]: a ``cost`` metric), batch_deadline (seconds for a
+batch's requests, default 0.9 x ``reward_timeout``: what is unanswered then is an error, the rest scored).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ class JudgeSettings:
     cache: bool = True
     cache_dir: str | None = None
     price_per_million_tokens: tuple[float, float] | None = None
+    batch_deadline: float | None = None  # default: 0.9 x reward_timeout (none when that is 0)
 
 
 def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
@@ -210,14 +212,15 @@ def _split(messages) -> tuple[str, str, str]:
 class Judge:
     """One judge: its settings, template, client and cache; ``__call__`` scores a batch."""
 
-    def __init__(self, name: str, settings: JudgeSettings, run_dir: str | None):
+    def __init__(self, name: str, settings: JudgeSettings, run_dir: str | None, reward_timeout: float = 0.0):
         self.name, self.s, self.group = name, settings, name == "group_judge"
         self.template = load_template(name, settings.template, GROUP_TEMPLATE if self.group else POINTWISE_TEMPLATE)
         folder = settings.cache_dir or (str(Path(run_dir) / "judge_cache" / name) if run_dir else None)
         api_key = settings.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        deadline = settings.batch_deadline or (0.9 * reward_timeout if reward_timeout > 0 else None)
         self.client = JudgeClient(settings.base_url, api_key, settings.concurrency, settings.timeout,
                                   settings.retries, settings.backoff_seconds,
-                                  JudgeCache(folder if settings.cache else None))
+                                  JudgeCache(folder if settings.cache else None), deadline)
         self.parse_failures = 0
 
     def request(self, prompt: str) -> dict[str, Any]:
@@ -283,9 +286,9 @@ class Judge:
         return metrics
 
 
-def build_judge(name: str, options: dict[str, Any], run_dir: str | None):
+def build_judge(name: str, options: dict[str, Any], run_dir: str | None, reward_timeout: float = 0.0):
     """The typed batch reward for ``judge``/``group_judge`` with its options (checked here, before training)."""
-    judge = Judge(name, settings_from(name, options), run_dir)
+    judge = Judge(name, settings_from(name, options), run_dir, reward_timeout)
 
     @reward_function(mode="batch", id=name)
     def llm_judge(rollouts_messages, ground_truths=None, **columns) -> list[EvaluateResult]:

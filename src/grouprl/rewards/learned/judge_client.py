@@ -5,7 +5,9 @@ package's async client; any OpenAI-compatible server: vLLM, TGI, ``transformers 
 APIs). Each request has its own ``timeout``; connection errors, timeouts, 429 and 5xx are retried
 ``retries`` times after ``backoff_seconds * 2**attempt`` (plus up to 50 % jitter, so a restarted
 server is not hit by every request at once); any other status (a 400: a bad model name, a prompt
-too long) is final. Identical requests in a batch are sent once. What did not get an answer is
+too long) is final. Identical requests in a batch are sent once. A batch has a ``deadline`` (by default
+0.9 x the run's ``reward_timeout``): requests still unanswered then are cancelled and become errors, so a
+hung request costs its own sample, not the whole batch (the scorer's own time budget would fail them all). What did not get an answer is
 returned as an error text, never as a reply.
 """
 
@@ -68,8 +70,9 @@ def _usage(response) -> dict[str, int]:
 
 class JudgeClient:
     def __init__(self, base_url: str, api_key: str, concurrency: int, timeout: float, retries: int,
-                 backoff_seconds: float, cache: JudgeCache):
+                 backoff_seconds: float, cache: JudgeCache, deadline: float | None = None):
         self.base_url, self.api_key = base_url, api_key
+        self.deadline = deadline  # seconds for a whole batch; what is unanswered then is an error
         self.concurrency, self.timeout, self.retries, self.backoff = concurrency, timeout, retries, backoff_seconds
         self.cache = cache
         self.stats = JudgeStats()
@@ -108,10 +111,18 @@ class JudgeClient:
                 if answers[key].text is not None:
                     self.cache.put(key, answers[key].text, answers[key].usage)
 
+            tasks = [asyncio.ensure_future(one(k, r)) for k, r in todo]
             try:
-                await asyncio.gather(*(one(k, r) for k, r in todo))
+                _, late = await asyncio.wait(tasks, timeout=self.deadline)
+                for task in late:  # past the batch's deadline: the answered samples keep their scores
+                    task.cancel()
+                if late:
+                    await asyncio.wait(late)
+                    self.stats.endpoint_errors += len(late)
             finally:
                 await client.close()
+            for key in [k for k, _ in todo if k not in answers]:
+                answers[key] = Reply(None, f"endpoint error: no answer within the batch deadline of {self.deadline:g}s")
         return [answers[k] for k in keys]
 
     async def _with_retries(self, client, request: dict[str, Any]) -> Reply:

@@ -23,9 +23,10 @@ JUDGES = ("judge", "group_judge")
 
 
 def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_rewards: bool = False,
-                 run_dir: str | None = None):
+                 run_dir: str | None = None, reward_timeout: float = 0.0):
     """The function the scorer calls for reward ``name`` with its recipe ``options`` bound; a model
-    reward is built (and loaded) here, with ``run_dir`` holding a judge's response cache."""
+    reward is built (and loaded) here, with ``run_dir`` holding a judge's response cache and ``reward_timeout``
+    setting a judge's batch deadline."""
     options = dict(options or {})
     if name == "distilled_judge":
         from grouprl.rewards.learned.distill import build_distilled_judge
@@ -34,7 +35,7 @@ def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_
     if name in JUDGES:
         from grouprl.rewards.learned.judge import build_judge
 
-        return build_judge(name, options, run_dir)
+        return build_judge(name, options, run_dir, reward_timeout)
     from grouprl.rewards.learned.reward_model import looks_like_model
 
     if looks_like_model(name):
