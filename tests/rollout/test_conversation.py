@@ -13,6 +13,7 @@ from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import expert_reply, rows, ToolAnswerEnv
 from grouprl.tools import ToolOutcome, resolve_tools
 from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
+from grouprl.tools.metrics import tool_metrics
 from grouprl.train.conversation_samples import conversation_layout, pack_conversations
 
 
@@ -99,6 +100,10 @@ def test_malformed_unknown_and_wrong_calls_are_answered_and_counted(tokenizer):
     assert ep.end_reason == "answer" and not ep.success
     # the model reads each error as the tool message of the next prompt
     assert "Error: tool 'lookup': unknown argument 'units'" in ep.steps[3].prompt_text
+    metrics = tool_metrics([ep])
+    assert metrics["tools/calls_per_episode"] == 4 and metrics["tools/invalid_call_rate"] == 0.75
+    assert metrics["tools/error_rate"] == 0.25 and metrics["tools/errors/raised"] == 1
+    assert metrics["tools/ended/answer"] == 1
 
 
 def test_the_caps_end_an_episode(tokenizer):
