@@ -7,7 +7,10 @@ loss, reward (``arithmetic_digits``), learning rate and torch threads. Two confi
 - ``tiny``:  the grouprl tiny Qwen2 (hidden 128, 4 layers), 16 prompts x K=8, 8 new tokens;
 - ``gsm8k``: GSM8K-shaped: Qwen2.5-0.5B's architecture from a config (random weights, vocab
   151936), a system prompt that makes prompts ~150 tokens, K=8 completions of up to 256 tokens
-  (random weights: all run to the cap); ``--prompts`` per step (1 by default, to fit a CPU).
+  (random weights: all run to the cap); ``--prompts`` per step (1 by default, to fit a CPU);
+- ``smollm2``: the real SmolLM2-135M-Instruct (``init-model --from smollm2-135m-instruct``: 49k-token BPE,
+  ChatML template), 2 prompts x K=8 completions of up to 96 tokens asked to show brief working (a real
+  model ends its turns itself, so lengths vary: compare tokens/s beside step time).
 
 and two generation backends on both sides: ``hf`` (HF generate) and ``vllm`` (grouprl's
 ``generation_backend: vllm``; TRL's ``use_vllm=True, vllm_mode="colocate"``, both with token-level
@@ -44,6 +47,7 @@ from vs_trl_workers import BENCH_SYSTEM_PROMPT, grouprl_cli, worker_grouprl, wor
 SHAPES = {  # prompts per step, K, new tokens, vLLM max_model_len
     "tiny": dict(prompts=16, k=8, max_new_tokens=8, max_model_len=256),
     "gsm8k": dict(prompts=1, k=8, max_new_tokens=256, max_model_len=512),
+    "smollm2": dict(prompts=2, k=8, max_new_tokens=96, max_model_len=512),
 }
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                   num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
@@ -56,6 +60,10 @@ def build_model(config: str, args, path: Path) -> str:
     from grouprl.policy.tiny import build_tokenizer, init_tiny
     from grouprl.tasks import load_task
 
+    if config == "smollm2":  # the real model, tokenizer and chat template (docs/real_models.md)
+        from grouprl.policy.pretrained import materialize_pretrained
+
+        return str(materialize_pretrained("smollm2-135m-instruct"))
     a = argparse.Namespace(**{**vars(args), "config": config, "backend": "hf", **SHAPES[config]})
     task = load_task(build_config(cli=grouprl_cli(a, str(path)), environ={}))
     corpus = task.tokenizer_corpus() + (BENCH_SYSTEM_PROMPT[config] or "")

@@ -23,6 +23,7 @@ BENCH_SYSTEM_PROMPT = {  # gsm8k shape: a system prompt that brings the arithmet
     "tiny": None,
     "gsm8k": ("You are a careful math tutor. Think step by step, show the work, and give the final answer as "
               "a number. Keep the reasoning short and exact.\n"),
+    "smollm2": "Add the two numbers. Show your working in one or two short sentences, then give the sum.",
 }
 
 
