@@ -77,8 +77,8 @@ def test_grail_discriminator_and_mixer_stay_identical_across_processes(tmp_path)
     assert torch.allclose(torch.cat([r0["scores"], r1["scores"]]), one["scores"], atol=1e-5)
 
 
-TINY = ["--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200", "--n_eval", "4", "--batch_size", "2",
-        "--num_generations", "4", "--logging_steps", "1", "--device", "cpu"]
+TINY = ["--model", "tiny", "--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200", "--n_eval", "4",
+        "--batch_size", "2", "--num_generations", "4", "--logging_steps", "1", "--device", "cpu"]
 
 
 def _steps(run) -> list[int]:
