@@ -233,8 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="grouprl", formatter_class=fmt,
         description="Group-relative RL post-training (GRPO, Dr. GRPO, RLOO, GiGPO) for language models.\n\n"
-                    "`grouprl train` with no options runs the embedded default: build a tiny Qwen2 model for an\n"
-                    "arithmetic task, warm it with SFT, evaluate, run GRPO, evaluate again.",
+                    "`grouprl train` with no options runs the main job: SmolLM2-135M-Instruct (materialised once\n"
+                    "from its package) on 2-digit additions asked in words: evaluate, run GRPO, evaluate again.\n"
+                    "`grouprl train --model tiny` builds a tiny Qwen2 model instead and warms it with SFT (offline).",
         epilog=config_fields_help())
     sub = parser.add_subparsers(dest="command", required=True)
 

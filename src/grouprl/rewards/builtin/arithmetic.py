@@ -1,4 +1,4 @@
-"""Rewards for the procedurally generated arithmetic task (the embedded default).
+"""Rewards for the procedurally generated arithmetic task (the tiny job; ``arithmetic_last_number``: the main job).
 
 The completion is the answer alone, digits then end of sequence. ``arithmetic_digits``
 gives partial credit so that a group of near misses still carries a signal:
