@@ -68,3 +68,19 @@ def test_tool_recipe_trains_and_resumes(warm_tool_model, tmp_path):
     (part / "metrics.jsonl").write_text(lines[0])
     assert _train(warm_tool_model, part, "--resume_from_checkpoint", str(part / "checkpoint-1")) == 0
     assert _metrics(part / "metrics.jsonl")[2] == pytest.approx(metrics[2], rel=1e-4, abs=1e-6)
+
+
+def test_tool_recipe_on_two_processes(warm_tool_model, tmp_path):
+    """torchrun with 2 processes: each rolls out its group's conversations, advantages on the whole batch,
+    each updates on its own episodes (one sequence each); process 0 writes the metrics."""
+    from launch import torchrun
+
+    out = tmp_path / "ddp"
+    torchrun(["-m", "grouprl.cli", "train", "--config", str(RECIPE), "--model_name_or_path", str(warm_tool_model),
+              "--output_dir", str(out), "--max_steps", "2", "--batch_size", "2", "--num_generations", "2",
+              "--n_eval", "2", "--max_tool_calls", "2", "--seed", "5", "--device", "cpu"], timeout=1200)
+    metrics = _metrics(out / "metrics.jsonl")
+    assert sorted(metrics) == [1, 2]
+    for m in metrics.values():
+        assert m["samples"] == 4 and 0 <= m["tools/invalid_call_rate"] <= 1  # the whole batch's episodes
+    assert (out / "checkpoint-2").is_dir()
