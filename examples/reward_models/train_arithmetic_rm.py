@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import random
-from pathlib import Path
 
 import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification

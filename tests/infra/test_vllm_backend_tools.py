@@ -15,7 +15,7 @@ from grouprl.policy.tiny import init_tiny  # noqa: E402
 from grouprl.rollout.backends.vllm import VLLMBackend, VLLMOptions  # noqa: E402
 from grouprl.rollout.conversation import ConversationSettings, run_conversations  # noqa: E402
 from grouprl.rollout.generation import SamplingParams  # noqa: E402
-from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, ToolArithmeticTask, rows  # noqa: E402
+from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows  # noqa: E402
 from grouprl.tools import resolve_tools  # noqa: E402
 from grouprl.tools.chat_template import ensure_tool_template  # noqa: E402
 from grouprl.train.conversation_samples import conversation_layout, pack_conversations  # noqa: E402
