@@ -17,18 +17,27 @@ class TokenBatch:
     prompt_ids: torch.Tensor  # (B, P)
     prompt_mask: torch.Tensor  # (B, P)
     completion_ids: torch.Tensor  # (B, T)
-    completion_mask: torch.Tensor  # (B, T) 1 on completion tokens, eos included
+    completion_mask: torch.Tensor  # (B, T) 1 on completion tokens, eos included (the tokens the loss trains)
+    # (B, T) the completion tokens attended to, when they are more than the trained ones: a conversation's
+    # tool results and template tokens are read but not trained (train/conversation_samples.py).
+    completion_attention: torch.Tensor | None = None
 
     def __len__(self) -> int:
         return self.prompt_ids.size(0)
 
+    @property
+    def attention(self) -> torch.Tensor:
+        return self.completion_mask if self.completion_attention is None else self.completion_attention
+
     def slice(self, idx: slice | torch.Tensor) -> "TokenBatch":
         return TokenBatch(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx],
-                          self.completion_mask[idx])
+                          self.completion_mask[idx],
+                          None if self.completion_attention is None else self.completion_attention[idx])
 
     def to(self, device: torch.device) -> "TokenBatch":
         return TokenBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids,
-                                                    self.completion_mask)))
+                                                    self.completion_mask)),
+                          None if self.completion_attention is None else self.completion_attention.to(device))
 
 
 def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> TokenBatch:
@@ -61,7 +70,7 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_en
     ``support`` (top_k, top_p): renormalised over the tokens the sampler kept (``truncate_logits``).
     """
     input_ids = torch.cat([batch.prompt_ids, batch.completion_ids], dim=1)
-    attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
+    attention = torch.cat([batch.prompt_mask, batch.attention], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     T = batch.completion_ids.size(1)
     if supports_chunked_head(model):  # the (B, T, V) logits never exist whole: policy/lm_head.py
