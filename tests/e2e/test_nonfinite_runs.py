@@ -68,14 +68,16 @@ def test_huge_finite_rewards_still_give_advantages(tiny_arithmetic_dir, tmp_path
     assert _finite_weights(out / "checkpoint-1")
 
 
-NAN_ESTIMATOR = ("import torch\ndef nan_advantage(scores, group_ids):\n"
-                 "    return torch.full_like(scores, float('nan'))\n")
+# A loss from a file whose terms are NaN: the update sees a non-finite loss. (A NaN *advantage* no
+# longer gets that far: the advantage phase refuses an estimator's non-finite output, exit 2.)
+NAN_LOSS = ("def nan_loss(logps, old_logps, advantages, mask):\n"
+            "    return logps * float('nan')\n")
 
 
 def test_nonfinite_loss_skips_the_update_and_weights_stay(tiny_arithmetic_dir, tmp_path, caplog):
-    est = user_file(tmp_path, "est.py", NAN_ESTIMATOR)
+    loss = user_file(tmp_path, "nan_loss.py", NAN_LOSS)
     out = tmp_path / "run"
-    assert train(tiny_arithmetic_dir, out, "--advantage", f"{est}:nan_advantage", "--max_steps", "2",
+    assert train(tiny_arithmetic_dir, out, "--loss", f"{loss}:nan_loss", "--max_steps", "2",
                  "--max_nonfinite_updates", "5") == 0
     metrics = rows(out / "metrics.jsonl")
     assert [m["skipped_updates"] for m in metrics] == [1.0, 2.0]
@@ -86,9 +88,9 @@ def test_nonfinite_loss_skips_the_update_and_weights_stay(tiny_arithmetic_dir, t
 
 
 def test_too_many_nonfinite_updates_stop_the_run(tiny_arithmetic_dir, tmp_path, capsys):
-    est = user_file(tmp_path, "est.py", NAN_ESTIMATOR)
+    loss = user_file(tmp_path, "nan_loss.py", NAN_LOSS)
     out = tmp_path / "run"
-    assert train(tiny_arithmetic_dir, out, "--advantage", f"{est}:nan_advantage", "--max_steps", "3",
+    assert train(tiny_arithmetic_dir, out, "--loss", f"{loss}:nan_loss", "--max_steps", "3",
                  "--max_nonfinite_updates", "1") == 1
     err = capsys.readouterr().err
     assert "run stopped" in err and "max_nonfinite_updates=1" in err
