@@ -25,14 +25,14 @@ def user_file(tmp_path: Path, name: str, body: str) -> str:
     return str(path)
 
 
-def one_step_episodes(answers: list[str], truth: str = "1") -> list:
+def one_step_episodes(answers: list[str], truth: str = "1", question: str = "q") -> list:
     """One single-turn episode per answer (group 0), as the scorer receives them."""
     from grouprl.records import Episode, Step
 
     eps = []
     for i, answer in enumerate(answers):
-        ep = Episode(group_id=0, index_in_group=i, row={"question": "q", "ground_truth": truth})
+        ep = Episode(group_id=0, index_in_group=i, row={"question": question, "ground_truth": truth})
         ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": "q"}]))
+                             anchor_state=None, messages=[{"role": "user", "content": question}]))
         eps.append(ep)
     return eps

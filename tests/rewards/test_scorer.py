@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from grouprl.cli import main
-from grouprl.records import Episode, Step
+from grouprl.records import Episode
 from grouprl.rewards.guard import RewardFailure
 from grouprl.rewards.scorer import Scorer
 from grouprl.rewards.registry import get_reward
+from run_helpers import one_step_episodes
 
 USER_REWARDS = textwrap.dedent('''
     from grouprl.records import EvaluateResult
@@ -37,13 +38,7 @@ USER_REWARDS = textwrap.dedent('''
 
 
 def _episodes(answers: list[str], truth: str = "12") -> list[Episode]:
-    eps = []
-    for i, answer in enumerate(answers):
-        ep = Episode(group_id=0, index_in_group=i, row={"question": "5+7", "ground_truth": truth})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": "5+7"}]))
-        eps.append(ep)
-    return eps
+    return one_step_episodes(answers, truth=truth, question="5+7")
 
 
 @pytest.fixture()
