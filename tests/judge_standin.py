@@ -10,7 +10,8 @@ Modes: ``arithmetic`` (pointwise ``SCORE: 10`` / ``SCORE: 0``; group: ``<n>: <sc
 (partial credit for near misses: 10 x the share of the sum's digits in place), ``even`` (10 for an even
 last digit: a criterion a small student model learns quickly),
 ``garbage`` (prose without a score). ``--delay`` seconds per answer. Every request is appended to
-``--log`` (one JSON line: time, in-flight count), so a test can count what reached the server.
+``--log`` (one JSON line: time, in-flight count, the body's fields but the model and messages), so a test
+can count what reached the server.
 
     python tests/judge_standin.py --port 8123 [--mode arithmetic] [--delay 0.0] [--log requests.jsonl]
 """
@@ -97,7 +98,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if self.log_path:
                 with Handler.lock, open(self.log_path, "a") as fh:
-                    fh.write(json.dumps({"t": time.time(), "in_flight": in_flight}) + "\n")
+                    fields = {k: v for k, v in body.items() if k not in ("model", "messages")}  # sampling, extras
+                    fh.write(json.dumps({"t": time.time(), "in_flight": in_flight, "fields": fields}) + "\n")
             time.sleep(self.delay)
             prompt = body["messages"][-1]["content"]
             text = verdict(prompt, self.mode)
@@ -123,8 +125,9 @@ class ServedProcess:
     killed with SIGKILL, and restarted on the same port (so a recipe's base_url stays valid)."""
 
     def __init__(self, command: list[str], log: Path, port: int | None = None, health: str = "/health",
-                 startup_s: float = 120.0):
+                 startup_s: float = 120.0, env: dict[str, str] | None = None):
         self.command, self.log, self.port, self.health, self.startup_s = command, log, port or free_port(), health, startup_s
+        self.env = env or {}  # on top of this process's environment
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -132,7 +135,7 @@ class ServedProcess:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> str:
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **self.env}
         argv = [a.replace("{port}", str(self.port)) for a in self.command]
         self.proc = subprocess.Popen(argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
@@ -173,6 +176,66 @@ try:  # the fixture for tests (``from judge_standin import grader``); the script
         srv.kill()
 except ImportError:  # pragma: no cover
     pass
+
+
+# --- what the judge training tests share (tests/e2e/test_judge_*.py, tests/infra/test_vllm_backend_judge.py)
+def recipe(path: Path, reward: dict, **extra) -> Path:
+    """A tiny arithmetic run's recipe: 2 prompts x 4 completions a step, no evaluation."""
+    import yaml
+
+    body = {"rewards": [reward], "batch_size": 2, "num_generations": 4, "max_new_tokens": 4,
+            "n_eval": 0, "n_train": 40, "device": "cpu", "seed": 3, "learning_rate": 1e-3, **extra}
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def metrics(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def cache_lines(out: Path, name: str) -> list[dict]:
+    """The judge's answers cached by process 0 of the run in ``out``."""
+    path = out / "judge_cache" / name / "responses.rank0.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def train_through_a_restart(srv: ServedProcess, cfg: Path, model_dir: Path, out: Path, down_s: float = 0.0,
+                            steps: int = 4, name: str = "judge") -> int:
+    """Train ``steps`` steps of ``cfg``; once 10 judgements are cached (step 2 of 4 at 8 a step), SIGKILL
+    ``srv`` and start it again on its port ``down_s`` seconds later; then check that the run survived within
+    its error budget and that the cache holds every answer once. Returns how many answers were cached when
+    the server died."""
+    import yaml
+
+    from grouprl.cli import main
+
+    events: list[tuple[str, int]] = []
+
+    def kill_and_restart():
+        deadline = time.time() + 240
+        while len(cache_lines(out, name)) < 10 and time.time() < deadline:
+            time.sleep(0.02)
+        srv.kill()
+        events.append(("killed", len(cache_lines(out, name))))
+        time.sleep(down_s)
+        srv.start()
+        events.append(("restarted", len(cache_lines(out, name))))
+
+    watcher = threading.Thread(target=kill_and_restart, daemon=True)
+    watcher.start()
+    code = main(["train", "--config", str(cfg), "--model_name_or_path", str(model_dir), "--output_dir", str(out),
+                 "--max_steps", str(steps)])
+    watcher.join(timeout=240)
+    assert code == 0 and [e[0] for e in events] == ["killed", "restarted"], (code, events)
+    rows = metrics(out)
+    assert len(rows) == steps
+    assert sum(r[f"{name}/retries"] for r in rows) > 0  # requests met the dead port and were tried again
+    budget = yaml.safe_load(cfg.read_text())["max_reward_error_fraction"]
+    assert all(r["reward_error_fraction"] <= budget for r in rows)
+    answered = cache_lines(out, name)
+    assert len(answered) >= events[0][1] and len({a["key"] for a in answered}) == len(answered)
+    assert len(answered) == sum(r[f"{name}/calls"] - r[f"{name}/endpoint_errors"] for r in rows)
+    return events[0][1]
 
 
 def main() -> None:

@@ -87,8 +87,9 @@ def test_pointwise_scores_overlap_and_are_cached_on_disk(server, tmp_path):
     srv = server(delay=0.3)
     eps = episodes([("12+30", "42"), ("12+30", "41"), ("5+5", "10"), ("7+1", "9"), ("2+2", "4"), ("9+9", "18")])
     scorer = judge_scorer("judge", srv.base_url, tmp_path / "run", concurrency=4)
-    metrics = scorer.score(eps).metrics
-    assert [ep.reward_parts["judge"] for ep in eps] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    scores = scorer.score(eps)
+    metrics = scores.metrics
+    assert [v.parts["judge"] for v in scores.verdicts] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
     assert metrics["judge/calls"] == 6 and metrics["judge/cache_hits"] == 0 and metrics["reward_errors"] == 0
     assert metrics["judge/prompt_tokens"] > 0 and metrics["judge/latency_mean_s"] >= 0.3
     # The calls overlapped, never more than the bound at once.
@@ -96,11 +97,34 @@ def test_pointwise_scores_overlap_and_are_cached_on_disk(server, tmp_path):
     # The same batch again, and a fresh scorer over the same run folder (a resumed run): nothing sent.
     assert scorer.score(eps).metrics["judge/cache_hits"] == 6
     resumed = judge_scorer("judge", srv.base_url, tmp_path / "run")
-    again = resumed.score(eps).metrics
+    scores = resumed.score(eps)
+    again = scores.metrics
     assert again["judge/calls"] == 0 and again["judge/cache_hits"] == 6
-    assert [ep.reward_parts["judge"] for ep in eps] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
+    assert [v.parts["judge"] for v in scores.verdicts] == [1.0, 0.0, 1.0, 0.0, 1.0, 1.0]
     assert len(requests_seen(srv)) == 6
     assert len(list((tmp_path / "run" / "judge_cache" / "judge").glob("responses.rank0.jsonl"))) == 1
+
+
+def test_extra_body_reaches_the_server_and_keys_the_cache(server, tmp_path):
+    """Server extensions (vLLM's structured outputs, logit_bias) go into every request's body as they are,
+    and into the cache key: the same prompt under other constraints is another request."""
+    srv = server()
+    eps = episodes([("12+30", "42"), ("5+5", "10")])
+    forced = {"structured_outputs": {"regex": "SCORE: (10|[0-9])"}, "logit_bias": {"32": 100.0}}
+    first = judge_scorer("judge", srv.base_url, tmp_path / "run", extra_body=forced).score(eps)
+    assert [v.parts["judge"] for v in first.verdicts] == [1.0, 1.0]
+    assert [r["fields"]["structured_outputs"] for r in requests_seen(srv)] == [forced["structured_outputs"]] * 2
+    assert all(r["fields"]["logit_bias"] == {"32": 100.0} and r["fields"]["max_tokens"] == 256
+               for r in requests_seen(srv))
+    plain = judge_scorer("judge", srv.base_url, tmp_path / "run").score(eps)  # same folder: no hit
+    assert plain.metrics["judge/calls"] == 2 and plain.metrics["judge/cache_hits"] == 0
+    assert "structured_outputs" not in requests_seen(srv)[-1]["fields"]
+    again = judge_scorer("judge", srv.base_url, tmp_path / "run", extra_body=forced).score(eps)
+    assert again.metrics["judge/cache_hits"] == 2 and len(requests_seen(srv)) == 4
+    with pytest.raises(ConfigError, match=r"extra_body sets \['max_tokens'\], which the judge sets itself"):
+        judge_scorer("judge", srv.base_url, extra_body={"max_tokens": 1})
+    with pytest.raises(ConfigError, match="option extra_body: expected a mapping of request fields, found str"):
+        judge_scorer("judge", srv.base_url, extra_body="regex")
 
 
 def test_group_judge_one_call_per_group_scores_mapped_back(server):
@@ -108,8 +132,9 @@ def test_group_judge_one_call_per_group_scores_mapped_back(server):
     # groups of 3; wrong answers in varied positions (the prompt orders a group's answers by their text)
     eps = episodes([("20+22", "42"), ("20+22", "7"), ("20+22", "42 it is"),
                     ("3+4", "1"), ("3+4", "2"), ("3+4", "7")], k=3)
-    metrics = judge_scorer("group_judge", srv.base_url).score(eps).metrics
-    assert [ep.reward_parts["group_judge"] for ep in eps] == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    scores = judge_scorer("group_judge", srv.base_url).score(eps)
+    metrics = scores.metrics
+    assert [v.parts["group_judge"] for v in scores.verdicts] == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
     assert metrics["group_judge/calls"] == 2 and len(requests_seen(srv)) == 2
 
 
@@ -117,9 +142,10 @@ def test_garbage_replies_are_errors_not_zeros(server):
     srv = server(mode="garbage")
     eps = episodes([("1+1", "2"), ("1+2", "3")])
     scorer = judge_scorer("judge", srv.base_url)
-    metrics = scorer.score(eps).metrics
-    assert [ep.reward_parts["judge"] for ep in eps] == [None, None]
-    assert all("judge: parse failure: no 'SCORE: <number>' line" in ep.reward_errors[0] for ep in eps)
+    scores = scorer.score(eps)
+    metrics = scores.metrics
+    assert [v.parts["judge"] for v in scores.verdicts] == [None, None]
+    assert all("judge: parse failure: no 'SCORE: <number>' line" in v.errors[0] for v in scores.verdicts)
     assert metrics["reward_errors"] == 2 and metrics["judge/parse_failures"] == 2
     with pytest.raises(RewardFailure, match="2 of 2 samples failed"):
         judge_scorer("judge", srv.base_url, max_error_fraction=0.5).score(eps)
@@ -130,19 +156,20 @@ def test_garbage_replies_are_errors_not_zeros(server):
 def test_out_of_range_score_is_an_error(server):
     srv = server()
     eps = episodes([("1+1", "2")])
-    judge_scorer("judge", srv.base_url, score_range=[0, 5]).score(eps)
-    assert eps[0].reward_parts["judge"] is None and "outside score_range [0, 5]" in eps[0].reward_errors[0]
+    v = judge_scorer("judge", srv.base_url, score_range=[0, 5]).score(eps).verdicts
+    assert v[0].parts["judge"] is None and "outside score_range [0, 5]" in v[0].errors[0]
 
 
 def test_unreachable_endpoint_and_timeouts_are_errors(server):
     eps = episodes([("1+1", "2"), ("2+2", "4")])
     down = f"http://127.0.0.1:{free_port()}/v1"
-    metrics = judge_scorer("judge", down).score(eps).metrics
-    assert all("endpoint error after 2 attempts: APIConnectionError" in ep.reward_errors[0] for ep in eps)
+    scores = judge_scorer("judge", down).score(eps)
+    metrics = scores.metrics
+    assert all("endpoint error after 2 attempts: APIConnectionError" in v.errors[0] for v in scores.verdicts)
     assert metrics["judge/endpoint_errors"] == 2 and metrics["judge/retries"] == 2
     slow = server(delay=3.0)
-    judge_scorer("judge", slow.base_url, timeout=0.5, retries=0).score(eps)
-    assert all("APITimeoutError" in ep.reward_errors[0] for ep in eps)
+    verdicts = judge_scorer("judge", slow.base_url, timeout=0.5, retries=0).score(eps).verdicts
+    assert all("APITimeoutError" in v.errors[0] for v in verdicts)
 
 
 def test_judge_requests_overlap_the_other_rewards(server, tmp_path):
@@ -159,8 +186,7 @@ def test_judge_requests_overlap_the_other_rewards(server, tmp_path):
     opts = {"base_url": srv.base_url, "model": "grader", "concurrency": 1}
     scorer = Scorer([f"{slow}:slow", "judge"], [1.0, 1.0], reward_kwargs={"judge": opts})
     eps = episodes([("1+1", "2"), ("2+2", "4"), ("3+3", "6"), ("4+4", "8")])
-    scorer.score(eps)
-    assert [ep.reward_parts["judge"] for ep in eps] == [1.0] * 4
+    assert [v.parts["judge"] for v in scorer.score(eps).verdicts] == [1.0] * 4
     spans = [json.loads(line) for line in window.read_text().splitlines()]
     begin, end = spans[0][0], spans[-1][1]
     asked = [r["t"] for r in requests_seen(srv)]
@@ -176,8 +202,9 @@ def test_a_hung_request_costs_its_own_sample_not_the_batch(server):
     eps = episodes([("1+1", "2"), ("2+2", "4"), ("3+3", "7")])
     opts = {"base_url": srv.base_url, "model": "grader", "concurrency": 1, "timeout": 30, "retries": 0}
     scorer = Scorer(["judge"], [1.0], max_error_fraction=1.0, reward_kwargs={"judge": opts}, reward_timeout=2.5)
-    metrics = scorer.score(eps).metrics
-    parts = [ep.reward_parts["judge"] for ep in eps]
+    scores = scorer.score(eps)
+    metrics = scores.metrics
+    parts = [v.parts["judge"] for v in scores.verdicts]
     assert parts[0] == 1.0 and parts[1:] == [None, None]  # one answer in 1.5 s; the deadline is 2.25 s
-    assert all("no answer within the batch deadline of 2.25s" in ep.reward_errors[0] for ep in eps[1:])
+    assert all("no answer within the batch deadline of 2.25s" in v.errors[0] for v in scores.verdicts[1:])
     assert metrics["reward_errors"] == 2 and metrics["judge/endpoint_errors"] == 2

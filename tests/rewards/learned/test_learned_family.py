@@ -34,14 +34,15 @@ def test_named_in_rewards_it_learns_online_and_mixes_with_the_fixed_reward():
     assert scorer.keys == ["arithmetic_exact"] and [r.name for r in scorer.learned] == ["novelty"]
     assert scorer.learned_weights == pytest.approx([1 / 3])  # shares of 1 + 0.5, like any reward's weight
     first = episodes(["12", "12", "13"])
-    metrics = scorer.score(first).metrics
+    scores = scorer.score(first)
+    metrics = scores.metrics
     # Nothing seen yet: full bonus. R = 2/3 * exact + 1/3 * novelty.
-    assert [ep.score for ep in first] == pytest.approx([2 / 3 + 1 / 3, 2 / 3 + 1 / 3, 1 / 3])
+    assert [v.score for v in scores.verdicts] == pytest.approx([2 / 3 + 1 / 3, 2 / 3 + 1 / 3, 1 / 3])
     assert metrics["novelty/distinct_answers"] == 2
     second = episodes(["12", "14"])
-    scorer.score(second)  # "12" was given twice before: bonus 1/sqrt(3)
-    assert second[0].reward_parts["novelty"] == pytest.approx(1 / 3 ** 0.5)
-    assert second[1].reward_parts["novelty"] == pytest.approx(1.0)
+    v = scorer.score(second).verdicts  # "12" was given twice before: bonus 1/sqrt(3)
+    assert v[0].parts["novelty"] == pytest.approx(1 / 3 ** 0.5)
+    assert v[1].parts["novelty"] == pytest.approx(1.0)
     # Frozen in evaluation: scored, never updated.
     state = scorer.state_dict()
     with scorer.eval_mode():
@@ -86,3 +87,21 @@ def test_recipe_run_checkpoints_and_resumes_the_learned_state(tiny_arithmetic_di
                  "--resume_from_checkpoint", str(tmp_path / "run" / "checkpoint-2")]) == 0
     resumed = torch.load(tmp_path / "run" / "checkpoint-3" / "learned_rewards.pt", weights_only=False)
     assert sum(resumed["learned_rewards"]["learned"]["novelty"]["counts"].values()) == 3 * 2 * 4
+
+
+def test_a_learned_reward_under_sandbox_user_rewards_is_refused_before_training(tiny_arithmetic_dir, tmp_path,
+                                                                               capsys):
+    """The sandbox never imports a reward file into the trainer, and a learned reward keeps and trains state
+    there: the file is probed in the sandbox, and the run stops before training, in one line."""
+    path = tmp_path / "learned.py"
+    path.write_text("from grouprl.rewards.learned.model_rewards import learned_reward\n"
+                    "@learned_reward\ndef make(**options):\n    raise AssertionError('never called')\n")
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text(yaml.safe_dump({"rewards": ["arithmetic_exact", {"name": f"{path}:make", "weight": 0.5}],
+                                   "sandbox_user_rewards": True, "n_eval": 0, "max_steps": 1,
+                                   "output_dir": str(tmp_path / "run")}))
+    code = main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert f"reward '{path}:make'" in err[0] and "@learned_reward cannot run under sandbox_user_rewards: true" in err[0]
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()

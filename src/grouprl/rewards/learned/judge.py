@@ -20,7 +20,10 @@ Options: base_url, model (required); api_key (default: $OPENAI_API_KEY, else "EM
 system_prompt, format, score_pattern, score_range, normalize, temperature, max_tokens, concurrency,
 timeout, retries, backoff_seconds, cache (default true: ``<output_dir>/judge_cache/<name>``),
 cache_dir, price_per_million_tokens ([prompt, completion]: a ``cost`` metric), batch_deadline (seconds for a
-batch's requests, default 0.9 x ``reward_timeout``: what is unanswered then is an error, the rest scored).
+batch's requests, default 0.9 x ``reward_timeout``: what is unanswered then is an error, the rest scored),
+extra_body (fields added to every request's JSON body as they are, for what a server offers beyond the
+OpenAI schema: vLLM's ``structured_outputs: {regex: ...}`` forcing the reply into the declared format,
+``transformers serve``'s ``logit_bias``; part of the cache key, since they change the answer).
 """
 
 from __future__ import annotations
@@ -100,6 +103,11 @@ class JudgeSettings:
     cache_dir: str | None = None
     price_per_million_tokens: tuple[float, float] | None = None
     batch_deadline: float | None = None  # default: 0.9 x reward_timeout (none when that is 0)
+    extra_body: dict[str, Any] | None = None  # sent as they are in every request's body (server extensions)
+
+
+# Fields the other options set: an extra_body must not silently override them (or stream the reply).
+OWN_FIELDS = ("model", "messages", "temperature", "max_tokens", "max_completion_tokens", "stream", "n")
 
 
 def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
@@ -127,6 +135,13 @@ def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
     for bad, why in problems:
         if bad:
             raise ConfigError(f"reward '{name}': option {why}")
+    if s.extra_body is not None and not isinstance(s.extra_body, dict):
+        raise ConfigError(f"reward '{name}': option extra_body: expected a mapping of request fields, "
+                          f"found {type(s.extra_body).__name__} {s.extra_body!r:.60}")
+    clashes = sorted(set(s.extra_body or {}) & set(OWN_FIELDS))
+    if clashes:
+        raise ConfigError(f"reward '{name}': option extra_body sets {clashes}, which the judge sets itself "
+                          "(use the options model, temperature, max_tokens; streaming and n > 1 are not read)")
     if s.score_pattern is not None:
         try:
             if re.compile(s.score_pattern).groups < 1:
@@ -225,8 +240,11 @@ class Judge:
 
     def request(self, prompt: str) -> dict[str, Any]:
         messages = ([{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else [])
-        return {"model": self.s.model, "messages": messages + [{"role": "user", "content": prompt}],
-                "temperature": self.s.temperature, "max_tokens": self.s.max_tokens}
+        request = {"model": self.s.model, "messages": messages + [{"role": "user", "content": prompt}],
+                   "temperature": self.s.temperature, "max_tokens": self.s.max_tokens}
+        if self.s.extra_body:  # the openai client merges these into the JSON body
+            request["extra_body"] = dict(self.s.extra_body)
+        return request
 
     def to_unit(self, score: float) -> float:
         low, high = self.s.score_range

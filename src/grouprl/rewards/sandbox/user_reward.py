@@ -88,6 +88,10 @@ def _check_file(spec: str, path: Path, source: str, name: str, memory_mb: int) -
     if not found.get("ok"):
         why = res.infra_error or res.killed_reason or (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
         raise KeyError(f"reward '{spec}': importing {path} in the sandbox failed: {why}")
+    if found.get("learned_reward"):
+        raise KeyError(f"reward '{spec}': a @learned_reward cannot run under sandbox_user_rewards: true (it keeps and "
+                       "trains state in the trainer's process, which the sandbox never imports a reward file into); "
+                       "turn sandbox_user_rewards off to use it")
 
 
 def user_reward_in_sandbox(spec: str, memory_mb: int = 1024) -> Callable:

@@ -51,8 +51,9 @@ def main():
             text = f"{type(err).__name__}{where}: {str(err)[:300]}"
         print("\n" + mark + json.dumps({"load_error": text}))
         return
-    if params["check_only"]:
-        print("\n" + mark + json.dumps({"ok": True}))
+    if params["check_only"]:  # a @learned_reward factory is refused by the trainer: it cannot live here
+        learned = getattr(fn, "makes_learned_reward", False) is True
+        print("\n" + mark + json.dumps({"ok": True, "learned_reward": learned}))
         return
     signal.signal(signal.SIGALRM, _on_timer)
     budget = float(params["sample_timeout"])
