@@ -50,6 +50,18 @@ def scorer(rm_dir: str, base_url: str, run_dir: str) -> Scorer:
     return Scorer(["judge", rm_dir, NOVELTY], [1.0, 1.0, 0.5], reward_kwargs={"judge": judge}, run_dir=run_dir)
 
 
+def distilled(rm_dir: str, base_url: str, run_dir: str) -> Scorer:
+    """Judge distillation: the classifier as the student, the judge on every completion (judge_steps)."""
+    options = {"student": rm_dir, "device": "cpu", "judge_steps": 5, "learning_rate": 1e-2, "updates_per_step": 2,
+               "judge": {"base_url": base_url, "model": "grader", "concurrency": 4, "timeout": 10, "retries": 1}}
+    return Scorer(["distilled_judge"], [1.0], reward_kwargs={"distilled_judge": options}, run_dir=run_dir)
+
+
+def student_after_two_steps(scorer: Scorer, episodes: list[Episode]) -> dict:
+    scores = [scorer.score(episodes).episode.tolist() for _ in range(2)]
+    return {"scores": scores, "student": {k: v.clone() for k, v in scorer.learned[0].student.model.state_dict().items()}}
+
+
 def summary(scores, live: Scorer, rm_dir: str) -> dict:
     return {"episode": scores.episode.tolist(), "judge": [p.score for p in scores.parts["judge"]],
             "rm": [p.score for p in scores.parts[rm_dir]],
@@ -77,6 +89,8 @@ def _worker(rank: int, port: int, rm_dir: str, base_url: str, run_dir: str, out:
         other = slice((1 - rank) * 8, (2 - rank) * 8)
         later = scorer(rm_dir, base_url, run_dir).score(batch()[other]).metrics
         Path(f"{out}/rank{rank}.json").write_text(json.dumps({"steps": steps, "later": later}))
+        torch.save(student_after_two_steps(distilled(rm_dir, base_url, f"{run_dir}_distill"), batch()[mine]),
+                   f"{out}/distill{rank}.pt")
     finally:
         dist.destroy_process_group()
 
@@ -104,6 +118,16 @@ def test_two_processes_score_like_one_and_keep_learned_state_identical(grader, t
         assert steps[0]["calls"] == len(set(half)) and steps[1]["calls"] == 0 and steps[1]["hits"] == len(set(half))
         lines = (run_dir / "judge_cache" / "judge" / f"responses.rank{r}.jsonl").read_text().splitlines()
         assert len(lines) == len(set(half))
+    # Judge distillation: the labels are gathered, so both students take the update one student takes on
+    # the whole batch (and score as it does).
+    one = student_after_two_steps(distilled(rm_dir, grader.base_url, str(tmp_path / "alone_distill")), batch())
+    d0, d1 = (torch.load(tmp_path / f"distill{r}.pt") for r in (0, 1))
+    assert all(torch.equal(v, d1["student"][k]) for k, v in d0["student"].items())
+    assert max(float((v - one["student"][k]).abs().max()) for k, v in d0["student"].items()) < 1e-5
+    for step in (0, 1):
+        assert d0["scores"][step] + d1["scores"][step] == pytest.approx(one["scores"][step], abs=1e-5)
+    start = distilled(rm_dir, grader.base_url, str(tmp_path / "start")).learned[0].student.model.state_dict()
+    assert max(float((v - start[k]).abs().max()) for k, v in d0["student"].items()) > 1e-3  # the students learned
     # Started later, each process finds the other's answers in the other's file: nothing is sent.
     for r, other in ((0, ANSWERS[8:]), (1, ANSWERS[:8])):
         assert ranks[r]["later"]["judge/calls"] == 0 and ranks[r]["later"]["judge/cache_hits"] == len(set(other))

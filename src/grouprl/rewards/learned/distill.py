@@ -152,7 +152,9 @@ class DistilledJudge:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def build_distilled_judge(options: dict[str, Any], run_dir: str | None) -> DistilledJudge:
+def build_distilled_judge(options: dict[str, Any], run_dir: str | None, reward_timeout: float = 0.0) -> DistilledJudge:
+    """The learned reward, its judge with the run's batch deadline (0.9 x ``reward_timeout``, as a plain judge's:
+    a learned reward's score is not under the scorer's time budget, so this is what bounds a hung request)."""
     options = dict(options)
     judge_options, student = options.pop("judge", None), options.pop("student", None)
     device = options.pop("device", "auto")
@@ -164,5 +166,5 @@ def build_distilled_judge(options: dict[str, Any], run_dir: str | None) -> Disti
     if unknown:
         raise ConfigError(f"distilled_judge: unknown option(s) {unknown}; expected student, judge, device, "
                           f"{', '.join(sorted(known))}")
-    judge = Judge("judge", settings_from("judge", judge_options), run_dir)
+    judge = Judge("judge", settings_from("judge", judge_options), run_dir, reward_timeout)
     return DistilledJudge(judge, _load_student(student, device, int(options.get("seed", 0))), **options)

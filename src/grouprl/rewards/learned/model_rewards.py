@@ -31,7 +31,7 @@ def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_
     if name == "distilled_judge":
         from grouprl.rewards.learned.distill import build_distilled_judge
 
-        return build_distilled_judge(options, run_dir)
+        return build_distilled_judge(options, run_dir, reward_timeout)
     if name in JUDGES:
         from grouprl.rewards.learned.judge import build_judge
 
