@@ -11,8 +11,10 @@ Skipped where vLLM is not installed; CI runs it in the venv made by ``.ci/vllm-v
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
+import yaml
 
 pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm]; CI: .ci/vllm-venv)")
 pytest.importorskip("openai")
@@ -25,6 +27,7 @@ from grouprl.records import Message  # noqa: E402
 from grouprl.rewards.learned.judge import build_judge  # noqa: E402
 
 GRADE = "(10|[0-9])"
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +53,12 @@ def test_pointwise_judge_forced_by_structured_outputs(tiny_arithmetic_dir, vllm_
                                      "cache": False}, None)
     conversation = [Message(role="user", content="17+25"), Message(role="assistant", content="42")]
     assert unforced([conversation])[0].error.startswith("parse failure")
+    # The shipped recipe's judge (recipes/tiny/arithmetic_judge_vllm.yaml), pointed at this server.
+    shipped = yaml.safe_load((REPO / "recipes" / "tiny" / "arithmetic_judge_vllm.yaml").read_text())["rewards"][0]
+    assert shipped["options"]["extra_body"] == {"structured_outputs": {"regex": f"SCORE: {GRADE}"}}
+    shipped["options"].update(base_url=vllm_judge.base_url, concurrency=8)
     out = tmp_path / "run"
-    cfg = recipe(tmp_path / "r.yaml", {"name": "judge", "options": options(vllm_judge.base_url, f"SCORE: {GRADE}")})
+    cfg = recipe(tmp_path / "r.yaml", shipped)
     assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir),
                  "--output_dir", str(out), "--max_steps", "2"]) == 0
     rows = metrics(out)
