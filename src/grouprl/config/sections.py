@@ -135,6 +135,10 @@ class SpeedConfig(Section):
     prefill_once: bool = Field(
         True, description="hf generation: prefill a group's prompt once and fork its KV cache to the K samples "
                           "(same tokens; off: HF generate prefills every copy)")
+    turn_kv_cache: bool = Field(
+        True, description="hf generation, conversation episodes: keep each conversation's KV cache between turns "
+                          "and prefill only what the last turn added (same tokens; off: every turn re-encodes the "
+                          "whole conversation)")
     sampling_correction: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate", description="when the backend reports sampling log-probs (vllm): weight each token's "
                                       "loss by min(pi_old / pi_sampler, cap) (token_truncate, TIS), or 0 above cap "

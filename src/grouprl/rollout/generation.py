@@ -22,14 +22,20 @@ __all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "Sampling
 
 
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-             device: torch.device, prefill_once: bool = True) -> list[Completion]:
+             device: torch.device, prefill_once: bool = True, turn_cache=None) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
-    consecutive identical prompts (a group's K copies) are prefilled once (``_shared_prefill``)."""
+    consecutive identical prompts (a group's K copies) are prefilled once (``_shared_prefill``); with a
+    ``turn_cache`` (``rollout/turn_cache.py``), a prompt that extends an earlier call's prompt and
+    completion prefills only its new tail (conversation turns)."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.
     from torch.distributed.fsdp import FSDPModule
 
     with torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode():
+        if turn_cache is not None:
+            from grouprl.rollout.turn_cache import generate_with_turn_cache
+
+            return generate_with_turn_cache(model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once)
         return _generate(model, tokenizer, prompt_ids, params, device, prefill_once)
 
 
@@ -107,13 +113,16 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
 
 
 class HFBackend:
-    """HF ``generate`` on the policy model itself: the weights are always the trained ones."""
+    """HF ``generate`` on the policy model itself: the weights are always the trained ones.
+    ``turn_cache``: a ``rollout.turn_cache.TurnCache`` to keep each conversation's KV cache between turns."""
 
-    def __init__(self, model, tokenizer, device, prefill_once: bool = True):
+    def __init__(self, model, tokenizer, device, prefill_once: bool = True, turn_cache=None):
         self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
+        self.turn_cache = turn_cache
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once)
+        return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once,
+                        self.turn_cache)
 
     def load_weights(self, model) -> None:
         self.model = model  # the same object: nothing to copy
@@ -134,8 +143,18 @@ def _vllm_server_backend(policy, cfg: "Config") -> GenerationBackend:
     return build_vllm_server_backend(policy, cfg)
 
 
+def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
+    turn_cache = None
+    tools = getattr(cfg, "tools", None)
+    if cfg.speed.turn_kv_cache and tools is not None and tools.episode_mode == "conversation":
+        from grouprl.rollout.turn_cache import TurnCache
+
+        turn_cache = TurnCache()
+    return HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once, turn_cache)
+
+
 BACKENDS: dict[str, BackendFactory] = {
-    "hf": lambda policy, cfg: HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once),
+    "hf": _hf_backend,
     "vllm": _vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py
     "vllm_server": _vllm_server_backend,  # a `grouprl vllm-serve` process; rollout/backends/vllm_client.py
 }

@@ -1,0 +1,79 @@
+"""HF generation keeping each conversation's KV cache between turns: the same tokens as re-encoding."""
+
+import torch
+
+from grouprl.policy.tiny import build_tiny_model, build_tokenizer
+from grouprl.rollout.generation import HFBackend, SamplingParams, generate
+from grouprl.rollout.turn_cache import TurnCache
+from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows
+
+
+def tiny():
+    task = ToolArithmeticTask("tool_arithmetic", rows(4), rows(1))
+    tokenizer = build_tokenizer(task.tokenizer_corpus())
+    model = build_tiny_model(tokenizer, hidden=64, layers=2, heads=4, seed=3, max_positions=1024)
+    return model.eval(), tokenizer
+
+
+def ids(tokenizer, text):
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def test_turns_reuse_the_kept_cache_and_generate_the_same_tokens():
+    torch.manual_seed(0)
+    model, tokenizer = tiny()
+    cpu = torch.device("cpu")
+    params = SamplingParams(max_new_tokens=12, greedy=True, batch_size=8)
+    questions = ["What is 4821 * 97?", "How many feet are in 47 miles?", "What is 12 * 3?"]
+    # a group of two copies (shared prefill), prompts of different lengths
+    first = [ids(tokenizer, f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in questions]
+    first = [first[0], first[0], first[1], first[2]]
+    store = TurnCache()
+    cached = generate(model, tokenizer, first, params, cpu, turn_cache=store)
+    assert [c.ids for c in cached] == [c.ids for c in generate(model, tokenizer, first, params, cpu)]
+    assert store.stats.reused_tokens == 0 and len(store.entries) == 4
+
+    # turn 2: each prompt is the last prompt, what was generated, then tool results of different lengths;
+    # one new conversation has no kept cache
+    results = ["<tool_response>\n467637\n</tool_response>", "<tool_response>\n1 mile = 5280 feet\n</tool_response>",
+               "x", "<tool_response>\n36\n</tool_response>"]
+    second = [p + c.ids + ids(tokenizer, f"\n<|im_start|>user\n{r}<|im_end|>\n<|im_start|>assistant\n")
+              for p, c, r in zip(first, cached, results)]
+    second.append(first[2])
+    again = generate(model, tokenizer, second, params, cpu, turn_cache=store)
+    reference = generate(model, tokenizer, second, params, cpu)
+    assert [c.ids for c in again] == [c.ids for c in reference]  # token by token
+    assert [c.truncated for c in again] == [c.truncated for c in reference]
+    assert store.stats.reused_tokens == sum(len(p) + len(c.ids) - 1 for p, c in zip(first, cached))
+
+    # turn 3 rides on turn 2's caches (turn 1's were dropped)
+    third = [p + c.ids + ids(tokenizer, "\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n")
+             for p, c in zip(second, again)]
+    before = store.stats.reused_tokens
+    assert [c.ids for c in generate(model, tokenizer, third, params, cpu, turn_cache=store)] == \
+        [c.ids for c in generate(model, tokenizer, third, params, cpu)]
+    assert store.stats.reused_tokens - before == sum(len(p) + len(c.ids) - 1 for p, c in zip(second, again))
+
+
+def test_a_weight_update_drops_the_kept_caches():
+    model, tokenizer = tiny()
+    cpu = torch.device("cpu")
+    params = SamplingParams(max_new_tokens=6, greedy=True)
+    prompt = [ids(tokenizer, "<|im_start|>user\nWhat is 12 * 3?<|im_end|>\n<|im_start|>assistant\n")]
+    backend = HFBackend(model, tokenizer, cpu, turn_cache=TurnCache())
+    out = backend.generate(prompt, params)
+    nxt = [prompt[0] + out[0].ids + ids(tokenizer, "\nok")]
+    with torch.no_grad():
+        model.model.embed_tokens.weight.mul_(1.5)  # what an optimizer step does: parameters written in place
+    assert [c.ids for c in backend.generate(nxt, params)] == [c.ids for c in generate(model, tokenizer, nxt, params,
+                                                                                       cpu)]
+    assert backend.turn_cache.stats.reused_tokens == 0  # the stale cache was not used
+
+
+def test_the_byte_cap_keeps_what_fits():
+    model, tokenizer = tiny()
+    cpu = torch.device("cpu")
+    prompts = [ids(tokenizer, f"<|im_start|>user\nWhat is {n} * 3?<|im_end|>\n") for n in (10, 200, 3000)]
+    store = TurnCache(max_bytes=1)
+    generate(model, tokenizer, prompts, SamplingParams(max_new_tokens=4, greedy=True), cpu, turn_cache=store)
+    assert store.entries == []
