@@ -49,6 +49,18 @@ def expert_traces(task, tokenizer, settings: ConversationSettings, n_episodes: i
     return episodes
 
 
+def sft_update(model, optimizer, part) -> float:
+    """One step of cross-entropy on the generated tokens of ``part`` (a packed TokenBatch); the loss."""
+    logps, _ = completion_logps(model, part)
+    mask = part.completion_mask.float()
+    loss = -(logps * mask).sum() / mask.sum().clamp(min=1)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss.item()
+
+
 def tool_sft(model_dir: str, task, settings: ConversationSettings, out_dir: str | Path, steps: int,
              learning_rate: float, batch_size: int, seed: int, n_episodes: int = 400,
              stop_when: Callable[[Any, Any], bool] | None = None, check_every: int = 20, console=None) -> Path:
@@ -76,15 +88,8 @@ def tool_sft(model_dir: str, task, settings: ConversationSettings, out_dir: str 
                 rng.shuffle(fresh)
                 order += fresh
             rows, order = order[:batch_size], order[batch_size:]
-            part = batch.slice(torch.tensor(rows))
-            logps, _ = completion_logps(model, part)
-            mask = part.completion_mask.float()
-            loss = -(logps * mask).sum() / mask.sum().clamp(min=1)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            progress.update(bar, advance=1, description=f"tool SFT loss {loss.item():.3f}")
+            loss = sft_update(model, optimizer, batch.slice(torch.tensor(rows)))
+            progress.update(bar, advance=1, description=f"tool SFT loss {loss:.3f}")
             if stop_when is not None and step % check_every == 0:
                 model.eval()
                 stop = stop_when(model, tokenizer)

@@ -58,14 +58,15 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, laye
 
 def init_tiny(corpus: str, out_dir: str | Path, hidden: int = 128, layers: int = 4, heads: int = 4,
               seed: int = 0, tokenizer: str = "char", max_positions: int | None = None) -> Path:
-    """``tokenizer``: ``char`` (one token per character) or ``word`` (see tiny_words: ~4x shorter prompts).
+    """``tokenizer``: ``char`` (one token per character), ``word`` (see tiny_words: ~4x shorter prompts) or
+    ``word_digits`` (words, but one token per digit: numbers the corpus never held still round-trip).
     ``max_positions``: the declared context (default 512 for char, 4096 for word); engines such as vLLM refuse
     longer sequences (tool conversations with their schemas run past 1,000 characters)."""
     out = Path(out_dir)
-    if tokenizer == "word":
+    if tokenizer in ("word", "word_digits"):
         from grouprl.policy.tiny_words import build_word_tokenizer
 
-        tok, default_positions = build_word_tokenizer(corpus), 4096
+        tok, default_positions = build_word_tokenizer(corpus, split_digits=tokenizer == "word_digits"), 4096
     else:
         tok, default_positions = build_tokenizer(corpus), 512
     model = build_tiny_model(tok, hidden, layers, heads, seed, max_positions=max_positions or default_positions)

@@ -20,25 +20,32 @@ from transformers import PreTrainedTokenizerFast
 from grouprl.policy.chatml import CHAT_TEMPLATE, SPECIAL
 
 WORD_PATTERN = r" ?[A-Za-z0-9_]+| ?[^A-Za-z0-9_\s]|\s"
+# Words of letters, but every digit its own token and never joined to the space before it: numbers never seen
+# in the corpus still round-trip, and a number reads the same ids wherever it stands, so a model copies it
+# digit by digit (the tool task: operands into a call, a tool's result into the answer).
+DIGIT_WORD_PATTERN = r" ?[A-Za-z_]+|[0-9]| ?[^A-Za-z0-9_\s]|\s"
 CLASSIFIER_SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
 
-def word_pieces(corpus: str) -> list[str]:
-    return sorted(set(re.findall(WORD_PATTERN, corpus)))
+def word_pieces(corpus: str, pattern: str = WORD_PATTERN) -> list[str]:
+    return sorted(set(re.findall(pattern, corpus)))
 
 
-def _word_core(vocab: dict[str, int], unk: str) -> Tokenizer:
+def _word_core(vocab: dict[str, int], unk: str, pattern: str = WORD_PATTERN) -> Tokenizer:
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=unk))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     core.decoder = decoders.Fuse()
     return core
 
 
-def build_word_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
-    """A causal-LM tokenizer (ChatML specials, Qwen-style chat template) over the corpus's words."""
-    pieces = word_pieces(corpus + "\nassistant\nuser\nsystem\n")  # role names follow a newline
+def build_word_tokenizer(corpus: str, split_digits: bool = False) -> PreTrainedTokenizerFast:
+    """A causal-LM tokenizer (ChatML specials, Qwen-style chat template) over the corpus's words;
+    ``split_digits``: one token per digit (``DIGIT_WORD_PATTERN``)."""
+    pattern = DIGIT_WORD_PATTERN if split_digits else WORD_PATTERN
+    pieces = word_pieces(corpus + "\nassistant\nuser\nsystem\n" + (" 0123456789" if split_digits else ""),
+                         pattern)  # role names follow a newline
     vocab = {tok: i for i, tok in enumerate(SPECIAL + pieces)}
-    tok = PreTrainedTokenizerFast(tokenizer_object=_word_core(vocab, "<|endoftext|>"), eos_token="<|im_end|>",
+    tok = PreTrainedTokenizerFast(tokenizer_object=_word_core(vocab, "<|endoftext|>", pattern), eos_token="<|im_end|>",
                                   pad_token="<|endoftext|>", unk_token="<|endoftext|>",
                                   additional_special_tokens=["<|im_start|>"])
     tok.chat_template = CHAT_TEMPLATE

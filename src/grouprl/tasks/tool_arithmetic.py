@@ -2,9 +2,9 @@
 
 Two kinds of question, half each, seeded and reproducible:
 
-- *multiply*: "What is 4821 * 97?" (a 3-4 digit number times a 2-3 digit one): a small model
-  cannot multiply reliably in its head, so it calls ``calculator`` and copies the result;
-- *convert*: "How many feet are in 47 miles?": the factor is not in the question, so it calls
+- *multiply*: "What is 4821 * 97?" (a 4-digit number times a 2-digit one, the product always six
+  digits): a small model cannot multiply in its head, so it calls ``calculator`` and copies the result;
+- *convert*: "How many feet are in 47 miles?" (a 2-digit number): the factor is not in the question, so it calls
   ``lookup`` ("1 mile = 5280 feet"), then ``calculator`` on the number and the factor.
 
 The final answer is a turn with no tool call ending in ``Answer: <integer>``; it scores 1.0 when the
@@ -35,16 +35,22 @@ SFT_SEED_OFFSET = 2_000_000
 _ANSWER = re.compile(r"Answer:\s*(-?\d+)")
 _MULTIPLY = re.compile(r"What is (\d+) \* (\d+)\?")
 _CONVERT = re.compile(r"How many [\w ]+ are in (\d+) (\w+)s\?")
+# the tool errors' wording (tools/execution.py, tools/schema.py, tools/parsers.py), so a word tokenizer reads them
+_ERROR_WORDS = ("Error: tool call is not valid JSON; unknown tool available: unclosed tag argument arguments "
+                "must be a object, got missing required it takes: timed out after raised the call has no name "
+                "number integer string or")
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 
 
 def make_row(seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     if rng.random() < 0.5:
-        a, b = rng.randint(100, 9999), rng.randint(10, 999)
+        a, b = rng.randint(1000, 9999), rng.randint(10, 99)
+        while a * b < 100_000:  # six digits, always: each digit of the answer sits where its twin in the result does
+            a, b = rng.randint(1000, 9999), rng.randint(10, 99)
         return {"seed": seed, "kind": "multiply", "question": f"What is {a} * {b}?", "ground_truth": str(a * b)}
     unit = rng.choice(sorted(UNIT_FACTORS))
-    n = rng.randint(2, 99)
+    n = rng.randint(10, 99)
     factor, smaller = UNIT_FACTORS[unit]
     return {"seed": seed, "kind": "convert", "question": f"How many {smaller} are in {n} {unit}s?",
             "ground_truth": str(n * factor)}
@@ -111,7 +117,9 @@ class ToolArithmeticTask(Task):
     correct_reward: str | None = None
     tools: list[str] = field(default_factory=lambda: ["calculator", "lookup"])
     multi_step = True
-    tiny_tokenizer = "char"
+    # words, one token per digit: a conversation is ~450 tokens instead of ~1,300 characters, and the model
+    # copies numbers digit by digit (char tokens left the 0.3M-parameter model at 0/16 after 200 SFT steps)
+    tiny_tokenizer = "word_digits"
     tiny_max_positions = 2048  # the system turn with the tool schemas alone is ~900 characters
 
     def env_factory(self, row: dict[str, Any]):
@@ -121,9 +129,15 @@ class ToolArithmeticTask(Task):
         return row.get("seed")
 
     def tokenizer_corpus(self) -> str:
-        """Printable ASCII covers the questions, the tool template, the schemas and the calls."""
-        schemas = json.dumps([{"unit": u, "smaller": s} for u, (_, s) in UNIT_FACTORS.items()])
-        return "".join(sorted(set(string.printable) | set(self.system_prompt) | set(schemas)))
+        """Printable ASCII (a char tokenizer), and the words a conversation holds (a word tokenizer): the
+        system prompt, the tool template and schemas, every question and lookup result, the error messages."""
+        from grouprl.tools import resolve_tools
+        from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
+
+        schemas = "\n".join(json.dumps(t.schema) for t in resolve_tools(self.tools, False))
+        units = " ".join(f'How many {s} are in 7 {u}s? 1 {u} = {f} {s} "{u}" "{u}s"' for u, (f, s) in UNIT_FACTORS.items())
+        return "\n".join([string.printable, self.system_prompt, TOOL_CHAT_TEMPLATE.replace("\\n", "\n"), schemas,
+                          units, "What is 12 * 3?\nAnswer: 36", _ERROR_WORDS])
 
     def sft_rows(self, n: int) -> list[dict[str, Any]]:
         """Rows for expert traces: seeds neither training nor evaluation uses."""
