@@ -60,11 +60,10 @@ def random_walks(n_groups: int, group_size: int, steps: int, seed: int = 0) -> l
                 result = env.step(move)
                 ep.steps.append(Step(prompt_text="", prompt_ids=[], action_text=f"<action>{move}</action>",
                                      action_ids=[], truncated=False, anchor_state=obs.anchor_state,
-                                     observation=obs.text, env_reward=result.reward, reward=result.reward))
+                                     observation=obs.text, env_reward=result.reward))
                 if result.done:
                     break
                 obs = result.observation
-            ep.score = sum(s.reward for s in ep.steps)
             episodes.append(ep)
     return episodes
 
@@ -86,11 +85,12 @@ def main() -> None:
     n_steps = sum(len(ep.steps) for ep in episodes)
     estimator = get_estimator("gigpo")
     options = estimator_options(cfg.algorithm, estimator)
-    scores = torch.tensor([ep.score for ep in episodes])
+    step_rewards = [[s.env_reward for s in ep.steps] for ep in episodes]  # no reward functions: r_t = env reward
+    scores = torch.tensor([sum(r) for r in step_rewards])
     times = []
     for _ in range(args.repeats):
         start = time.perf_counter()
-        record = compute_advantage_record(episodes, scores, cfg.algorithm, estimator, options)
+        record = compute_advantage_record(episodes, scores, step_rewards, cfg.algorithm, estimator, options)
         times.append(time.perf_counter() - start)
     gigpo_s = statistics.median(times)
     share = int((record.anchor_size > 1).sum()) / n_steps

@@ -76,10 +76,10 @@ def main() -> None:
 
     changed = sum(not torch.equal(before[k], v) for k, v in policy.model.named_parameters())
     console.log(f"{changed} of {len(before)} weight tensors changed")
-    ep = episodes[0]  # the advantage record's first rows are this episode's steps
-    console.log(f"last batch, episode {ep.episode_id} (score {ep.score:+.3f}):")
+    ep, verdict = episodes[0], record.scores.verdicts[0]  # the advantage record's first rows are this episode's
+    console.log(f"last batch, episode {ep.episode_id} (score {verdict.score:+.3f}):")
     for t, s in enumerate(ep.steps):
-        console.log(f"  t={t} {s.action_text!r:28} valid={s.valid} r={s.reward:+.2f} R_t={float(adv.returns[t]):+.3f} "
+        console.log(f"  t={t} {s.action_text!r:28} valid={s.valid} r={verdict.step_rewards[t]:+.2f} R_t={float(adv.returns[t]):+.3f} "
                     f"A_E={float(adv.episode_advantage[t]):+.3f} A_S={float(adv.step_advantage[t]):+.3f} "
                     f"anchor size {int(adv.anchor_size[t])}")
     path = trainer.checkpoint()

@@ -58,7 +58,6 @@ class Step:
     penalty: float = 0.0  # invalid-action penalty charged to this step
     env_reward: float = 0.0
     env_info: dict[str, Any] = field(default_factory=dict)  # the environment's StepResult.info
-    reward: float = 0.0  # step reward r_t: env reward - penalty + step-level reward-function rewards
     logprobs: list[float] | None = None  # the generation engine's per-token log-probs, when it gives them
     prompt_truncated: bool = False  # the prompt was cut to max_prompt_length (its last tokens kept)
     # Conversation episodes (rollout/conversation.py): the calls parsed from this turn and the tool
@@ -75,12 +74,6 @@ class Episode:
     index_in_group: int
     row: dict[str, Any]  # the task row it came from (question, ground truth, ...)
     steps: list[Step] = field(default_factory=list)
-    score: float = 0.0  # episode-level scalar reward (weighted sum of reward functions)
-    reward_parts: dict[str, float | None] = field(default_factory=dict)
-    reward_errors: list[str] = field(default_factory=list)  # "reward: error" for rewards that raised
-    reward_reasons: dict[str, str] = field(default_factory=dict)  # typed rewards' EvaluateResult.reason
-    prediction: str | None = None
-    correct: bool = False  # single-turn: the judge reward is 1.0; environments: the episode succeeded
     seed: int | None = None  # the reset seed (all episodes of a group share it)
     done: bool = False  # the environment ended the episode (False: cut at max_steps)
     # One growing conversation: step t+1's prompt ids extend step t's prompt + action ids, so the
@@ -103,6 +96,21 @@ class Episode:
     @property
     def episode_id(self) -> str:
         return f"g{self.group_id}-e{self.index_in_group}"
+
+
+@dataclass
+class Verdict:
+    """What scoring decided about one episode. The episode records what happened; its verdict, what
+    that was worth. The scorer returns one per episode (``rewards/scorer.py``, ``Scores.verdicts``) and
+    the verdicts flow on, in the episodes' order, to the advantages, metrics, logs and evaluation."""
+
+    score: float = 0.0  # the episode score R (weighted rewards + env rewards - penalties, learned part mixed in)
+    step_rewards: list[float] = field(default_factory=list)  # r_t per step (sum_t r_t = R without step outputs)
+    parts: dict[str, float | None] = field(default_factory=dict)  # each reward's score (None: failed / no opinion)
+    errors: list[str] = field(default_factory=list)  # "reward: error" for rewards that raised
+    reasons: dict[str, str] = field(default_factory=dict)  # typed rewards' EvaluateResult.reason
+    prediction: str | None = None  # what the completion answered (the task's parser)
+    correct: bool = False  # single-turn: the judge reward is 1.0; environments: the episode succeeded
 
 
 # --- reward records (the reward kit's contract) -------------------------------------------------

@@ -158,7 +158,8 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     entries = load_samples(samples_path, max_samples)
     good = [e for e in entries if "error" not in e]
     episodes = [sample_episode(e) for e in good]
-    per_reward = scorer.score(episodes).parts if episodes else {key: [] for key in keys}
+    scores = scorer.score(episodes) if episodes else None
+    per_reward = scores.parts if scores is not None else {key: [] for key in keys}
 
     rows: list[dict[str, Any]] = []
     good_i = 0
@@ -181,7 +182,7 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
                 if part.error:
                     row["errors"].append(part.error)
             if weights is not None:
-                row["total"] = episodes[good_i].score
+                row["total"] = scores.verdicts[good_i].score if scores is not None else 0.0
             good_i += 1
         rows.append(row)
 

@@ -71,5 +71,5 @@ def test_a_user_estimator_sees_each_reward_through_the_trainer(tiny_arithmetic_d
     (parts,) = trainer.estimator.fn.__globals__["SEEN"]
     assert set(parts.scores) == {"arithmetic_exact", "length"}
     assert parts.weights == pytest.approx({"arithmetic_exact": 0.75, "length": 0.25})
-    assert parts.scores["arithmetic_exact"].tolist() == [ep.reward_parts["arithmetic_exact"]
-                                                         for ep in record.episodes]
+    assert parts.scores["arithmetic_exact"].tolist() == [v.parts["arithmetic_exact"]
+                                                         for v in record.scores.verdicts]

@@ -99,7 +99,7 @@ def test_debug_log_shows_anchor_groups(tmp_path, warm_grid_dir, caplog):
     trainer = Trainer(cfg, policy, task)
     with caplog.at_level(logging.DEBUG, logger="grouprl.train.advantages"):
         episodes = trainer.rollout()
-        trainer.advantages(episodes, trainer.score(episodes).episode)
+        trainer.advantages(episodes, trainer.score(episodes))
     text = caplog.text
     assert "group 0: scores" in text and "group 1: scores" in text
     assert "anchor 0 (size" in text and "A_E=" in text and "A_S=" in text and "R=" in text
@@ -131,16 +131,16 @@ def test_reward_functions_score_multi_step_episodes_and_name_steps(tmp_path, war
 
     registry.REWARDS["first_move_bonus_test"] = first_move_bonus
     try:
-        Scorer(["first_move_bonus_test"], [1.0], None, default_step_reward=-0.05).score(episodes)
+        verdicts = Scorer(["first_move_bonus_test"], [1.0], None, default_step_reward=-0.05).score(episodes).verdicts
     finally:
         del registry.REWARDS["first_move_bonus_test"]
     assert seen["turns"] == [len(ep.steps) for ep in episodes]  # one assistant turn per step
-    for ep in episodes:
+    for ep, v in zip(episodes, verdicts):
         base = [s.env_reward - s.penalty for s in ep.steps]
-        assert ep.steps[0].reward == pytest.approx(base[0] + 0.3)
-        for s, b in zip(ep.steps[1:], base[1:]):
-            assert s.reward == pytest.approx(b - 0.05)
-        assert ep.score == pytest.approx(0.5 + sum(base))
+        assert v.step_rewards[0] == pytest.approx(base[0] + 0.3)
+        for r, b in zip(v.step_rewards[1:], base[1:]):
+            assert r == pytest.approx(b - 0.05)
+        assert v.score == pytest.approx(0.5 + sum(base))
 
 
 def test_environments_on_ray_workers_train_the_same_way(tmp_path, warm_grid_dir, ray_local):
@@ -207,7 +207,7 @@ def test_one_gigpo_update_moves_probability_towards_better_steps(tmp_path, warm_
     trainer = Trainer(cfg, policy, load_task(cfg))
     torch.manual_seed(0)
     episodes = trainer.rollout()
-    advantages = trainer.advantages(episodes, trainer.score(episodes).episode)
+    advantages = trainer.advantages(episodes, trainer.score(episodes))
     samples = pack_samples(episodes, advantages.advantage, policy.tokenizer.pad_token_id, False)
     assert samples.advantages.abs().sum() > 0
 

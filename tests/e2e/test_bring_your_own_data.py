@@ -97,8 +97,8 @@ def test_acronym_task_trains_from_an_openr1_recipe_offline(acronyms, tmp_path):
     assert [m["step"] for m in train] == [1, 2, 3, 4]
     assert [m["step"] for m in evals] == [2, 4]
     for m in evals:
-        assert {"eval/pass@2", "eval/mean_length", "eval/reward", "eval/n_prompts"} <= set(m)
-        assert any(k.endswith("acronym_letters") for k in m) and m["eval/n_prompts"] == 8.0
+        assert {"eval/pass@2", "eval/completions/mean_length", "eval/reward", "eval/n_prompts"} <= set(m)
+        assert any(k.startswith("eval/rewards/") and "acronym_letters" in k for k in m) and m["eval/n_prompts"] == 8.0
     rollouts = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 4 * 2 * 4  # steps x prompts x generations
     for r in rollouts:  # the column-reading reward ran on every completion, without errors

@@ -10,6 +10,7 @@ from grouprl.algos.advantages import get_estimator
 from grouprl.observe.step_logs import write_trajectories
 from grouprl.observe.viewer import view_trajectories
 from grouprl.policy.tiny import build_tokenizer
+from grouprl.records import Verdict
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
@@ -26,15 +27,12 @@ def test_trajectories_and_viewer_show_the_conversation(tmp_path):
     episodes = run_conversations([lambda: ToolAnswerEnv(row["question"], row["ground_truth"])], [row], 2,
                                  ScriptedBackend(tok, expert_reply), tok, SamplingParams(max_new_tokens=200),
                                  ConversationSettings(tools=resolve_tools(["calculator", "lookup"])), [0])
-    for ep in episodes:
-        for s in ep.steps:
-            s.reward = s.env_reward
-        ep.score = 1.0
+    verdicts = [Verdict(score=1.0, step_rewards=[s.env_reward for s in ep.steps]) for ep in episodes]
     algorithm = type("A", (), {"anchor_mode": "exact", "similarity_threshold": 0.95, "gamma": 0.9})()
-    record = compute_advantage_record(episodes, torch.ones(2, dtype=torch.float64), algorithm,
-                                      get_estimator("gigpo"), {})
+    record = compute_advantage_record(episodes, torch.ones(2, dtype=torch.float64),
+                                      [v.step_rewards for v in verdicts], algorithm, get_estimator("gigpo"), {})
     path = tmp_path / "step_000001.jsonl"
-    write_trajectories(path, 1, episodes, record)
+    write_trajectories(path, 1, episodes, verdicts, record)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     first, second, last = rows[:3]
     assert first["tool_calls"][0]["name"] == "lookup" and first["anchor_state"] == "start"

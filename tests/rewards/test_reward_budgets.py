@@ -28,8 +28,8 @@ def test_endless_programs_cost_their_own_samples_only():
     scorer = Scorer(["code_execution"], [1.0], reward_kwargs={"code_execution": {"timeout": 1.0}}, reward_timeout=4.0)
     start = time.monotonic()
     scores = scorer.score(episodes)
-    assert scores.metrics["reward_errors"] == 0.0, [ep.reward_errors for ep in episodes]
-    assert [ep.reward_parts["code_execution"] for ep in episodes] == [0.0] * 5 + [1.0]
+    assert scores.metrics["reward_errors"] == 0.0, [v.errors for v in scores.verdicts]
+    assert [v.parts["code_execution"] for v in scores.verdicts] == [0.0] * 5 + [1.0]
     assert "timeout" in scores.parts["code_execution"][0].reason
     assert time.monotonic() - start > 4.0  # the batch did take longer than one budget
 
@@ -46,9 +46,9 @@ def test_sandboxed_user_reward_has_reward_timeout_per_sample(tmp_path):
     episodes = one_step_episodes(["ok"] * 8 + ["hang", "no"])  # 9 x 0.3 s + a hang: past 1 s, far below 10 x 1 s
     scorer = Scorer([f"{path}:fn"], [1.0], sandbox_user_rewards=True, reward_timeout=1.0)
     scores = scorer.score(episodes)
-    parts = [ep.reward_parts[f"{path}:fn"] for ep in episodes]
-    assert parts == [1.0] * 8 + [None, 0.0], [ep.reward_errors for ep in episodes]
-    assert scores.metrics["reward_errors"] == 1.0 and "reward_timeout=1s" in episodes[8].reward_errors[0]
+    parts = [v.parts[f"{path}:fn"] for v in scores.verdicts]
+    assert parts == [1.0] * 8 + [None, 0.0], [v.errors for v in scores.verdicts]
+    assert scores.metrics["reward_errors"] == 1.0 and "reward_timeout=1s" in scores.verdicts[8].errors[0]
 
 
 @pytest.mark.parametrize("sandboxed", [True, False])

@@ -46,10 +46,10 @@ def test_a_wrong_count_fails_every_sample_of_the_call_naming_the_reward(tmp_path
     episodes = one_step_episodes([str(i) for i in range(16)])
     scores = Scorer([f"{path}:{name}", f"{path}:honest"], [1.0, 1.0], normalize_weights=False).score(episodes)
     assert scores.metrics["reward_errors"] == 16.0
-    for ep in episodes:
-        assert ep.reward_parts[f"{path}:{name}"] is None
-        assert ep.reward_parts[f"{path}:honest"] == 0.5  # the other reward is untouched
-        assert len(ep.reward_errors) == 1 and f"'{name}'" in ep.reward_errors[0] and found in ep.reward_errors[0]
+    for v in scores.verdicts:
+        assert v.parts[f"{path}:{name}"] is None
+        assert v.parts[f"{path}:honest"] == 0.5  # the other reward is untouched
+        assert len(v.errors) == 1 and f"'{name}'" in v.errors[0] and found in v.errors[0]
 
 
 def test_a_wrong_count_is_refused_by_score_batch_itself():

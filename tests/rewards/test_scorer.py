@@ -50,9 +50,11 @@ def user_file(tmp_path):
 
 def score_episodes(episodes, names, weights, correct, normalize_weights=True, max_error_fraction=1.0,
                    options=None, sandbox_user_rewards=False, default_step_reward=0.0):
-    """The run's scorer, built from these settings, on one batch; its metrics."""
-    return Scorer(names, weights, correct, normalize_weights, max_error_fraction, options, sandbox_user_rewards,
-                  default_step_reward).score(episodes).metrics
+    """The run's scorer, built from these settings, on one batch: its verdicts and metrics."""
+    scores = Scorer(names, weights, correct, normalize_weights=normalize_weights, max_error_fraction=max_error_fraction,
+                    reward_kwargs=options, sandbox_user_rewards=sandbox_user_rewards,
+                    default_step_reward=default_step_reward).score(episodes)
+    return scores.verdicts, scores.metrics
 
 
 def test_names_resolve_to_builtins_files_and_modules(user_file):
@@ -70,25 +72,24 @@ def test_names_resolve_to_builtins_files_and_modules(user_file):
 def test_weights_are_normalized_and_none_is_no_opinion(user_file):
     eps = _episodes(["12", "1234", "77"])
     names = ["arithmetic_exact", f"{user_file}:short_answer", f"{user_file}:opinionated"]
-    score_episodes(eps, names, [2.0, 1.0, 1.0], "arithmetic_exact")
+    v, _ = score_episodes(eps, names, [2.0, 1.0, 1.0], "arithmetic_exact")
     # weights 2:1:1 -> 0.5, 0.25, 0.25; "opinionated" has no opinion on "77"
-    assert eps[0].score == pytest.approx(0.5 * 1 + 0.25 * 1 + 0.25 * 1)
-    assert eps[1].score == pytest.approx(0.5 * 0 + 0.25 * 0 + 0.25 * 1)
-    assert eps[2].score == pytest.approx(0.5 * 0 + 0.25 * 1)
-    assert eps[2].reward_parts[f"{user_file}:opinionated"] is None
-    assert [ep.correct for ep in eps] == [True, False, False]
-    raw = _episodes(["12"])
-    score_episodes(raw, names, [2.0, 1.0, 1.0], "arithmetic_exact", normalize_weights=False)
+    assert v[0].score == pytest.approx(0.5 * 1 + 0.25 * 1 + 0.25 * 1)
+    assert v[1].score == pytest.approx(0.5 * 0 + 0.25 * 0 + 0.25 * 1)
+    assert v[2].score == pytest.approx(0.5 * 0 + 0.25 * 1)
+    assert v[2].parts[f"{user_file}:opinionated"] is None
+    assert [x.correct for x in v] == [True, False, False]
+    raw, _ = score_episodes(_episodes(["12"]), names, [2.0, 1.0, 1.0], "arithmetic_exact", normalize_weights=False)
     assert raw[0].score == pytest.approx(4.0)
 
 
 def test_a_failing_reward_marks_the_sample_and_stops_only_past_the_threshold(user_file):
     name = f"{user_file}:explodes"
     eps = _episodes(["12", "boom", "13", "14"])
-    metrics = score_episodes(eps, [name], [1.0], "arithmetic_exact", max_error_fraction=0.5)
+    v, metrics = score_episodes(eps, [name], [1.0], "arithmetic_exact", max_error_fraction=0.5)
     assert metrics == {"reward_errors": 1.0, "reward_error_fraction": 0.25}
-    assert eps[1].reward_parts[name] is None and "cannot score boom" in eps[1].reward_errors[0]
-    assert eps[0].reward_errors == [] and eps[0].score == 0.5
+    assert v[1].parts[name] is None and "cannot score boom" in v[1].errors[0]
+    assert v[0].errors == [] and v[0].score == 0.5
     with pytest.raises(RewardFailure, match="1 of 4 samples failed"):
         score_episodes(_episodes(["12", "boom", "13", "14"]), [name], [1.0], "arithmetic_exact",
                        max_error_fraction=0.1)
@@ -121,11 +122,11 @@ def test_step_outputs_become_step_rewards_and_bad_indices_are_named():
     registry.REWARDS["per_step_test"] = per_step
     try:
         eps = _episodes(["12"])
-        score_episodes(eps, ["per_step_test"], [1.0], "arithmetic_exact")
-        assert eps[0].steps[0].reward == 0.25 and eps[0].score == 1.0 and eps[0].reward_errors == []
-        bad = _episodes(["12"])
-        score_episodes(bad, ["per_step_test"], [1.0], "arithmetic_exact", options={"per_step_test": {"index": 3}})
-        assert "step_index 3" in bad[0].reward_errors[0] and "group 0, #0" in bad[0].reward_errors[0]
+        v, _ = score_episodes(eps, ["per_step_test"], [1.0], "arithmetic_exact")
+        assert v[0].step_rewards == [0.25] and v[0].score == 1.0 and v[0].errors == []
+        bad, _ = score_episodes(_episodes(["12"]), ["per_step_test"], [1.0], "arithmetic_exact",
+                                options={"per_step_test": {"index": 3}})
+        assert "step_index 3" in bad[0].errors[0] and "group 0, #0" in bad[0].errors[0]
     finally:
         del registry.REWARDS["per_step_test"]
 
@@ -141,10 +142,10 @@ def test_recipe_reward_specs_with_weights_and_options(tmp_path):
     assert task.reward_names == ["arithmetic_digits", "soft_overlong"] and task.reward_weights == [2, 1]
     assert task.reward_kwargs == {"soft_overlong": {"max_completion_len": 4, "cache_len": 2}}
     eps = _episodes(["12", "12345"])
-    score_episodes(eps, task.reward_names, task.reward_weights, "arithmetic_exact", options=task.reward_kwargs)
+    v, _ = score_episodes(eps, task.reward_names, task.reward_weights, "arithmetic_exact", options=task.reward_kwargs)
     # "12": arithmetic_digits 1.0 and 2 characters <= 4 - 2, so no length penalty
-    assert eps[0].score == pytest.approx(2 / 3 * 1.0 + 1 / 3 * 0.0)
-    assert eps[1].reward_parts["soft_overlong"] == -1.0  # 5 characters > max_completion_len 4
+    assert v[0].score == pytest.approx(2 / 3 * 1.0 + 1 / 3 * 0.0)
+    assert v[1].parts["soft_overlong"] == -1.0  # 5 characters > max_completion_len 4
 
 
 SNOOPY = textwrap.dedent('''
@@ -188,11 +189,11 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
         eps = _episodes(["12", "1234", "boom"])
         for ep in eps:
             ep.row["secret_path"] = str(secret)
-        metrics = score_episodes(eps, [f"{path}:snoopy", f"{path}:plain_len"], [1.0, 1.0], "arithmetic_exact",
-                                 normalize_weights=False, sandbox_user_rewards=True)
-        assert [ep.reward_parts[f"{path}:snoopy"] for ep in eps] == [0.2, 0.4, 0.4]
-        assert eps[0].reward_parts[f"{path}:plain_len"] == 0.2
-        assert eps[2].reward_parts[f"{path}:plain_len"] is None and "no boom" in eps[2].reward_errors[0]
+        v, metrics = score_episodes(eps, [f"{path}:snoopy", f"{path}:plain_len"], [1.0, 1.0], "arithmetic_exact",
+                                    normalize_weights=False, sandbox_user_rewards=True)
+        assert [x.parts[f"{path}:snoopy"] for x in v] == [0.2, 0.4, 0.4]
+        assert v[0].parts[f"{path}:plain_len"] == 0.2
+        assert v[2].parts[f"{path}:plain_len"] is None and "no boom" in v[2].errors[0]
         assert metrics["reward_errors"] == 1.0
         # In the sandbox the function could neither read the secret nor reach the network ...
         from grouprl.rewards.registry import get_reward

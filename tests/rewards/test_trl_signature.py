@@ -63,10 +63,10 @@ def test_signature_detection():
 def test_trl_rewards_read_columns_by_name(reward_file):
     eps = [episode(0, rows()[0], "It is Paris"), episode(1, rows()[1], "5")]
     names = [f"{reward_file}:keyword_hit", f"{reward_file}:accuracy_reward"]
-    Scorer(names, [1.0, 1.0], normalize_weights=False).score(eps)
-    assert eps[0].reward_parts == {names[0]: 1.0, names[1]: 0.0}  # "It is Paris" != "Paris" exactly
-    assert eps[1].reward_parts == {names[0]: 0.0, names[1]: None}  # None: no opinion, left out of the sum
-    assert eps[0].score == 1.0 and eps[1].score == 0.0 and not eps[0].reward_errors
+    v = Scorer(names, [1.0, 1.0], normalize_weights=False).score(eps).verdicts
+    assert v[0].parts == {names[0]: 1.0, names[1]: 0.0}  # "It is Paris" != "Paris" exactly
+    assert v[1].parts == {names[0]: 0.0, names[1]: None}  # None: no opinion, left out of the sum
+    assert v[0].score == 1.0 and v[1].score == 0.0 and not v[0].errors
 
 
 def test_prompts_and_columns_reach_the_function(reward_file):
@@ -85,18 +85,18 @@ def test_prompts_and_columns_reach_the_function(reward_file):
 def test_non_finite_and_wrong_length_are_errors_not_scores(reward_file):
     eps = [episode(0, rows()[0], "x"), episode(1, rows()[1], "y")]
     names = [f"{reward_file}:broken", f"{reward_file}:short"]
-    Scorer(names, [1.0, 1.0], max_error_fraction=1.0).score(eps)
-    assert eps[0].reward_parts == {names[0]: None, names[1]: None}
-    assert any("non-finite nan" in e for e in eps[0].reward_errors)
-    assert any("expected a list of 1 numbers" in e for e in eps[0].reward_errors)  # per sample after the batch
-    assert not math.isnan(eps[0].score)
+    v = Scorer(names, [1.0, 1.0], max_error_fraction=1.0).score(eps).verdicts
+    assert v[0].parts == {names[0]: None, names[1]: None}
+    assert any("non-finite nan" in e for e in v[0].errors)
+    assert any("expected a list of 1 numbers" in e for e in v[0].errors)  # per sample after the batch
+    assert not math.isnan(v[0].score)
 
 
 def test_a_trl_reward_can_be_the_judge_of_correctness(reward_file):
     eps = [episode(0, rows()[0], "Paris"), episode(1, rows()[0], "Lyon"), episode(2, rows()[1], "4")]
     names = [f"{reward_file}:keyword_hit", f"{reward_file}:accuracy_reward"]
-    Scorer(names, [1.0, 1.0], correct_reward=names[1]).score(eps)
-    assert [ep.correct for ep in eps] == [True, False, False]  # the last: None (no opinion) is not correct
+    v = Scorer(names, [1.0, 1.0], correct_reward=names[1]).score(eps).verdicts
+    assert [x.correct for x in v] == [True, False, False]  # the last: None (no opinion) is not correct
 
 
 def test_typed_rewards_get_the_columns_too():
@@ -111,7 +111,7 @@ def test_typed_rewards_get_the_columns_too():
     registry.REWARDS["keyword_typed"] = keyword_typed
     try:
         eps = [episode(0, rows()[0], "Paris!"), episode(1, rows()[1], "five")]
-        Scorer(["keyword_typed"], [1.0]).score(eps)
+        v = Scorer(["keyword_typed"], [1.0]).score(eps).verdicts
     finally:
         registry.REWARDS.pop("keyword_typed")
-    assert [ep.reward_parts["keyword_typed"] for ep in eps] == [1.0, 0.0]
+    assert [x.parts["keyword_typed"] for x in v] == [1.0, 0.0]

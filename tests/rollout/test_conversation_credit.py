@@ -3,7 +3,6 @@
 import string
 
 import pytest
-import torch
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.policy.tiny import build_tokenizer
@@ -71,21 +70,21 @@ def test_final_answer_and_per_turn_rewards(tokenizer):
     episodes = group(tokenizer, row)
     assert [len(ep.steps) for ep in episodes] == [3, 3, 4, 5] and all(ep.success for ep in episodes)
     registry.REWARDS["tool_step_cost"] = tool_step_cost
-    Scorer(["tool_step_cost"], [1.0]).score(episodes)
-    for ep in episodes:
+    verdicts = Scorer(["tool_step_cost"], [1.0]).score(episodes).verdicts
+    for ep, v in zip(episodes, verdicts):
         # every turn that called a tool costs 0.05; the answer turn gets the environment's 1.0
-        assert [round(s.reward, 2) for s in ep.steps] == [-0.05] * (len(ep.steps) - 1) + [1.0]
-        assert ep.score == 1.0  # step outputs are step credit; the episode score is the outcome
+        assert [round(r, 2) for r in v.step_rewards] == [-0.05] * (len(ep.steps) - 1) + [1.0]
+        assert v.score == 1.0  # step outputs are step credit; the episode score is the outcome
 
 
 def test_gigpo_anchors_on_the_tool_state(tokenizer):
     row = convert_row()
     episodes = group(tokenizer, row)
     registry.REWARDS["tool_step_cost"] = tool_step_cost
-    scores = Scorer(["tool_step_cost"], [1.0]).score(episodes).episode
+    scored = Scorer(["tool_step_cost"], [1.0]).score(episodes)
     algorithm = type("A", (), {"anchor_mode": "exact", "similarity_threshold": 0.95, "gamma": 0.9})()
-    record = compute_advantage_record(episodes, torch.as_tensor(scores, dtype=torch.float64), algorithm,
-                                      get_estimator("gigpo"), {"gamma": 0.9})
+    record = compute_advantage_record(episodes, scored.episode, [v.step_rewards for v in scored.verdicts],
+                                      algorithm, get_estimator("gigpo"), {"gamma": 0.9})
     states = [s.anchor_state for ep in episodes for s in ep.steps]
     sizes = dict(zip(states, record.anchor_size.tolist()))
     assert sizes["start"] == 4  # every episode's first turn

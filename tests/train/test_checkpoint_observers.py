@@ -8,7 +8,8 @@ import math
 from types import SimpleNamespace
 
 from grouprl.job.checkpoint_observers import CheckpointRotation, checkpoints, rotate
-from grouprl.job.periodic_eval import BEST, eval_subset, pass_at_k
+from grouprl.job.evaluate import pass_at_k
+from grouprl.job.periodic_eval import BEST, eval_subset
 
 
 def make(out, steps):

@@ -3,9 +3,7 @@ and how kept groups are shared out between processes (a group never spans two)."
 
 from __future__ import annotations
 
-import torch
-
-from grouprl.records import Episode, Step
+from grouprl.records import Episode, Step, Verdict
 from grouprl.rewards.scorer import Scores
 from grouprl.train.dynamic_sampling import DynamicSampler, group_agrees
 from grouprl.train.parallel import DataParallel, GlobalBatch, ProcessInfo
@@ -13,16 +11,16 @@ from grouprl.train.parallel import DataParallel, GlobalBatch, ProcessInfo
 K = 2
 
 
-def episode(group: int, k: int, score: float, correct: bool, tag: str) -> Episode:
+def episode(group: int, k: int, tag: str) -> Episode:
     step = Step(prompt_text="", prompt_ids=[1], action_text=tag, action_ids=[2], truncated=False, anchor_state=None)
-    return Episode(group_id=group, index_in_group=k, row={"tag": tag}, steps=[step], score=score, correct=correct)
+    return Episode(group_id=group, index_in_group=k, row={"tag": tag}, steps=[step])
 
 
 def round_of(groups: list[list[tuple[float, bool]]], tag: str):
     """One gathered round: group g's members (score, correct)."""
-    eps = [episode(g, k, s, c, f"{tag}{g}") for g, members in enumerate(groups) for k, (s, c) in enumerate(members)]
-    scores = Scores(torch.tensor([ep.score for ep in eps], dtype=torch.float64), {}, {"reward_errors": 1.0})
-    return GlobalBatch(eps, 0, len(eps)), scores
+    eps = [episode(g, k, f"{tag}{g}") for g, members in enumerate(groups) for k in range(len(members))]
+    verdicts = [Verdict(score=s, correct=c) for members in groups for s, c in members]
+    return GlobalBatch(eps, 0, len(eps)), Scores.of(verdicts, None, {"reward_errors": 1.0})
 
 
 # a format bonus makes scores differ inside a group that the judge finds all wrong: no task signal
@@ -32,7 +30,7 @@ ALL_RIGHT = [(1.0, True), (1.0, True)]
 
 
 def test_judge_not_the_shaped_score_decides():
-    members = round_of([ALL_WRONG_WITH_BONUS], "a")[0].episodes
+    members = round_of([ALL_WRONG_WITH_BONUS], "a")[1].verdicts
     assert group_agrees(members, "judge") and not group_agrees(members, "score")
 
 
@@ -45,6 +43,7 @@ def test_rounds_until_full_and_what_is_logged():
     assert [ep.row["tag"] for ep in batch.episodes][::K] == ["a0", "b1", "b2"]
     assert [ep.group_id for ep in batch.episodes] == [0, 0, 1, 1, 2, 2]  # renumbered, whole groups
     assert (batch.start, batch.stop) == (0, 6) and scores.episode.tolist() == [1.0, 0.0] * 3
+    assert [v.correct for v in scores.verdicts] == [True, False] * 3  # each kept episode keeps its own verdict
     m = scores.metrics
     assert m["dynamic_sampling/batches"] == 2 and m["dynamic_sampling/groups_kept"] == 3
     assert m["dynamic_sampling/groups_dropped"] == 3

@@ -19,7 +19,10 @@ from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.tasks import load_task
 from grouprl.job.evaluate import evaluate as run_evaluate
 
-FIELDS = {"index", "question", "completion", "prediction", "ground_truth", "correct", "reward", "new_tokens"}
+# the one episode-record schema (observe/step_logs.episode_record), with the row's index
+FIELDS = {"index", "episode", "group", "prompt_id", "seed", "question", "prompt", "completion", "prediction",
+          "ground_truth", "reward", "rewards", "correct", "reward_errors", "reward_reasons", "truncated",
+          "episode_length", "new_tokens"}
 CPU = torch.device("cpu")
 
 
@@ -109,9 +112,9 @@ def test_cli_eval_arithmetic(tiny_arithmetic_dir, tmp_path, capsys):
     out = tmp_path / "per_example.jsonl"
     result = run_cli(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--n", "20",
                       "--max_new_tokens", "8", "--device", "cpu", "--out", str(out)], capsys)
-    assert set(result) >= {"accuracy", "mean_reward", "mean_new_tokens", "n", "per_example"}
+    assert set(result) >= {"accuracy", "reward", "completions/mean_length", "pass@1", "n", "per_example"}
     assert 0.0 <= result["accuracy"] <= 1.0
-    assert 0.0 < result["mean_new_tokens"] <= 8
+    assert 0.0 < result["completions/mean_length"] <= 8
     assert result["n"] == 20
     assert result["per_example"] == str(out)
 
@@ -127,8 +130,8 @@ def test_cli_eval_arithmetic(tiny_arithmetic_dir, tmp_path, capsys):
         assert row["reward"] == pytest.approx(arithmetic_digits(row["completion"], row["ground_truth"]))
         assert row["correct"] == (row["prediction"] == row["ground_truth"])
     assert result["accuracy"] == pytest.approx(sum(r["correct"] for r in rows) / 20)
-    assert result["mean_reward"] == pytest.approx(sum(r["reward"] for r in rows) / 20)
-    assert result["mean_new_tokens"] == pytest.approx(sum(r["new_tokens"] for r in rows) / 20)
+    assert result["reward"] == pytest.approx(sum(r["reward"] for r in rows) / 20)
+    assert result["completions/mean_length"] == pytest.approx(sum(r["new_tokens"] for r in rows) / 20)
 
     # a second run replaces the per-example file instead of appending to it
     run_cli(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--n", "5",
@@ -154,11 +157,11 @@ def test_eval_with_known_answers(tiny_arithmetic_dir, tmp_path):
     assert [r["prediction"] for r in per] == ["8"] * 20
     assert [r["correct"] for r in per] == [t == "8" for t in truths]
     assert result["accuracy"] == pytest.approx(truths.count("8") / 20) and result["accuracy"] > 0
-    assert result["mean_new_tokens"] == 2.0
+    assert result["completions/mean_length"] == 2.0
     assert per[8]["reward"] == 1.0
     assert per[10]["reward"] == pytest.approx(0.5 * 1 / 3)  # units digit matches '128'
     assert per[0]["reward"] == 0.0
-    assert result["mean_reward"] == pytest.approx(sum(arithmetic_digits("8", t) for t in truths) / 20)
+    assert result["reward"] == pytest.approx(sum(arithmetic_digits("8", t) for t in truths) / 20)
 
 
 def test_greedy_eval_is_deterministic(tiny_arithmetic_dir, tmp_path):
@@ -197,7 +200,7 @@ def test_cli_init_model_and_eval_gsm8k(gsm8k_dir, tmp_path, capsys):
     result = run_cli(["eval", "--task", "gsm8k", "--dataset_name_or_path", str(gsm8k_dir), "--model",
                       str(model_dir), "--n", "4", "--max_new_tokens", "8", "--device", "cpu"], capsys)
     assert 0.0 <= result["accuracy"] <= 1.0
-    assert 0.0 < result["mean_new_tokens"] <= 8
+    assert 0.0 < result["completions/mean_length"] <= 8
     assert result["n"] == 4
     default_out = model_dir / "eval_gsm8k.jsonl"
     assert result["per_example"] == str(default_out)

@@ -100,11 +100,12 @@ def test_step_level_estimator_may_return_a_record_with_only_the_advantage():
         return SimpleNamespace(advantage=steps.rewards * 2)
 
     eps = [Episode(group_id=0, index_in_group=k, row={}, steps=[
-        Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False, anchor_state=t,
-             reward=float(k + t)) for t in range(2)]) for k in range(2)]
+        Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False, anchor_state=t)
+        for t in range(2)]) for k in range(2)]
+    step_rewards = [[float(k + t) for t in range(2)] for k in range(2)]
     cfg = build_config(None, {"gamma": 0.5}, environ={})
     estimator = Estimator("mine", step_value, step_level=True, options=())
-    rec = compute_advantage_record(eps, torch.tensor([1.0, 3.0]), cfg.algorithm, estimator, {})
+    rec = compute_advantage_record(eps, torch.tensor([1.0, 3.0]), step_rewards, cfg.algorithm, estimator, {})
     assert rec.advantage.tolist() == [0.0, 2.0, 2.0, 4.0]
     assert rec.episode_advantage.tolist() == rec.advantage.tolist() and rec.step_advantage.tolist() == [0.0] * 4
     assert rec.returns.tolist() == pytest.approx([0.5, 1.0, 2.0, 2.0])  # r_t + 0.5 r_{t+1}
@@ -125,7 +126,7 @@ def test_learned_reward_scores_updates_freezes_and_resumes(warm_arithmetic_dir, 
     policy = load_policy(cfg.model, str(warm_arithmetic_dir), torch.device("cpu"), need_reference=False)
     trainer = Trainer(cfg, policy, task, scorer)
     record = trainer.train_step()
-    base = [ep.reward_parts["arithmetic_digits"] for ep in record.episodes]
+    base = [v.parts["arithmetic_digits"] for v in record.scores.verdicts]
     lengths = [len(ep.steps[-1].action_text) for ep in record.episodes]
     # R = B + w * D with D scored before the update (scale 1), then one update per batch
     assert record.scores.episode.tolist() == pytest.approx([b + 0.5 * n for b, n in zip(base, lengths)])
@@ -235,10 +236,12 @@ def test_invalid_penalty_in_returns_or_on_the_invalid_step_alone():
     for convention in ("in_returns", "on_step"):
         cfg = build_config(None, {"advantage": "gigpo", "gamma": 0.5, "invalid_penalty": convention}, environ={})
         eps = episodes()
-        scores = Scorer([], [], penalty_in_rewards=convention == "in_returns").score(eps).episode
+        scored = Scorer([], [], penalty_in_rewards=convention == "in_returns").score(eps)
+        scores = scored.episode
         estimator = get_estimator("gigpo")
         results[convention] = (scores, compute_advantage_record(
-            eps, scores, cfg.algorithm, estimator, estimator_options(cfg.algorithm, estimator),
+            eps, scores, [v.step_rewards for v in scored.verdicts], cfg.algorithm, estimator,
+            estimator_options(cfg.algorithm, estimator),
             penalty_on_step=convention == "on_step"))
     (s_in, rec_in), (s_on, rec_on) = results["in_returns"], results["on_step"]
     assert s_in.tolist() == pytest.approx([1.0, 0.9]) and s_on.tolist() == [1.0, 1.0]

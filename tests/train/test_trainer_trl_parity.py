@@ -31,7 +31,8 @@ from grouprl.run_config import build_config  # noqa: E402
 from grouprl.policy.loading import load_policy, load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
 from grouprl.policy.tiny import init_tiny  # noqa: E402
-from grouprl.records import Episode, Step  # noqa: E402
+from grouprl.records import Episode, Step, Verdict  # noqa: E402
+from grouprl.rewards.scorer import Scores  # noqa: E402
 from grouprl.tasks.base import SingleTurnTask  # noqa: E402
 from grouprl.train.learner import pack_samples  # noqa: E402
 from grouprl.train.trainer import Trainer  # noqa: E402
@@ -236,10 +237,14 @@ def build_episodes(fx: Fixture) -> list[Episode]:
             step = Step(prompt_text=fx.prompt_texts[g], prompt_ids=list(fx.prompt_ids[g]),
                         action_text=tok.decode(ids, skip_special_tokens=True), action_ids=list(ids),
                         truncated=tok.eos_token_id not in ids, anchor_state=g)
-            ep = Episode(group_id=g, index_in_group=k, row=row, steps=[step])
-            ep.score = REWARDS[g][k]
-            episodes.append(ep)
+            episodes.append(Episode(group_id=g, index_in_group=k, row=row, steps=[step]))
     return episodes
+
+
+def verdicts_of(fx: Fixture) -> Scores:
+    """The fixture's rewards as the score phase's record (one step per episode: r_0 = R)."""
+    return Scores.of([Verdict(score=REWARDS[g][k], step_rewards=[REWARDS[g][k]])
+                      for g in range(len(QUESTIONS)) for k in range(K)])
 
 
 def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA,
@@ -254,7 +259,7 @@ def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_di
     for group in trainer.learner.optimizer.param_groups:  # grouprl has no adam_epsilon setting (torch default 1e-8)
         group["eps"] = ADAM_EPS
     episodes = build_episodes(fx)
-    advantages = trainer.advantages(episodes, torch.tensor([ep.score for ep in episodes]))
+    advantages = trainer.advantages(episodes, verdicts_of(fx))
     samples = pack_samples(episodes, advantages.advantage, policy.tokenizer.pad_token_id,
                            cfg.algorithm.mask_truncated_completions)
 

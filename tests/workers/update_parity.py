@@ -11,7 +11,8 @@ import torch
 
 from grouprl.run_config import build_config
 from grouprl.policy.loading import load_policy
-from grouprl.records import Episode, Step
+from grouprl.records import Episode, Step, Verdict
+from grouprl.rewards.scorer import Scores
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.train.parallel import DataParallel, end_processes
 from grouprl.train.trainer import Trainer
@@ -33,8 +34,8 @@ CASES = {  # name: config overrides
 }
 
 
-def episodes_for(groups: list[int], tokenizer) -> list[Episode]:
-    out = []
+def episodes_for(groups: list[int], tokenizer) -> tuple[list[Episode], Scores]:
+    out, verdicts = [], []
     for local, g in enumerate(groups):
         messages = [{"role": "user", "content": QUESTIONS[g]}]
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
@@ -45,10 +46,10 @@ def episodes_for(groups: list[int], tokenizer) -> list[Episode]:
             if not TRUNCATED[g][k]:
                 ids = ids + [tokenizer.eos_token_id]
             step = Step(prompt_text=prompt, prompt_ids=prompt_ids, action_text=text, action_ids=ids,
-                        truncated=TRUNCATED[g][k], anchor_state=None, reward=REWARDS[g][k])
-            out.append(Episode(group_id=local, index_in_group=k, row={"question": QUESTIONS[g]}, steps=[step],
-                               score=REWARDS[g][k]))
-    return out
+                        truncated=TRUNCATED[g][k], anchor_state=None)
+            out.append(Episode(group_id=local, index_in_group=k, row={"question": QUESTIONS[g]}, steps=[step]))
+            verdicts.append(Verdict(score=REWARDS[g][k], step_rewards=[REWARDS[g][k]]))
+    return out, Scores.of(verdicts)
 
 
 def run(case: str, model_dir: str, out: Path, parallel: DataParallel) -> None:
@@ -64,8 +65,8 @@ def run(case: str, model_dir: str, out: Path, parallel: DataParallel) -> None:
         group["eps"] = 1e-6  # bounds Adam's amplification of float noise in near-zero gradients (see parity test)
     before = full_parameters(trainer.learner.model)
     mine = parallel.rows(list(range(len(QUESTIONS))))
-    batch, scores = trainer.gather(episodes_for(mine, policy.tokenizer))  # the step's phases after scoring
-    advantages = trainer.advantages(batch.episodes, scores.episode)
+    batch, scores = trainer.gather(*episodes_for(mine, policy.tokenizer))  # the step's phases after scoring
+    advantages = trainer.advantages(batch.episodes, scores)
     update = trainer.update(trainer.samples(batch, advantages))
     after = full_parameters(trainer.learner.model)  # collective under FSDP
     if parallel.is_main:

@@ -25,6 +25,8 @@ from typing import Any, Callable
 
 import torch
 
+from grouprl.algos.registry import Registry, check_options
+
 EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 
 AdvantageFn = Callable[..., Any]
@@ -41,10 +43,7 @@ class Estimator:
     wants_parts: bool = False  # takes ``parts``: each reward's score per episode (RewardParts)
 
     def check_options(self, options: dict[str, Any]) -> None:
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ValueError(f"advantage estimator '{self.name}': unknown option '{unknown[0]}'; "
-                             f"it takes: {', '.join(self.options) or 'no options'}")
+        check_options("advantage estimator", self.name, self.options, options)
 
 
 def declare(name: str, fn: AdvantageFn) -> Estimator:
@@ -61,28 +60,10 @@ def declare(name: str, fn: AdvantageFn) -> Estimator:
     return Estimator(name, fn, "steps" in names, options, "parts" in names)
 
 
-ADVANTAGES: dict[str, Estimator] = {}
-
-
-def register(name: str) -> Callable[[AdvantageFn], AdvantageFn]:
-    """Add an estimator to the registry under ``name`` (its declaration is read from the signature)."""
-    def wrap(fn: AdvantageFn) -> AdvantageFn:
-        ADVANTAGES[name] = declare(name, fn)
-        return fn
-
-    return wrap
-
-
-def get_estimator(name: str) -> Estimator:
-    """A built-in by name, or a user's function named ``path/to/file.py:function`` / ``module:function``."""
-    if name in ADVANTAGES:
-        return ADVANTAGES[name]
-    if ":" in name:
-        from grouprl.user_code import import_callable
-
-        return declare(name, import_callable(name, "advantage estimator"))
-    raise KeyError(f"unknown advantage estimator '{name}'; known: {sorted(ADVANTAGES)} or "
-                   "'path/to/file.py:function' or 'package.module:function'")
+ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", declare)
+ADVANTAGES = ESTIMATORS.entries  # name -> Estimator
+register = ESTIMATORS.register  # @register("name") on a function of the declared form
+get_estimator = ESTIMATORS.get  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
 
 
 @dataclass

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import torch
 
+from grouprl.algos.registry import Registry, check_options
+
 LossFn = Callable[..., Any]
 POSITIONAL = ("logps", "old_logps", "advantages", "mask")
 
@@ -37,10 +39,7 @@ class Loss:
     options: tuple[str, ...]
 
     def check_options(self, options: dict[str, Any]) -> None:
-        unknown = sorted(set(options) - set(self.options))
-        if unknown:
-            raise ValueError(f"loss '{self.name}': unknown option '{unknown[0]}'; "
-                             f"it takes: {', '.join(self.options) or 'no options'}")
+        check_options("loss", self.name, self.options, options)
 
     def __call__(self, logps, old_logps, advantages, mask, **options) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The per-token terms and the statistics, whichever of the two forms the function returns."""
@@ -67,28 +66,10 @@ def declare_loss(name: str, fn: LossFn) -> Loss:
     return Loss(name, fn, names[4:])
 
 
-LOSSES: dict[str, Loss] = {}
-
-
-def register_loss(name: str) -> Callable[[LossFn], LossFn]:
-    """Add a loss to the registry under ``name`` (its declaration is read from the signature)."""
-    def wrap(fn: LossFn) -> LossFn:
-        LOSSES[name] = declare_loss(name, fn)
-        return fn
-
-    return wrap
-
-
-def get_loss(name: str) -> Loss:
-    """A built-in by name, or a user's function named ``path/to/file.py:function`` / ``module:function``."""
-    if name in LOSSES:
-        return LOSSES[name]
-    if ":" in name:
-        from grouprl.user_code import import_callable
-
-        return declare_loss(name, import_callable(name, "loss"))
-    raise KeyError(f"unknown loss '{name}'; known: {sorted(LOSSES)} or "
-                   "'path/to/file.py:function' or 'package.module:function'")
+POLICY_LOSSES: Registry[Loss] = Registry("loss", declare_loss)
+LOSSES = POLICY_LOSSES.entries  # name -> Loss
+register_loss = POLICY_LOSSES.register  # @register_loss("name") on a function of the declared form
+get_loss = POLICY_LOSSES.get  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
 
 
 def _per_token(advantages: torch.Tensor) -> torch.Tensor:

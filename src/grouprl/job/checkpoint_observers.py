@@ -54,13 +54,13 @@ class CheckpointRotation(TrainObserver):
         self.limit = limit
         self.busy = busy or (lambda: set())  # steps whose upload is running
 
-    def after_checkpoint(self, trainer, path: Path) -> None:
-        rotate(trainer.out, self.limit, set(self.busy()))
+    def after_checkpoint(self, view, path: Path) -> None:
+        rotate(view.out, self.limit, set(self.busy()))
 
-    def after_train(self, trainer) -> None:
+    def after_train(self, view) -> None:
         # A checkpoint spared above because its upload was still running is due now: the hub
         # observer runs before this one and has waited for every upload.
-        rotate(trainer.out, self.limit, set(self.busy()))
+        rotate(view.out, self.limit, set(self.busy()))
 
 
 class HubPushObserver(TrainObserver):
@@ -75,15 +75,15 @@ class HubPushObserver(TrainObserver):
         """Steps rotation must spare: uploads still running, and failed ones (the local copy is the only one)."""
         return {step for step, future in self._pending.items() if not future.done() or future.exception() is not None}
 
-    def after_checkpoint(self, trainer, path: Path) -> None:
+    def after_checkpoint(self, view, path: Path) -> None:
         if self.to_branches:
-            self._pending[trainer.step] = self.pusher.push_checkpoint(path, trainer.step)
+            self._pending[view.step] = self.pusher.push_checkpoint(path, view.step)
 
-    def after_train(self, trainer) -> None:
+    def after_train(self, view) -> None:
         if self.to_main:
-            self.pusher.push_final(trainer.out / f"checkpoint-{trainer.step}")
+            self.pusher.push_final(view.out / f"checkpoint-{view.step}")
         try:
             pushed = self.pusher.wait()
         finally:
             self.pusher.close()
-        trainer.run_state["hub_revisions"] = pushed
+        view.run_state.hub_revisions = pushed

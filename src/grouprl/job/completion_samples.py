@@ -19,7 +19,7 @@ def _one_line(text: str, width: int) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def completion_table(step: int, episodes, count: int, seed: int, width: int = 70) -> Table:
+def completion_table(step: int, episodes, verdicts, count: int, seed: int, width: int = 70) -> Table:
     """``count`` episodes of the step (a seeded choice), each as prompt | completion | reward | correct."""
     chosen = random.Random(seed * 1_000_003 + step).sample(range(len(episodes)), min(count, len(episodes)))
     table = Table(title=f"step {step}: {len(chosen)} of {len(episodes)} completions", title_justify="left")
@@ -29,8 +29,8 @@ def completion_table(step: int, episodes, count: int, seed: int, width: int = 70
         episode = episodes[index]
         last = episode.steps[-1]
         prompt = episode.steps[0].observation or str(episode.row.get("question", ""))
-        table.add_row(_one_line(prompt, width // 2), _one_line(last.action_text, width), f"{episode.score:.2f}",
-                      "yes" if episode.correct else "no")
+        table.add_row(_one_line(prompt, width // 2), _one_line(last.action_text, width), f"{verdicts[index].score:.2f}",
+                      "yes" if verdicts[index].correct else "no")
     return table
 
 
@@ -40,8 +40,8 @@ class CompletionSamples(TrainObserver):
     def __init__(self, console, count: int, every: int, seed: int):
         self.console, self.count, self.every, self.seed = console, count, every, seed
 
-    def after_step(self, trainer, step: int, metrics: dict[str, float]) -> None:
-        record = getattr(trainer, "last_record", None)
+    def after_step(self, view, step: int, metrics: dict[str, float]) -> None:
+        record = view.record
         if record is None or self.count <= 0 or not (step == 1 or step % self.every == 0):
             return
-        self.console.print(completion_table(step, record.episodes, self.count, self.seed))
+        self.console.print(completion_table(step, record.episodes, record.scores.verdicts, self.count, self.seed))

@@ -1,56 +1,55 @@
-"""Held-out evaluation: the same episode runner and the run's scorer, greedy (or sampled), one
-episode per row. Learned rewards are frozen meanwhile (``scorer.eval_mode()``).
+"""Evaluation, the one path: the run's episode runner and scorer, ``k`` episodes per held-out row, greedy
+(or sampled), learned rewards frozen meanwhile (``scorer.eval_mode()``). The before/after evaluation
+(greedy, k = 1), ``grouprl eval`` and the periodic evaluation (``job/periodic_eval.py``, pass@k) all
+call :func:`evaluate`; its measures are training's (``train/step_metrics.outcome_metrics``) and its
+per-episode records the rollout log's (``observe/step_logs.episode_record``).
 
 Single-turn tasks report accuracy (the judge reward is 1.0); environments report the success
-rate as ``accuracy`` too, with episode length, invalid-action rate and mean return.
+rate as ``accuracy`` too, with episode length and invalid-action rate.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
 from grouprl.observe.jsonl import JsonlAppender
+from grouprl.observe.step_logs import episode_record
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import GenerationBackend, HFBackend, SamplingParams
 from grouprl.rollout.runner import SINGLE_TURN, EpisodeSettings, run_episodes
+from grouprl.train.step_metrics import outcome_metrics
 
 ENV_CHECK_EPISODES = 32  # sampled training episodes that decide when an environment's SFT stops
 
 
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k) (Chen et al. 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
 def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
              scorer: Scorer, out_path: str | Path | None = None, settings: EpisodeSettings | None = None,
-             pool=None) -> dict[str, float]:
-    settings = settings or SINGLE_TURN
-    episodes = run_episodes([task.env_factory(row) for row in rows], rows, 1, backend, tokenizer, params,
-                            settings=settings, seeds=[task.seed_of(row) for row in rows], pool=pool)
+             pool=None, k: int = 1) -> dict[str, float]:
+    """``k`` episodes per row, scored; the outcome measures, ``pass@k`` and the task's own measures.
+    ``out_path``: one record per episode (replaced, never appended to)."""
+    episodes = run_episodes([task.env_factory(row) for row in rows], rows, k, backend, tokenizer, params,
+                            settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in rows], pool=pool)
     with scorer.eval_mode():
-        scorer.score(episodes)
-    n = max(len(episodes), 1)
-    new_tokens = [sum(len(s.action_ids) for s in ep.steps) / max(len(ep.steps), 1) for ep in episodes]
-    result = {
-        "accuracy": sum(ep.correct for ep in episodes) / n,
-        "mean_reward": sum(ep.score for ep in episodes) / n,
-        "mean_new_tokens": sum(new_tokens) / n,
-        "n": len(episodes),
-    }
+        verdicts = scorer.score(episodes).verdicts
+    result = outcome_metrics(episodes, verdicts, scorer.keys + [r.name for r in scorer.learned], task.multi_step)
+    groups = [verdicts[g * k:(g + 1) * k] for g in range(len(rows))]
+    result[f"pass@{k}"] = sum(pass_at_k(k, sum(v.correct for v in grp), k) for grp in groups) / max(len(rows), 1)
+    result.update({"n": len(episodes), "n_prompts": len(rows)})
     result.update(task.eval_metrics(episodes))  # the task's own measures (slates: next click, opinion, ...)
-    if task.multi_step:
-        steps = [s for ep in episodes for s in ep.steps]
-        result.update({"success_rate": result["accuracy"],
-                       "episode_length": sum(len(ep.steps) for ep in episodes) / n,
-                       "invalid_action_rate": sum(not s.valid for s in steps) / max(len(steps), 1)})
     if out_path is not None:
         Path(out_path).unlink(missing_ok=True)
         with JsonlAppender(out_path) as sink:
-            for i, ep in enumerate(episodes):
-                record = {"index": i, "question": ep.row.get("question"), "completion": ep.steps[-1].action_text,
-                          "prediction": ep.prediction, "ground_truth": ep.row.get("ground_truth"),
-                          "correct": ep.correct, "reward": ep.score, "new_tokens": new_tokens[i]}
-                if task.multi_step:
-                    record.update(seed=ep.seed, actions=[s.action_text for s in ep.steps],
-                                  valid=[s.valid for s in ep.steps])
-                sink.write(record)
+            for i, (ep, verdict) in enumerate(zip(episodes, verdicts)):
+                sink.write({"index": i, **episode_record(ep, verdict, task.multi_step)})
     return result
 
 

@@ -9,8 +9,9 @@ the policy on a seeded subset of the held-out rows (``max_eval_samples``), sampl
 - ``eval/pass@k``: share of prompts with at least one correct completion among k =
   ``num_generations_eval`` (Chen et al. 2021, "Evaluating Large Language Models Trained on
   Code": pass@k = E[1 - C(n-c, k) / C(n, k)]; with n = k samples this is "any correct");
-- ``eval/reward`` and ``eval/rewards/<name>``: mean episode score and mean of each reward;
-- ``eval/mean_length``: mean completion length in tokens.
+- ``eval/reward`` and ``eval/rewards/<name>/mean``: mean episode score and mean of each reward;
+- ``eval/completions/mean_length``: mean completion length in tokens;
+- every other measure of the one evaluation (``job/evaluate.py``), under ``eval/``.
 
 Per-example results go to ``eval/step_<N>.jsonl``. When ``metric_for_best_model`` improves, a
 checkpoint of that step is saved (if none is) and recorded in ``best_checkpoint.json`` and the
@@ -20,28 +21,21 @@ run state, so checkpoint rotation never deletes it.
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 import logging
-import math
 import random
 from pathlib import Path
 from typing import Any
 
 from grouprl.config import ConfigError
-from grouprl.observe.jsonl import JsonlAppender
+from grouprl.job.evaluate import evaluate
+from grouprl.train.run_state import BestCheckpoint, StepView
 from grouprl.rollout.generation import SamplingParams
-from grouprl.rollout.runner import run_episodes
 from grouprl.train.parallel import broadcast_object
 from grouprl.job.observer import TrainObserver
 
 log = logging.getLogger(__name__)
 BEST = "best_checkpoint.json"
-
-
-def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k)."""
-    if n - c < k:
-        return 1.0
-    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
 def eval_subset(rows: list[dict[str, Any]], max_samples: int | None, seed: int) -> list[dict[str, Any]]:
@@ -52,33 +46,13 @@ def eval_subset(rows: list[dict[str, Any]], max_samples: int | None, seed: int) 
     return [rows[i] for i in picked]
 
 
-def evaluate_groups(trainer, rows: list[dict[str, Any]], k: int, params: SamplingParams,
+def evaluate_groups(view: StepView, rows: list[dict[str, Any]], k: int, params: SamplingParams,
                     out_path: Path | None = None) -> dict[str, float]:
-    """Generate k completions per row, score them with the run's scorer (eval mode), and measure."""
-    task, scorer = trainer.task, trainer.scorer
-    episodes = run_episodes([task.env_factory(r) for r in rows], rows, k, trainer.backend, trainer.policy.tokenizer,
-                            params, settings=trainer.settings, seeds=[task.seed_of(r) for r in rows])
-    with scorer.eval_mode():
-        scorer.score(episodes)
-    n = max(len(episodes), 1)
-    metrics = {"eval/accuracy": sum(ep.correct for ep in episodes) / n,
-               "eval/reward": sum(ep.score for ep in episodes) / n,
-               "eval/mean_length": sum(len(s.action_ids) for ep in episodes for s in ep.steps) / n,
-               "eval/n_prompts": float(len(rows))}
-    for key in scorer.keys:
-        values = [ep.reward_parts.get(key) for ep in episodes if ep.reward_parts.get(key) is not None]
-        if values:
-            metrics[f"eval/rewards/{key}"] = sum(values) / len(values)
-    groups = [episodes[g * k:(g + 1) * k] for g in range(len(rows))]
-    metrics[f"eval/pass@{k}"] = sum(pass_at_k(k, sum(e.correct for e in grp), k) for grp in groups) / max(len(rows), 1)
-    if out_path is not None:
-        out_path.unlink(missing_ok=True)
-        with JsonlAppender(out_path) as sink:
-            for ep in episodes:
-                sink.write({"group": ep.group_id, "prompt": ep.steps[0].prompt_text if ep.steps else "",
-                            "completion": ep.steps[-1].action_text if ep.steps else "", "correct": ep.correct,
-                            "reward": ep.score, "rewards": ep.reward_parts, "ground_truth": ep.row.get("ground_truth")})
-    return metrics
+    """The one evaluation (``job/evaluate.py``) with the run's backend, scorer and episode settings:
+    its measures under ``eval/``."""
+    result = evaluate(view.backend, view.tokenizer, view.task, rows, params, view.scorer, out_path, view.settings,
+                      k=k)
+    return {f"eval/{name}": value for name, value in result.items()}
 
 
 class PeriodicEval(TrainObserver):
@@ -100,37 +74,36 @@ class PeriodicEval(TrainObserver):
             params.greedy = False
         return params
 
-    def after_step(self, trainer, step: int, metrics: dict[str, float]) -> None:
+    def after_step(self, view: StepView, step: int, metrics: dict[str, float]) -> None:
         if not self.every or step % self.every:
             return
         if self.rows is None:
-            self.rows = eval_subset(trainer.task.eval_rows, self.cfg.eval.max_eval_samples, self.cfg.train.seed)
+            self.rows = eval_subset(view.task.eval_rows, self.cfg.eval.max_eval_samples, self.cfg.train.seed)
         if not self.rows:
             log.warning("eval_steps: the task has no held-out rows (dataset_test_split / test_split_size); skipped")
             self.every = 0
             return
-        main = trainer.parallel.is_main
-        result = evaluate_groups(trainer, self.rows, self.k, self.params(),
-                                 trainer.out / "eval" / f"step_{step:06d}.jsonl" if main else None)
+        result = evaluate_groups(view, self.rows, self.k, self.params(),
+                                 view.out / "eval" / f"step_{step:06d}.jsonl" if view.is_main else None)
         # Several processes sample different answers: process 0's result decides the best step
         # everywhere, so every process takes part in the (collective) checkpoint of that step or none does.
         result = broadcast_object(result)
         self.sink.log(step, result)
-        self._track_best(trainer, step, result)
+        self._track_best(view, step, result)
 
-    def _track_best(self, trainer, step: int, result: dict[str, float]) -> None:
+    def _track_best(self, view: StepView, step: int, result: dict[str, float]) -> None:
         if self.metric not in result:
             raise ConfigError(f"metric_for_best_model '{self.metric}' is not an eval metric; they are {sorted(result)}")
         value = result[self.metric]
-        best = trainer.run_state.get("best")
-        better = best is None or (value > best["value"] if self.greater else value < best["value"])
+        best = view.run_state.best
+        better = best is None or (value > best.value if self.greater else value < best.value)
         if not better:
             return
-        path = trainer.out / f"checkpoint-{step}"
-        trainer.run_state["best"] = {"step": step, "metric": self.metric, "value": value, "checkpoint": str(path)}
-        trainer.checkpoint()  # the best is always a real checkpoint (saved once per step; observers see it)
-        if trainer.parallel.is_main:
-            (trainer.out / BEST).write_text(json.dumps(trainer.run_state["best"], indent=2))
+        path = view.out / f"checkpoint-{step}"
+        view.run_state.best = BestCheckpoint(step, self.metric, value, str(path))
+        view.checkpoint()  # the best is always a real checkpoint (saved once per step; observers see it)
+        if view.is_main:
+            (view.out / BEST).write_text(json.dumps(asdict(view.run_state.best), indent=2))
         log.info("best checkpoint so far: %s (%s = %.4f)", path, self.metric, value)
 
 

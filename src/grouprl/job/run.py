@@ -10,6 +10,7 @@ import json
 import logging
 import random
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -158,14 +159,14 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     measure = "success rate" if task.multi_step else "accuracy"
 
     trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel)
-    trainer.run_state["base_model"] = base_model
+    trainer.run_state.base_model = base_model
     seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
     if resume:
         trainer.resume(resume)
     elif eval_rows:
         before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
                           out / "eval" / "before.jsonl" if main else None, settings)
-        trainer.run_state["eval_before"] = before
+        trainer.run_state.eval_before = before
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
@@ -185,7 +186,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
             from grouprl.observe.plots import plot_rollouts
 
             plot = str(plot_rollouts(rollouts, out / "reward_curve.png"))
-        before = trainer.run_state.get("eval_before")
+        before = trainer.run_state.eval_before
         summary = {
             "task": task.name,
             "model": model_path,
@@ -193,7 +194,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
             "accuracy_before": before["accuracy"] if before else None,
             "accuracy_after": after["accuracy"] if after else None,
             "n_eval": len(eval_rows),
-            "mean_new_tokens_after": after["mean_new_tokens"] if after else None,
+            "mean_new_tokens_after": after["completions/mean_length"] if after else None,
             "eval_before": before,
             "eval_after": after,
             "wall_seconds": round(time.perf_counter() - start, 1),
@@ -201,8 +202,8 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
             "rollouts": str(rollouts) if rollouts.is_file() else None,
             "metrics": str(out / "metrics.jsonl"),
             "final_checkpoint": str(out / f"checkpoint-{trainer.step}"),
-            "best_checkpoint": trainer.run_state.get("best"),
-            "hub_revisions": trainer.run_state.get("hub_revisions"),
+            "best_checkpoint": asdict(trainer.run_state.best) if trainer.run_state.best else None,
+            "hub_revisions": trainer.run_state.hub_revisions,
         }
         sink.summary(summary)
     finally:

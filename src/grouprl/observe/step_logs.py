@@ -1,5 +1,6 @@
-"""Observers of a training step: the rollout and trajectory JSONL, built from the step's records
-(episodes, their scores, the advantage record). Written by the main process only."""
+"""The JSONL records of episodes: one schema for a scored episode (:func:`episode_record`, used by the
+rollout log and both evaluations) and the per-step trajectory records, built from the step's records
+(episodes, their verdicts, the advantage record). Written by the main process only."""
 
 from __future__ import annotations
 
@@ -7,35 +8,47 @@ from pathlib import Path
 from typing import Iterator
 
 from grouprl.observe.jsonl import JsonlAppender
-from grouprl.records import Episode
+from grouprl.records import Episode, Verdict
 
 
-def rollout_records(step: int, episodes: list[Episode], advantages) -> Iterator[dict]:
-    """One line per episode (its first step's prompt and completion, its score and advantage)."""
+def episode_record(ep: Episode, verdict: Verdict, multi_step: bool = False) -> dict:
+    """One scored episode as every JSONL of episodes writes it (rollouts, held-out evaluation, periodic
+    evaluation): the one schema ``docs/observability.md`` documents. Multi-step episodes add their actions."""
+    first, last = (ep.steps[0], ep.steps[-1]) if ep.steps else (None, None)
+    record = {
+        "episode": ep.episode_id, "group": ep.group_id, "prompt_id": ep.prompt_id, "seed": ep.seed,
+        "question": ep.row.get("question"), "prompt": first.prompt_text if first else "",
+        "completion": last.action_text if last else "", "prediction": verdict.prediction,
+        "ground_truth": ep.row.get("ground_truth"), "reward": verdict.score, "rewards": verdict.parts,
+        "correct": verdict.correct, "reward_errors": verdict.errors, "reward_reasons": verdict.reasons,
+        "truncated": bool(last and last.truncated), "episode_length": len(ep.steps),
+        "new_tokens": sum(len(s.action_ids) for s in ep.steps) / max(len(ep.steps), 1),
+    }
+    if multi_step or len(ep.steps) > 1:
+        record.update(actions=[s.action_text for s in ep.steps], valid=[s.valid for s in ep.steps])
+    return record
+
+
+def rollout_records(step: int, episodes: list[Episode], verdicts: list[Verdict], advantages,
+                    multi_step: bool = False) -> Iterator[dict]:
+    """One line per episode: its record, the training step and the advantage of its first step."""
     first = 0
-    for ep in episodes:
-        s = ep.steps[0]
-        yield {
-            "step": step, "prompt_id": ep.prompt_id, "group": ep.group_id, "prompt": s.prompt_text,
-            "completion": s.action_text, "prediction": ep.prediction,
-            "ground_truth": ep.row.get("ground_truth"), "reward": ep.score, "rewards": ep.reward_parts,
-            "correct": ep.correct, "advantage": float(advantages.advantage[first]), "truncated": s.truncated,
-            "reward_errors": ep.reward_errors, "reward_reasons": ep.reward_reasons,
-            "episode_length": len(ep.steps),
-        }
+    for ep, verdict in zip(episodes, verdicts):
+        yield {"step": step, **episode_record(ep, verdict, multi_step), "advantage": float(advantages.advantage[first])}
         first += len(ep.steps)
 
 
-def trajectory_records(step: int, episodes: list[Episode], advantages) -> Iterator[dict]:
+def trajectory_records(step: int, episodes: list[Episode], verdicts: list[Verdict], advantages) -> Iterator[dict]:
     """Every step of every episode, with what the estimator made of it."""
     j = 0
-    for ep in episodes:
+    for ep, verdict in zip(episodes, verdicts):
         for t, s in enumerate(ep.steps):
             yield {
                 "train_step": step, "episode": ep.episode_id, "group": ep.group_id, "seed": ep.seed, "t": t,
                 "observation": s.observation, "action": s.action_text, "valid": s.valid,
                 "invalid_reason": s.invalid_reason, "env_reward": s.env_reward, "penalty": s.penalty,
-                "base_reward": s.reward, "return": float(advantages.returns[j]), "episode_score": ep.score,
+                "base_reward": verdict.step_rewards[t], "return": float(advantages.returns[j]),
+                "episode_score": verdict.score,
                 "success": ep.success, "episode_advantage": float(advantages.episode_advantage[j]),
                 "step_advantage": float(advantages.step_advantage[j]), "advantage": float(advantages.advantage[j]),
                 "anchor_group": int(advantages.anchor[j]), "anchor_group_size": int(advantages.anchor_size[j]),
@@ -55,10 +68,10 @@ def conversation_fields(ep: Episode, t: int) -> dict:
             "masked_prompt_tokens": len(s.prompt_ids) if t == 0 else 0, "end_reason": ep.end_reason}
 
 
-def write_trajectories(path: Path, step: int, episodes: list[Episode], advantages) -> None:
+def write_trajectories(path: Path, step: int, episodes: list[Episode], verdicts: list[Verdict], advantages) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".jsonl.tmp")  # written whole, then renamed: never a half file
     tmp.unlink(missing_ok=True)
     with JsonlAppender(tmp) as sink:
-        sink.write_many(trajectory_records(step, episodes, advantages))
+        sink.write_many(trajectory_records(step, episodes, verdicts, advantages))
     tmp.replace(path)

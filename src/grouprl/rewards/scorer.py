@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from grouprl.config import ConfigError
-from grouprl.records import Episode
+from grouprl.records import Episode, Verdict
 from grouprl.rewards.guard import RewardFailure, RewardTimeout, call_with_timeout, finite_score, map_with_timeout
 from grouprl.rewards.kit import RewardFunctionError, score_batch
 from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
@@ -56,11 +56,25 @@ class RewardPart:
 
 @dataclass
 class Scores:
-    """What the score phase returns: the episode scores, every reward's verdicts, and metrics."""
+    """What the score phase returns: one verdict per episode (in the episodes' order), their scores as a
+    tensor, every reward's full part per episode (step outputs and sub-metrics too), and metrics."""
 
-    episode: torch.Tensor  # (E,) float: the episode score R
+    episode: torch.Tensor  # (E,) float64: the episode score R (float64: a huge but finite 1e30 survives its square)
+    verdicts: list[Verdict]
     parts: dict[str, list[RewardPart]]  # reward key -> one part per episode
     metrics: dict[str, float]
+
+    @classmethod
+    def of(cls, verdicts: list[Verdict], parts: dict[str, list[RewardPart]] | None = None,
+           metrics: dict[str, float] | None = None) -> "Scores":
+        return cls(torch.tensor([v.score for v in verdicts], dtype=torch.float64), list(verdicts), parts or {},
+                   dict(metrics or {}))
+
+    def select(self, indices: list[int], metrics: dict[str, float] | None = None) -> "Scores":
+        """The verdicts (and parts) of these episodes, in this order."""
+        return Scores.of([self.verdicts[i] for i in indices],
+                         {key: [ps[i] for i in indices] for key, ps in self.parts.items()},
+                         self.metrics if metrics is None else metrics)
 
 
 def unique_keys(names: list[str]) -> list[str]:
@@ -163,7 +177,7 @@ def _plain_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[
 class Scorer:
     """Reward functions (weighted), optional learned rewards and an optional mixer."""
 
-    def __init__(self, reward_names: list[str], weights: list[float], correct_reward: str | None = None,
+    def __init__(self, reward_names: list[str], weights: list[float], correct_reward: str | None = None, *,
                  normalize_weights: bool = True, max_error_fraction: float = 1.0,
                  reward_kwargs: dict[str, dict] | None = None, sandbox_user_rewards: bool = False,
                  default_step_reward: float = 0.0, learned: list[LearnedReward] | None = None,
@@ -204,10 +218,14 @@ class Scorer:
         if learned is None and mixer is None:
             extras = task.scorer_extras(cfg)
             learned, learned_weights, mixer = extras.get("learned"), extras.get("learned_weights"), extras.get("mixer")
-        return cls(task.reward_names, task.reward_weights, task.correct_reward, task_config.normalize_weights,
-                   task_config.max_reward_error_fraction, task.reward_kwargs, task_config.sandbox_user_rewards,
-                   task_config.default_step_reward, learned, learned_weights, mixer, task_config.reward_timeout,
-                   cfg.rollout.invalid_penalty == "in_returns", getattr(task, "predict", None), cfg.train.output_dir)
+        return cls(task.reward_names, task.reward_weights, task.correct_reward,
+                   normalize_weights=task_config.normalize_weights,
+                   max_error_fraction=task_config.max_reward_error_fraction, reward_kwargs=task.reward_kwargs,
+                   sandbox_user_rewards=task_config.sandbox_user_rewards,
+                   default_step_reward=task_config.default_step_reward, learned=learned,
+                   learned_weights=learned_weights, mixer=mixer, reward_timeout=task_config.reward_timeout,
+                   penalty_in_rewards=cfg.rollout.invalid_penalty == "in_returns",
+                   predict=getattr(task, "predict", None), run_dir=cfg.train.output_dir)
 
     # --- scoring ---------------------------------------------------------------------------
     def reward_parts(self, episodes: list[Episode]) -> dict[str, list[RewardPart]]:
@@ -228,69 +246,69 @@ class Scorer:
         return {key: done[key] for key in self.keys}
 
     def score(self, episodes: list[Episode]) -> Scores:
-        """Score a batch; fills each episode's ``score``, ``reward_parts``/``_errors``/``_reasons``,
-        ``prediction``, ``correct`` and its steps' ``reward``. Learned rewards then update once."""
+        """Score a batch: one :class:`Verdict` per episode (score, step rewards, each reward's part,
+        errors, reasons, prediction, correct); the episodes are only read. Learned rewards then update once."""
         parts = self.reward_parts(episodes)
-        failed = 0
-        for i, ep in enumerate(episodes):
-            ep.reward_parts = {key: parts[key][i].score for key in self.keys}
-            ep.reward_errors = [parts[key][i].error for key in self.keys if parts[key][i].error]
-            ep.reward_reasons = {key: parts[key][i].reason for key in self.keys if parts[key][i].reason}
-            failed += bool(ep.reward_errors)
-            for step in ep.steps:
-                step.reward = step.env_reward - self._penalty(step)
-            for key in self.keys:
-                part = parts[key][i]
-                if part.step_outputs:
-                    align_step_rewards(ep, part.step_outputs, self.weights[key], self.default_step_reward)
-                elif part.score is not None and ep.steps:
-                    ep.steps[-1].reward += self.weights[key] * part.score
-            ep.score = weighted_score(ep.reward_parts, self.weights) + sum(s.env_reward - self._penalty(s)
-                                                                           for s in ep.steps)
-            answer = ep.steps[-1].action_text if ep.steps else ""
-            if self.judge is None:
-                ep.correct = ep.success
-            elif self.judge_key is not None:  # the judge is one of the rewards (typed or TRL too): its 1.0
-                ep.correct = ep.reward_parts[self.judge_key] == 1.0
-            else:
-                ep.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
-            ep.prediction = self.predict(answer) if self.predict is not None else None
+        verdicts = [self._verdict(i, ep, parts) for i, ep in enumerate(episodes)]
+        failed = sum(bool(v.errors) for v in verdicts)
         fraction = failed / max(len(episodes), 1)
         if failed:
             log.warning("reward errors on %d of %d samples, e.g. %s", failed, len(episodes),
-                        next(e for ep in episodes for e in ep.reward_errors))
+                        next(e for v in verdicts for e in v.errors))
         if fraction > self.max_error_fraction:
             raise RewardFailure(f"{failed} of {len(episodes)} samples failed in reward functions "
                                 f"(> max_reward_error_fraction={self.max_error_fraction}); first error: "
-                                f"{next(e for ep in episodes for e in ep.reward_errors)}")
+                                f"{next(e for v in verdicts for e in v.errors)}")
         metrics = {"reward_errors": float(failed), "reward_error_fraction": fraction}
         for key, fn in self.fns.items():  # a judge's calls, cache hits, latency, tokens since the last batch
             if hasattr(fn, "drain_metrics"):
                 metrics.update({f"{key}/{name}": value for name, value in fn.drain_metrics().items()})
         if self.learned:
-            metrics.update(self._add_learned(episodes))
-        # float64: a huge but finite score (1e30) must survive the group statistics (its square)
-        return Scores(torch.tensor([ep.score for ep in episodes], dtype=torch.float64), parts, metrics)
+            metrics.update(self._add_learned(episodes, verdicts))
+        return Scores.of(verdicts, parts, metrics)
+
+    def _verdict(self, i: int, ep: Episode, parts: dict[str, list[RewardPart]]) -> Verdict:
+        mine = {key: parts[key][i] for key in self.keys}
+        verdict = Verdict(parts={key: part.score for key, part in mine.items()},
+                          errors=[part.error for part in mine.values() if part.error],
+                          reasons={key: part.reason for key, part in mine.items() if part.reason},
+                          step_rewards=[step.env_reward - self._penalty(step) for step in ep.steps])
+        for key, part in mine.items():
+            if part.step_outputs:
+                align_step_rewards(verdict.step_rewards, part.step_outputs, self.weights[key], self.default_step_reward)
+            elif part.score is not None and ep.steps:
+                verdict.step_rewards[-1] += self.weights[key] * part.score
+        verdict.score = weighted_score(verdict.parts, self.weights) + sum(s.env_reward - self._penalty(s)
+                                                                          for s in ep.steps)
+        answer = ep.steps[-1].action_text if ep.steps else ""
+        if self.judge is None:
+            verdict.correct = ep.success
+        elif self.judge_key is not None:  # the judge is one of the rewards (typed or TRL too): its 1.0
+            verdict.correct = verdict.parts[self.judge_key] == 1.0
+        else:
+            verdict.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
+        verdict.prediction = self.predict(answer) if self.predict is not None else None
+        return verdict
 
     def _penalty(self, step) -> float:
         return step.penalty if self.penalty_in_rewards else 0.0
 
-    def _add_learned(self, episodes: list[Episode]) -> dict[str, float]:
-        """Score with every learned reward, mix into the episode scores, then update each once."""
-        base = torch.tensor([ep.score for ep in episodes], dtype=torch.float32)
+    def _add_learned(self, episodes: list[Episode], verdicts: list[Verdict]) -> dict[str, float]:
+        """Score with every learned reward, mix into the verdicts' scores, then update each once."""
+        base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
         learned = torch.zeros_like(base)
         for reward, weight in zip(self.learned, self.learned_weights):
             values = torch.tensor(reward.score(episodes), dtype=torch.float32)
             if values.shape != base.shape:
                 raise ValueError(f"learned reward '{reward.name}': {values.numel()} scores for {base.numel()} episodes")
-            for ep, v in zip(episodes, values.tolist()):
-                ep.reward_parts[reward.name] = v
+            for verdict, v in zip(verdicts, values.tolist()):
+                verdict.parts[reward.name] = v
             learned += weight * values
         final = self.mixer.mix(base, learned) if self.mixer is not None else base + learned
-        for ep, b, r in zip(episodes, base.tolist(), final.tolist()):
-            ep.score = r
-            if ep.steps:
-                ep.steps[-1].reward += r - b
+        for verdict, b, r in zip(verdicts, base.tolist(), final.tolist()):
+            verdict.score = r
+            if verdict.step_rewards:
+                verdict.step_rewards[-1] += r - b
         metrics: dict[str, float] = {}
         if self._evaluating:  # scored only; evaluation may run on one process, so no gathers either
             return metrics

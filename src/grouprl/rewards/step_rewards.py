@@ -38,8 +38,9 @@ def check_step_outputs(name: str, ep: Episode, step_outputs) -> str | None:
     return None
 
 
-def align_step_rewards(ep: Episode, step_outputs, weight: float = 1.0, default_step_reward: float = 0.0) -> None:
-    """Add ``weight * StepOutput.base_reward`` to the step whose assistant turn it names.
+def align_step_rewards(step_rewards: list[float], step_outputs, weight: float = 1.0,
+                       default_step_reward: float = 0.0) -> None:
+    """Add ``weight * StepOutput.base_reward`` to the reward of the step whose assistant turn it names.
 
     ``step_index = i`` is the episode's i-th assistant turn (0-based), i.e. the action of
     its i-th step (see :func:`episode_messages`). Steps no output names get
@@ -48,5 +49,5 @@ def align_step_rewards(ep: Episode, step_outputs, weight: float = 1.0, default_s
     named: dict[int, float] = {}
     for out in step_outputs:
         named[out.step_index] = named.get(out.step_index, 0.0) + out.base_reward
-    for i, step in enumerate(ep.steps):
-        step.reward += weight * named.get(i, default_step_reward)
+    for i in range(len(step_rewards)):
+        step_rewards[i] += weight * named.get(i, default_step_reward)

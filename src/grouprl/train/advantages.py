@@ -17,7 +17,7 @@ import torch
 from grouprl.algos.advantages import Estimator, RewardParts, StepTensors, discounted_returns, run_estimator
 from grouprl.algos.anchors import anchor_group_ids
 from grouprl.config import ConfigError
-from grouprl.records import Episode
+from grouprl.records import Episode, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +52,23 @@ def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
     return options
 
 
-def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, algorithm, estimator: Estimator,
-                             options: dict[str, Any], state_key: Callable | None = None,
-                             penalty_on_step: bool = False, parts: RewardParts | None = None) -> AdvantageRecord:
-    """Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid step's
+def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, step_rewards: list[list[float]],
+                             algorithm, estimator: Estimator, options: dict[str, Any],
+                             state_key: Callable | None = None, penalty_on_step: bool = False,
+                             parts: RewardParts | None = None) -> AdvantageRecord:
+    """``scores`` and ``step_rewards`` are the verdicts' (``Verdict.score``, ``Verdict.step_rewards``), in the
+    episodes' order. Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid step's
     penalty charged to that step alone: a step-level estimator receives it as ``steps.penalty`` (gigpo
     follows verl-agent's flow, see ``gigpo_parts``); an episode-level one's advantage is lowered by it,
     A_t <- A_t - p_t."""
     groups = torch.tensor([ep.group_id for ep in episodes])
     steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
+    if [len(r) for r in step_rewards] != [len(ep.steps) for ep in episodes]:
+        raise ValueError("step_rewards must hold one reward per step of each episode, in the episodes' order")
     anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
                                algorithm.anchor_mode, algorithm.similarity_threshold, state_key)
     tensors = StepTensors(episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
-                          rewards=torch.tensor([s.reward for _, s in steps], dtype=torch.float64),
+                          rewards=torch.tensor([r for rewards in step_rewards for r in rewards], dtype=torch.float64),
                           anchor=torch.tensor(anchors, dtype=torch.long),
                           penalty=torch.tensor([s.penalty for _, s in steps], dtype=torch.float64)
                           if penalty_on_step else None)
@@ -128,11 +132,11 @@ def checked_output(estimator: Estimator, out: Any, scores: torch.Tensor, n_steps
     return out
 
 
-def reward_parts(episodes: list[Episode], weights: dict[str, float]) -> RewardParts:
+def reward_parts(verdicts: list[Verdict], weights: dict[str, float]) -> RewardParts:
     """Each reward's score per episode (NaN where it gave none), for an estimator that declares ``parts``."""
     nan = float("nan")
-    return RewardParts({name: torch.tensor([nan if (value := ep.reward_parts.get(name)) is None else float(value)
-                                            for ep in episodes], dtype=torch.float64) for name in weights},
+    return RewardParts({name: torch.tensor([nan if (value := v.parts.get(name)) is None else float(value)
+                                            for v in verdicts], dtype=torch.float64) for name in weights},
                        dict(weights))
 
 

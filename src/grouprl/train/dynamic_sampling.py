@@ -22,24 +22,22 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
-
-from grouprl.records import Episode
+from grouprl.records import Episode, Verdict
 from grouprl.rewards.scorer import Scores
 from grouprl.train.parallel import GlobalBatch, shard_slice
 
 
-def group_members(episodes: list[Episode]) -> dict[int, list[Episode]]:
-    """Episodes by group id, groups in order of first appearance."""
-    groups: dict[int, list[Episode]] = {}
-    for ep in episodes:
-        groups.setdefault(ep.group_id, []).append(ep)
+def group_members(episodes: list[Episode]) -> dict[int, list[int]]:
+    """Episode indices by group id, groups in order of first appearance."""
+    groups: dict[int, list[int]] = {}
+    for i, ep in enumerate(episodes):
+        groups.setdefault(ep.group_id, []).append(i)
     return groups
 
 
-def group_agrees(members: list[Episode], metric: str) -> bool:
+def group_agrees(verdicts: list[Verdict], metric: str) -> bool:
     """Whether every member has the same verdict (``judge``) or score (``score``): zero variance."""
-    values = {bool(ep.correct) for ep in members} if metric == "judge" else {float(ep.score) for ep in members}
+    values = {bool(v.correct) for v in verdicts} if metric == "judge" else {float(v.score) for v in verdicts}
     return len(values) == 1
 
 
@@ -49,7 +47,7 @@ class DynamicSampler:
 
     def collect(self, draw: Callable[[], tuple[GlobalBatch, Scores]]) -> tuple[GlobalBatch, Scores]:
         """Rounds of ``draw()`` (rollout + score + gather of one batch) until the batch is full."""
-        kept: list[list[Episode]] = []
+        kept: list[list[tuple[Episode, Verdict]]] = []
         generated = agreeing = agreeing_score = rounds = 0
         reward_errors = 0.0
         batch, scores = draw()  # at least one round: max_batches >= 1
@@ -57,12 +55,13 @@ class DynamicSampler:
             rounds += 1
             reward_errors += scores.metrics.get("reward_errors", 0.0)
             for members in group_members(batch.episodes).values():
+                verdicts = [scores.verdicts[i] for i in members]
                 generated += 1
-                agreeing_score += group_agrees(members, "score")
-                if group_agrees(members, self.metric):
+                agreeing_score += group_agrees(verdicts, "score")
+                if group_agrees(verdicts, self.metric):
                     agreeing += 1
                 elif len(kept) < self.batch_size:
-                    kept.append(members)
+                    kept.append([(batch.episodes[i], scores.verdicts[i]) for i in members])
             if rounds >= self.max_batches or len(kept) >= self.batch_size:
                 break
             batch, scores = draw()
@@ -77,14 +76,14 @@ class DynamicSampler:
             metrics["reward_errors"] = reward_errors
         if n == 0:  # nothing disagreed: train on the last batch as it is (zero advantages, no policy gradient)
             metrics["dynamic_sampling/groups_kept"] = 0.0
-            return batch, Scores(scores.episode, scores.parts, metrics)
-        episodes = []
-        for g, members in enumerate(kept[:n]):
-            for ep in members:
+            return batch, Scores(scores.episode, scores.verdicts, scores.parts, metrics)
+        episodes, verdicts = [], []
+        for g, group in enumerate(kept[:n]):
+            for ep, verdict in group:
                 ep.group_id = g
                 episodes.append(ep)
+                verdicts.append(verdict)
         mine = shard_slice(n, self.parallel.info)
-        size = [len(members) for members in kept[:n]]
+        size = [len(group) for group in kept[:n]]
         start, stop = sum(size[: mine.start]), sum(size[: mine.stop])
-        whole = torch.tensor([ep.score for ep in episodes], dtype=torch.float64)
-        return GlobalBatch(episodes, start, stop), Scores(whole, {}, metrics)
+        return GlobalBatch(episodes, start, stop), Scores.of(verdicts, None, metrics)

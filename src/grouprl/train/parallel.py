@@ -293,18 +293,20 @@ class DataParallel:
         """This process's share of the step's rows."""
         return shard(rows, self.info)
 
-    def globalize(self, episodes: list[Episode], groups_per_process: int) -> "GlobalBatch":
-        """Renumber this process's groups as in the whole batch, then gather every process's episodes."""
+    def globalize(self, episodes: list[Episode], groups_per_process: int,
+                  attached: Any = None) -> tuple["GlobalBatch", list[Any]]:
+        """Renumber this process's groups as in the whole batch, then gather every process's episodes
+        (and what is ``attached`` to them, e.g. their verdicts: one value per process, in rank order)."""
         for ep in episodes:
             ep.group_id += self.info.rank * groups_per_process
         if not self.distributed:
-            return GlobalBatch(episodes, 0, len(episodes))
-        shares = gather_objects(episodes)
-        start = sum(len(s) for s in shares[: self.info.rank])
-        everything = [ep for share in shares for ep in share]
-        # Our own share stays the objects we hold (later phases write onto them).
+            return GlobalBatch(episodes, 0, len(episodes)), [attached]
+        shares = gather_objects((episodes, attached))
+        start = sum(len(s) for s, _ in shares[: self.info.rank])
+        everything = [ep for share, _ in shares for ep in share]
+        # Our own share stays the objects we hold.
         everything[start:start + len(episodes)] = episodes
-        return GlobalBatch(everything, start, start + len(episodes))
+        return GlobalBatch(everything, start, start + len(episodes)), [a for _, a in shares]
 
     def micro_batches(self, local_samples: int, accumulation: int) -> int:
         """One micro-batch count for every process (FSDP needs equal forward counts): the configured

@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from grouprl.records import Episode
+from grouprl.records import Episode, Verdict
 
 
 class RowSampler:
@@ -66,13 +66,13 @@ class CurriculumSampler(RowSampler):
         self.last_indices = out
         return [self.rows[i] for i in out]
 
-    def observe(self, episodes: list[Episode], step: int) -> None:
+    def observe(self, episodes: list[Episode], verdicts: list[Verdict], step: int) -> None:
         """After a round is scored (every process's episodes, groups numbered as drawn): skip its
         prompts solved by every or by no member of their group, from the next step on."""
         self.now = step
         outcomes: dict[int, set[bool]] = {}
-        for ep in episodes:
-            outcomes.setdefault(ep.group_id, set()).add(bool(ep.correct))
+        for ep, verdict in zip(episodes, verdicts):
+            outcomes.setdefault(ep.group_id, set()).add(bool(verdict.correct))
         for group, seen in sorted(outcomes.items()):
             if len(seen) == 1 and group < len(self.last_indices) and self.skipped_now() < self.max_skipped:
                 self.skip_until[self.last_indices[group]] = step + 1 + self.skip_steps

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config
@@ -38,6 +37,7 @@ from grouprl.train.checkpoint import (RNG_FILE, load_training_state, read_rng_st
 from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
 from grouprl.train.dynamic_sampling import DynamicSampler
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
+from grouprl.train.run_state import RunState, StepView
 from grouprl.train.sampling import CurriculumSampler, RowSampler
 from grouprl.train.step_metrics import batch_metrics
 from grouprl.user_code import import_callable
@@ -81,7 +81,8 @@ class Trainer:
         key = cfg.algorithm.state_key
         self.state_key = import_callable(key, "state_key") if key else None
         self.step = 0
-        self.run_state: dict[str, Any] = {}  # carried by checkpoints: the base model, the eval before RL
+        self.run_state = RunState()  # carried by checkpoints: the base model, the eval before RL, the best
+        self.last_record: StepRecord | None = None
 
     # --- the five phases, in train_step's order ----------------------------------------------
     def rollout(self) -> list[Episode]:
@@ -94,23 +95,26 @@ class Trainer:
     def score(self, episodes: list[Episode]) -> Scores:
         return self.scorer.score(episodes)
 
-    def gather(self, episodes: list[Episode], scores: Scores | None = None) -> tuple[GlobalBatch, Scores]:
-        """Every process's episodes of this step, and the whole batch's scores and score metrics (one
-        process: its own episodes, unchanged)."""
-        batch = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations)
-        everything = torch.tensor([ep.score for ep in batch.episodes], dtype=torch.float64)  # 1e39 stays finite
-        metrics = self.parallel.mean_metrics(scores.metrics if scores is not None else {})
+    def gather(self, episodes: list[Episode], scores: Scores) -> tuple[GlobalBatch, Scores]:
+        """Every process's episodes of this step with their verdicts, and the whole batch's score metrics
+        (one process: its own, unchanged)."""
+        batch, shares = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations,
+                                                (scores.verdicts, scores.parts))
+        verdicts = [v for share, _ in shares for v in share]
+        parts = {key: [p for _, share in shares for p in share[key]] for key in scores.parts}
+        metrics = self.parallel.mean_metrics(scores.metrics)
         if "reward_errors" in metrics:  # a count: the whole batch's
-            metrics["reward_errors"] = float(sum(bool(ep.reward_errors) for ep in batch.episodes))
-        return batch, Scores(everything, scores.parts if scores is not None else {}, metrics)
+            metrics["reward_errors"] = float(sum(bool(v.errors) for v in verdicts))
+        return batch, Scores.of(verdicts, parts, metrics)
 
-    def advantages(self, episodes: list[Episode], scores: torch.Tensor) -> AdvantageRecord:
+    def advantages(self, episodes: list[Episode], scores: Scores) -> AdvantageRecord:
         parts = None
         if self.estimator.wants_parts:  # each reward's own score (gdpo), with its weight in the episode score
             weights = {**self.scorer.weights, **{r.name: w for r, w in zip(self.scorer.learned,
                                                                              self.scorer.learned_weights)}}
-            parts = reward_parts(episodes, weights)
-        return compute_advantage_record(episodes, scores, self.cfg.algorithm, self.estimator, self.estimator_options,
+            parts = reward_parts(scores.verdicts, weights)
+        return compute_advantage_record(episodes, scores.episode, [v.step_rewards for v in scores.verdicts],
+                                        self.cfg.algorithm, self.estimator, self.estimator_options,
                                         self.state_key, self.cfg.rollout.invalid_penalty == "on_step", parts)
 
     def samples(self, batch: GlobalBatch, advantages: AdvantageRecord) -> StepSamples:
@@ -135,7 +139,7 @@ class Trainer:
                 scores = self.score(episodes)
             batch, scores = self.gather(episodes, scores)
             if isinstance(self.sampler, CurriculumSampler):
-                self.sampler.observe(batch.episodes, self.step)
+                self.sampler.observe(batch.episodes, scores.verdicts, self.step)
             return batch, scores
 
         if isinstance(self.sampler, CurriculumSampler):
@@ -147,7 +151,7 @@ class Trainer:
         phase = _timer(seconds)
         batch, scores = self.collect(seconds)
         with phase("advantage_time"):
-            advantages = self.advantages(batch.episodes, scores.episode)
+            advantages = self.advantages(batch.episodes, scores)
         samples = self.samples(batch, advantages)
         with phase("update_time"):
             stats = self.update(samples)
@@ -159,7 +163,7 @@ class Trainer:
         batch = record.samples.batch
         n_tokens = self.parallel.total(float(batch.completion_mask.sum() + batch.prompt_mask.sum()))
         return {**record.update,
-                **batch_metrics(record.episodes, record.scores.episode, record.advantages,
+                **batch_metrics(record.episodes, record.scores, record.advantages,
                                 self.cfg.rollout.num_generations,
                                 self.scorer.keys + [r.name for r in self.scorer.learned],
                                 self.task.multi_step),
@@ -183,7 +187,7 @@ class Trainer:
             self.console.log(f"resumed {ckpt} with {self.parallel.info.world_size} process(es): same data order, "
                              "fresh per-process RNG streams (reshard_on_resume)")
         self.sampler.position = state["data_position"]
-        self.run_state = state.get("extra", {})
+        self.run_state = RunState.from_dict(state.get("extra", {}), where=f"checkpoint {ckpt}")
         objective = state.get("objective", {})  # the adaptive entropy coefficient, the curriculum's skips
         if "entropy_bonus" in objective:
             self.learner.entropy_bonus.load_state_dict(objective["entropy_bonus"])
@@ -203,7 +207,7 @@ class Trainer:
         if self.parallel.is_main:
             path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer,
                                    self.learner.optimizer, self.learner.scheduler,
-                                   {"data_position": self.sampler.position, "extra": self.run_state,
+                                   {"data_position": self.sampler.position, "extra": self.run_state.to_dict(),
                                     "objective": self.objective_state()}, scorer=self.scorer,
                                    rng_states=rng_states, model_state=model_state,
                                    optimizer_state=optimizer_state)
@@ -211,8 +215,13 @@ class Trainer:
         self._saved_step = self.step
         if self.parallel.is_main:
             for observer in self.observers:
-                observer.after_checkpoint(self, path)
+                observer.after_checkpoint(self.view(), path)
         return path
+
+    def view(self) -> StepView:
+        """What observers see (``train/run_state.py``)."""
+        return StepView(self.step, self.out, self.parallel.is_main, self.run_state, self.last_record, self.task,
+                        self.scorer, self.backend, self.policy.tokenizer, self.settings, self.checkpoint)
 
     def objective_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"entropy_bonus": self.learner.entropy_bonus.state_dict()}
@@ -236,20 +245,21 @@ class Trainer:
             bar = progress.add_task("train", total=train.max_steps, completed=self.step, info="")
             while self.step < train.max_steps:
                 record = self.train_step()
-                self.last_record = record  # observers may show the step's episodes (job/completion_samples.py)
+                self.last_record = record  # observers see the step's records (job/completion_samples.py)
                 self.step += 1
                 metrics = self.metrics(record)
                 sink.log(self.step, metrics)
                 history.append({"step": self.step, **metrics})
                 if rollouts is not None:
-                    rollouts.write_many(rollout_records(self.step, record.episodes, record.advantages))
+                    rollouts.write_many(rollout_records(self.step, record.episodes, record.scores.verdicts,
+                                                       record.advantages, self.task.multi_step))
                 if main and every and (self.step % every == 0 or self.step == 1):
                     write_trajectories(self.out / "trajectories" / f"step_{self.step:06d}.jsonl", self.step,
-                                       record.episodes, record.advantages)
+                                       record.episodes, record.scores.verdicts, record.advantages)
                 progress.update(bar, completed=self.step,
                                 info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}")
                 for observer in self.observers:  # evaluation every eval_steps (may save the best step), ...
-                    observer.after_step(self, self.step, metrics)
+                    observer.after_step(self.view(), self.step, metrics)
                 if train.save_steps and self.step % train.save_steps == 0 and self.step < train.max_steps:
                     self.checkpoint()  # after the evaluation: the checkpoint's run state knows this step's best
         if rollouts is not None:
@@ -257,7 +267,7 @@ class Trainer:
         self.pool.close()
         self.checkpoint()
         for observer in self.observers:  # hub uploads finish, ...
-            observer.after_train(self)
+            observer.after_train(self.view())
         return history
 
 

@@ -39,28 +39,29 @@ def test_student_learns_the_judge_then_the_judge_is_sampled(tiny_arithmetic_dir,
     rows = []
     for step in range(7):
         eps = batch(step)
-        rows.append(scorer.score(eps).metrics)
+        scores = scorer.score(eps)
+        rows.append(scores.metrics)
         if step < 3:  # judge phase: the reward is the judge's verdict
-            assert [ep.reward_parts["distilled_judge"] for ep in eps] == [float(ep.steps[0].action_text == "5")
-                                                                         for ep in eps]
+            assert [v.parts["distilled_judge"] for v in scores.verdicts] == [float(ep.steps[0].action_text == "5")
+                                                                            for ep in eps]
     assert [r["distill/judged"] for r in rows] == [16, 16, 16, 8, 4, 2, 2]  # 1, 1, 1, 1/2, 1/4, then min 1/8
     assert [r["distilled_judge/requests"] for r in rows] == [16, 16, 16, 8, 4, 2, 2]
     assert rows[-1]["distill/agreement"] == 1.0 and rows[0]["distill/student_loss"] > rows[-1]["distill/student_loss"]
     # After the judge phase the student scores everything, and it has learned the rule.
     eps = batch(9)
     with scorer.eval_mode():  # frozen: no judge call, no update
-        scorer.score(eps)
-    right = [ep.reward_parts["distilled_judge"] for ep in eps if ep.steps[0].action_text == "5"]
-    wrong = [ep.reward_parts["distilled_judge"] for ep in eps if ep.steps[0].action_text == "9"]
+        verdicts = scorer.score(eps).verdicts
+    right = [v.parts["distilled_judge"] for ep, v in zip(eps, verdicts) if ep.steps[0].action_text == "5"]
+    wrong = [v.parts["distilled_judge"] for ep, v in zip(eps, verdicts) if ep.steps[0].action_text == "9"]
     assert min(right) > 0.5 > max(wrong)
     # The state resumes: a fresh scorer given it scores the same, and samples the same next step.
     fresh = distill_scorer(tiny_arithmetic_dir, grader.base_url, tmp_path / "run")
     fresh.load_state_dict(scorer.state_dict())
     with fresh.eval_mode():
         again = batch(9)
-        fresh.score(again)
-    assert [ep.reward_parts["distilled_judge"] for ep in again] == pytest.approx(
-        [ep.reward_parts["distilled_judge"] for ep in eps], abs=1e-6)
+        again_verdicts = fresh.score(again).verdicts
+    assert [v.parts["distilled_judge"] for v in again_verdicts] == pytest.approx(
+        [v.parts["distilled_judge"] for v in verdicts], abs=1e-6)
     assert fresh.learned[0].step == 7 and fresh.learned[0].fraction() == 0.125
 
 

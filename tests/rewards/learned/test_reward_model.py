@@ -81,7 +81,7 @@ def test_batched_scores_through_the_models_own_template_equal_one_by_one(rm_dir)
     scorer = Scorer([str(rm_dir)], [1.0], max_error_fraction=1.0, reward_kwargs={str(rm_dir): {"batch_size": 2}})
     eps = episodes(answers)
     scores = scorer.score(eps)
-    got = [ep.reward_parts[str(rm_dir)] for ep in eps]
+    got = [v.parts[str(rm_dir)] for v in scores.verdicts]
     want = [one_by_one(rm_dir, [{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}])
             for a in answers]
     # Right padding in batches of 2, read at the last real token: the same logits as unpadded, one by one.
@@ -113,20 +113,20 @@ def test_multi_label_head_needs_a_label_and_reads_it(tmp_path):
                                                  {"role": "assistant", "content": a}] for a in ["7", "8"]])[0]
     for options, want in [({"label": "positive"}, raw[:, 2]), ({"label": 0}, raw[:, 0]),
                           ({"label": "positive", "normalize": "softmax"}, torch.softmax(raw, -1)[:, 2])]:
-        Scorer([str(path)], [1.0], reward_kwargs={str(path): options}).score(eps)
-        assert [ep.reward_parts[str(path)] for ep in eps] == pytest.approx(want.tolist(), abs=1e-5)
+        verdicts = Scorer([str(path)], [1.0], reward_kwargs={str(path): options}).score(eps).verdicts
+        assert [v.parts[str(path)] for v in verdicts] == pytest.approx(want.tolist(), abs=1e-5)
 
 
 def test_normalisations(rm_dir):
     eps = episodes(["7", "8", "abc"])
     raw = [one_by_one(rm_dir, [{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}])
            for a in ["7", "8", "abc"]]
-    Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): {"normalize": "sigmoid"}}).score(eps)
-    assert [ep.reward_parts[str(rm_dir)] for ep in eps] == pytest.approx(torch.sigmoid(torch.tensor(raw)).tolist(),
+    verdicts = Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): {"normalize": "sigmoid"}}).score(eps).verdicts
+    assert [v.parts[str(rm_dir)] for v in verdicts] == pytest.approx(torch.sigmoid(torch.tensor(raw)).tolist(),
                                                                           abs=1e-5)
     opts = {"normalize": "standard", "mean": 0.5, "std": 2.0}
-    Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): opts}).score(eps)
-    assert [ep.reward_parts[str(rm_dir)] for ep in eps] == pytest.approx([(r - 0.5) / 2 for r in raw], abs=1e-5)
+    verdicts = Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): opts}).score(eps).verdicts
+    assert [v.parts[str(rm_dir)] for v in verdicts] == pytest.approx([(r - 0.5) / 2 for r in raw], abs=1e-5)
     with pytest.raises(ConfigError, match="option 'normalize' is 'zscore'"):
         Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): {"normalize": "zscore"}})
     with pytest.raises(ConfigError, match=r"unknown option\(s\) \['temperature'\]"):
@@ -147,9 +147,9 @@ def test_long_conversation_cut_from_the_left_and_flagged(rm_dir):
 def test_empty_episode_is_an_error_not_a_score(rm_dir):
     eps = episodes(["7", "8"])
     eps[1].steps.clear()
-    Scorer([str(rm_dir)], [1.0], max_error_fraction=1.0).score(eps)
-    assert eps[0].reward_parts[str(rm_dir)] is not None and not eps[0].reward_errors
-    assert eps[1].reward_parts[str(rm_dir)] is None and "empty conversation" in eps[1].reward_errors[0]
+    v = Scorer([str(rm_dir)], [1.0], max_error_fraction=1.0).score(eps).verdicts
+    assert v[0].parts[str(rm_dir)] is not None and not v[0].errors
+    assert v[1].parts[str(rm_dir)] is None and "empty conversation" in v[1].errors[0]
 
 
 def test_a_missing_model_is_one_clear_line(tmp_path):

@@ -21,7 +21,7 @@ function runFacts(run, rows) {
     steps: `${last === null ? 0 : last} / ${section("train").max_steps ?? "?"}`,
     status: run.finished ? "finished" : run.exists ? "running (or stopped)" : "waiting for the run folder",
     accuracy: before || after ? `${GRL.fmt(before && before.accuracy)} → ${GRL.fmt(after && after.accuracy)}` : "—",
-    eval_reward: before || after ? `${GRL.fmt(before && before.mean_reward)} → ${GRL.fmt(after && after.mean_reward)}` : "—",
+    eval_reward: before || after ? `${GRL.fmt(before && before.reward)} → ${GRL.fmt(after && after.reward)}` : "—",
     wall: sum.wall_seconds !== undefined ? `${GRL.fmt(sum.wall_seconds, 1)} s` : "—",
     train_time: stepTime.length ? `${GRL.fmt(stepTime.reduce((a, b) => a + b, 0), 1)} s over ${stepTime.length} steps` : "—",
     tokens_per_second: tps.length ? `${GRL.fmt(GRL.mean(tps), 1)} mean · ${GRL.fmt(tps[tps.length - 1], 1)} last` : "—",
