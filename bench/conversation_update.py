@@ -15,18 +15,18 @@ import argparse
 import json
 import os
 import statistics
-import string
 import time
 from pathlib import Path
 
 import torch
 
 from grouprl.policy.scoring import completion_logps, pack
-from grouprl.policy.tiny import build_tiny_model, build_tokenizer
+from grouprl.policy.tiny import build_tiny_model
+from grouprl.policy.tiny_words import build_word_tokenizer
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
-from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, rows
+from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, ToolArithmeticTask, expert_reply, rows
 from grouprl.tools import resolve_tools
 from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 from grouprl.train.conversation_samples import pack_conversations
@@ -47,10 +47,13 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--episodes", type=int, default=16)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    tok = build_tokenizer(string.printable)
-    tok.chat_template = TOOL_CHAT_TEMPLATE
+    torch.set_num_threads(args.threads)
     task_rows = rows(args.episodes)
+    tok = build_word_tokenizer(ToolArithmeticTask("tool_arithmetic", task_rows, []).tokenizer_corpus(),
+                               split_digits=True)  # the recipe's tiny tokenizer (word_digits)
+    tok.chat_template = TOOL_CHAT_TEMPLATE
     episodes = run_conversations([lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
                                  task_rows, 1, ScriptedBackend(tok, expert_reply), tok,
                                  SamplingParams(max_new_tokens=200),

@@ -32,7 +32,7 @@ def warm_tool_model(tmp_path_factory):
     cfg = build_config(RECIPE, {"output_dir": str(out)}, environ={})
     task = load_task(cfg)
     tiny = init_tiny(task.tokenizer_corpus(), out / "tiny", hidden=32, layers=2, heads=2, seed=0,
-                     max_positions=task.tiny_max_positions)
+                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
     return tool_sft(str(tiny), task, episode_settings(cfg, task), out / "sft", steps=40, learning_rate=3e-3,
                     batch_size=8, seed=0, n_episodes=32)
 

@@ -6,6 +6,7 @@ from grouprl.policy.tiny import build_tiny_model, build_tokenizer
 from grouprl.rollout.generation import HFBackend, SamplingParams, generate
 from grouprl.rollout.turn_cache import TurnCache
 from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows
+from real_model import smollm2_dir  # noqa: F401 - the session fixture
 
 
 def tiny():
@@ -20,10 +21,22 @@ def ids(tokenizer, text):
 
 
 def test_turns_reuse_the_kept_cache_and_generate_the_same_tokens():
-    torch.manual_seed(0)
     model, tokenizer = tiny()
+    three_turns_equal_reencoding(model, tokenizer, SamplingParams(max_new_tokens=12, greedy=True, batch_size=8))
+
+
+def test_a_real_model_reuses_the_cache_with_the_same_tokens(smollm2_dir):  # noqa: F811
+    """SmolLM2-135M-Instruct (llama layers, its BPE tokenizer): the same check on a real model."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(smollm2_dir)
+    model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
+    three_turns_equal_reencoding(model, tokenizer, SamplingParams(max_new_tokens=6, greedy=True, batch_size=8))
+
+
+def three_turns_equal_reencoding(model, tokenizer, params):
+    torch.manual_seed(0)
     cpu = torch.device("cpu")
-    params = SamplingParams(max_new_tokens=12, greedy=True, batch_size=8)
     questions = ["What is 4821 * 97?", "How many feet are in 47 miles?", "What is 12 * 3?"]
     # a group of two copies (shared prefill), prompts of different lengths
     first = [ids(tokenizer, f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n") for q in questions]
@@ -77,3 +90,18 @@ def test_the_byte_cap_keeps_what_fits():
     store = TurnCache(max_bytes=1)
     generate(model, tokenizer, prompts, SamplingParams(max_new_tokens=4, greedy=True), cpu, turn_cache=store)
     assert store.entries == []
+
+
+def test_the_hf_backend_keeps_turn_caches_for_conversations_only():
+    from types import SimpleNamespace
+
+    from grouprl.rollout.generation import make_backend
+    from grouprl.run_config import build_config
+
+    model, tokenizer = tiny()
+    policy = SimpleNamespace(model=model, tokenizer=tokenizer, device=torch.device("cpu"))
+    conversation = {"task": "tool_arithmetic", "episode_mode": "conversation", "tools": ["calculator", "lookup"]}
+    assert make_backend(policy, build_config(None, conversation, environ={})).turn_cache is not None
+    off = build_config(None, {**conversation, "turn_kv_cache": False}, environ={})
+    assert make_backend(policy, off).turn_cache is None
+    assert make_backend(policy, build_config(None, {"task": "arithmetic"}, environ={})).turn_cache is None
