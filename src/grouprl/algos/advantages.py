@@ -53,8 +53,10 @@ def declare(name: str, fn: AdvantageFn) -> Estimator:
         raise TypeError(f"advantage estimator '{name}': declare every option as a keyword parameter, not **kwargs")
     positional = [p.name for p in params if p.default is p.empty and p.kind is not p.VAR_POSITIONAL]
     if positional[:2] != ["scores", "group_ids"] or len(positional) > 3:
-        raise TypeError(f"advantage estimator '{name}': expected fn(scores, group_ids[, steps], *, options...), "
-                        f"got parameters {[p.name for p in params]}")
+        raise TypeError(
+            f"advantage estimator '{name}': expected fn(scores, group_ids[, steps], *, options...), "
+            f"got parameters {[p.name for p in params]}"
+        )
     names = [p.name for p in params]
     options = tuple(n for n in names if n not in ("scores", "group_ids", "steps", "parts"))
     return Estimator(name, fn, "steps" in names, options, "parts" in names)
@@ -93,8 +95,9 @@ def group_stats(scores: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch.Te
 
 
 @register("grpo")
-def grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, scale: str = "group",
-                   epsilon: float = EPS) -> torch.Tensor:
+def grpo_advantage(
+    scores: torch.Tensor, group_ids: torch.Tensor, scale: str = "group", epsilon: float = EPS
+) -> torch.Tensor:
     """GRPO (Shao et al., 2024, DeepSeekMath, Eq. 3 outcome supervision):
 
         A_i = (r_i - mean_j r_j) / (std_j r_j + eps)
@@ -119,7 +122,7 @@ def grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, scale: str = "
 def dr_grpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     """Dr. GRPO (Liu et al., 2025, "Understanding R1-Zero-Like Training"): no std division,
 
-        A_i = r_i - mean_j r_j
+    A_i = r_i - mean_j r_j
     """
     mean, _, _ = group_stats(scores, group_ids)
     return scores - mean
@@ -161,9 +164,16 @@ class GiGPOParts:
 
 
 @register("gigpo")
-def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors, gamma: float = 0.95,
-                step_advantage_weight: float = 1.0, norm: str = "mean_norm", episode_stats: str = "episode",
-                epsilon: float = 1e-6) -> GiGPOParts:
+def gigpo_parts(
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    steps: StepTensors,
+    gamma: float = 0.95,
+    step_advantage_weight: float = 1.0,
+    norm: str = "mean_norm",
+    episode_stats: str = "episode",
+    epsilon: float = 1e-6,
+) -> GiGPOParts:
     """GiGPO (Feng et al., 2025, "Group-in-Group Policy Optimization for LLM Agent Training").
 
     Episode level (Eq. 3), over the G episodes of a group with scores R_i:
@@ -213,8 +223,7 @@ def gigpo_parts(scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensor
     returns = discounted_returns(steps.rewards, steps.episode, gamma)
     step_adv, anchor_size = normalize(returns - penalty, steps.anchor)
     step_adv = torch.where(anchor_size > 1, step_adv, torch.zeros_like(step_adv))
-    return GiGPOParts(returns, episode_adv, step_adv, anchor_size,
-                      episode_adv + step_advantage_weight * step_adv)
+    return GiGPOParts(returns, episode_adv, step_adv, anchor_size, episode_adv + step_advantage_weight * step_adv)
 
 
 @dataclass
@@ -238,8 +247,9 @@ def _nan_group_stats(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[tor
 
 
 @register("gdpo")
-def gdpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, parts: RewardParts, epsilon: float = EPS,
-                   batch_norm: bool = True) -> torch.Tensor:
+def gdpo_advantage(
+    scores: torch.Tensor, group_ids: torch.Tensor, parts: RewardParts, epsilon: float = EPS, batch_norm: bool = True
+) -> torch.Tensor:
     """GDPO ("GDPO: Group reward-Decoupled Normalization Policy Optimization for Multi-reward RL",
     2026, arXiv:2601.05242): each reward k normalised within its group before the weighted sum,
 
@@ -268,8 +278,14 @@ def gdpo_advantage(scores: torch.Tensor, group_ids: torch.Tensor, parts: RewardP
     return torch.where(known, total, torch.zeros_like(total))
 
 
-def run_estimator(estimator: Estimator, scores: torch.Tensor, group_ids: torch.Tensor,
-                  steps: StepTensors | None = None, parts: "RewardParts | None" = None, **options) -> Any:
+def run_estimator(
+    estimator: Estimator,
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    steps: StepTensors | None = None,
+    parts: "RewardParts | None" = None,
+    **options,
+) -> Any:
     """The estimator's own output: per episode, or per step (a tensor or a record) for step-level ones."""
     estimator.check_options(options)
     if estimator.wants_parts:
@@ -283,14 +299,21 @@ def run_estimator(estimator: Estimator, scores: torch.Tensor, group_ids: torch.T
     return estimator.fn(scores, group_ids, **options)
 
 
-def compute_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors | None = None,
-                       parts: RewardParts | None = None, **options) -> Any:
+def compute_advantages(
+    name: str,
+    scores: torch.Tensor,
+    group_ids: torch.Tensor,
+    steps: StepTensors | None = None,
+    parts: RewardParts | None = None,
+    **options,
+) -> Any:
     """:func:`run_estimator` for the estimator ``name`` (a registry name or a user's function)."""
     return run_estimator(get_estimator(name), scores, group_ids, steps, parts, **options)
 
 
-def step_advantages(name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors,
-                    **options) -> torch.Tensor:
+def step_advantages(
+    name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors, **options
+) -> torch.Tensor:
     """One advantage per step: episode-level estimators are broadcast to their episode's steps."""
     estimator = get_estimator(name)
     out = run_estimator(estimator, scores, group_ids, steps, **options)

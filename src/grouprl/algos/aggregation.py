@@ -13,9 +13,13 @@ AGGREGATIONS = ("grpo", "bnpo", "dapo", "dr_grpo")
 KL_ESTIMATORS = ("k1", "k2", "k3")
 
 
-def aggregate_loss(per_token: torch.Tensor, mask: torch.Tensor, loss_type: str,
-                   max_completion_length: int | None = None,
-                   num_items_in_batch: float | None = None) -> torch.Tensor:
+def aggregate_loss(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    loss_type: str,
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+) -> torch.Tensor:
     """One micro-batch's loss from its per-token terms l_t ((B, T), or (B, 1) broadcast over the
     sequence's tokens) and mask (B, T):
 
@@ -68,7 +72,7 @@ def kl_penalty(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: str = "k
     if estimator == "k1":
         return -log_r
     if estimator == "k2":
-        return 0.5 * log_r ** 2
+        return 0.5 * log_r**2
     if estimator == "k3":
         return torch.exp(log_r) - log_r - 1
     raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}, got {estimator!r}")

@@ -24,8 +24,13 @@ def _exact_key(state: Any, index: int) -> Hashable:
     return state
 
 
-def anchor_group_ids(group_ids: Sequence[int], states: Sequence[Any], mode: str = "exact",
-                     threshold: float = 0.95, state_key: Callable[[Any], Any] | None = None) -> list[int]:
+def anchor_group_ids(
+    group_ids: Sequence[int],
+    states: Sequence[Any],
+    mode: str = "exact",
+    threshold: float = 0.95,
+    state_key: Callable[[Any], Any] | None = None,
+) -> list[int]:
     """One anchor-group id per step; steps share an id iff they are in the same episode group and
     their states match.
 

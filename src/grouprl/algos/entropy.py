@@ -55,8 +55,9 @@ class EntropyBonus:
         self.coef, self.last_entropy = float(state["coef"]), math.inf if last is None else float(last)
 
 
-def entropy_bonus(entropy: torch.Tensor, mask: torch.Tensor, coef: float, total_tokens: float | None = None
-                  ) -> torch.Tensor:
+def entropy_bonus(
+    entropy: torch.Tensor, mask: torch.Tensor, coef: float, total_tokens: float | None = None
+) -> torch.Tensor:
     """The term added to a micro-batch's loss: -c * sum_t H_t m_t / N, N the whole batch's masked tokens
     (``total_tokens``; defaults to this micro-batch's)."""
     mask = mask.to(entropy.dtype)

@@ -24,9 +24,14 @@ from collections.abc import Callable
 import torch
 
 
-def importance_weights(old_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor,
-                       cap: float = 2.0, level: str = "token", mode: str = "truncate"
-                       ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def importance_weights(
+    old_logps: torch.Tensor,
+    sampler_logps: torch.Tensor,
+    mask: torch.Tensor,
+    cap: float = 2.0,
+    level: str = "token",
+    mode: str = "truncate",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Detached weights ((B, T) at ``level="token"``, (B, 1) at ``"sequence"``) and statistics of the raw
     ratio over masked tokens (sequences): mean, max, min and the fraction above C (truncated or masked).
     A masked-out token or a NaN sampler log-prob counts as log rho = 0 (no correction)."""
@@ -44,14 +49,18 @@ def importance_weights(old_logps: torch.Tensor, sampler_logps: torch.Tensor, mas
         if vals.numel() == 0:
             vals = torch.ones(1)
         prefix = "importance_sampling/" if level == "token" else "importance_sampling/sequence_"
-        stats = {f"{prefix}ratio_mean": vals.mean(), f"{prefix}ratio_max": vals.max(),
-                 f"{prefix}ratio_min": vals.min(),
-                 f"{prefix}{'truncated' if mode == 'truncate' else 'masked'}_fraction": (vals > cap).float().mean()}
+        stats = {
+            f"{prefix}ratio_mean": vals.mean(),
+            f"{prefix}ratio_max": vals.max(),
+            f"{prefix}ratio_min": vals.min(),
+            f"{prefix}{'truncated' if mode == 'truncate' else 'masked'}_fraction": (vals > cap).float().mean(),
+        }
     return weights, stats
 
 
-def token_truncated_weights(old_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor,
-                            cap: float = 2.0) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def token_truncated_weights(
+    old_logps: torch.Tensor, sampler_logps: torch.Tensor, mask: torch.Tensor, cap: float = 2.0
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Token-level truncated importance weights w_t = min(exp(log pi_old(y_t) - log mu(y_t)), C), (B, T)."""
     return importance_weights(old_logps, sampler_logps, mask, cap, "token", "truncate")
 

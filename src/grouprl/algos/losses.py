@@ -63,8 +63,9 @@ def _outside_support(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Te
     return torch.zeros_like(cut).scatter(-1, order, cut)
 
 
-def truncate_logits(logits: torch.Tensor, targets: torch.Tensor, top_k: int = 0, top_p: float = 1.0,
-                    chunk: int = 64) -> torch.Tensor:
+def truncate_logits(
+    logits: torch.Tensor, targets: torch.Tensor, top_k: int = 0, top_p: float = 1.0, chunk: int = 64
+) -> torch.Tensor:
     """Logits (N, V) with every token the sampler's top-k / top-p would not have kept set to -inf, so that a
     log-softmax renormalises over the kept support, as the engine's processed log-probs are:
 
@@ -89,11 +90,22 @@ def scored_entropy(logits: torch.Tensor, with_entropy: bool | str) -> torch.Tens
     return token_entropy(logits) if with_entropy == "grad" else entropy_from_logits(logits.detach())
 
 
-def policy_objective(loss: Loss, logps: torch.Tensor, old_logps: torch.Tensor, advantages: torch.Tensor,
-                     mask: torch.Tensor, options: dict[str, Any] | None = None, loss_type: str = "grpo", *,
-                     beta: float = 0.0, ref_logps: torch.Tensor | None = None, kl_estimator: str = "k3",
-                     max_completion_length: int | None = None, num_items_in_batch: float | None = None,
-                     token_weights: torch.Tensor | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def policy_objective(
+    loss: Loss,
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    options: dict[str, Any] | None = None,
+    loss_type: str = "grpo",
+    *,
+    beta: float = 0.0,
+    ref_logps: torch.Tensor | None = None,
+    kl_estimator: str = "k3",
+    max_completion_length: int | None = None,
+    num_items_in_batch: float | None = None,
+    token_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One micro-batch's loss around any registered ``loss``:
 
         l_t <- w_t * l_t + beta * KL_t        then aggregated by ``loss_type`` (``algos/aggregation.py``)
@@ -139,8 +151,18 @@ def policy_loss(
 
     Shapes: logps/old_logps/ref_logps/mask (B, T); advantages (B,).
     """
-    return policy_objective(LOSSES["ppo_clip"], logps, old_logps, advantages, mask,
-                            {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high}, loss_type, beta=beta,
-                            ref_logps=ref_logps, kl_estimator="k3", max_completion_length=max_completion_length,
-                            num_items_in_batch=num_items_in_batch, token_weights=token_weights)
-
+    return policy_objective(
+        LOSSES["ppo_clip"],
+        logps,
+        old_logps,
+        advantages,
+        mask,
+        {"epsilon_low": epsilon_low, "epsilon_high": epsilon_high},
+        loss_type,
+        beta=beta,
+        ref_logps=ref_logps,
+        kl_estimator="k3",
+        max_completion_length=max_completion_length,
+        num_items_in_batch=num_items_in_batch,
+        token_weights=token_weights,
+    )

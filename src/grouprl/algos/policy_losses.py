@@ -48,8 +48,10 @@ class Loss:
         per_token, stats = out if isinstance(out, tuple) else (out, {})
         if not isinstance(per_token, torch.Tensor) or per_token.dim() != 2 or per_token.size(0) != logps.size(0):
             got = tuple(per_token.shape) if isinstance(per_token, torch.Tensor) else type(per_token).__name__
-            raise ValueError(f"loss '{self.name}': expected per-token terms of shape ({logps.size(0)}, T) or "
-                             f"({logps.size(0)}, 1), got {got}")
+            raise ValueError(
+                f"loss '{self.name}': expected per-token terms of shape ({logps.size(0)}, T) or "
+                f"({logps.size(0)}, 1), got {got}"
+            )
         return per_token, dict(stats)
 
 
@@ -61,8 +63,10 @@ def declare_loss(name: str, fn: LossFn) -> Loss:
     names = tuple(p.name for p in params)
     required = [p.name for p in params if p.default is p.empty]
     if names[:4] != POSITIONAL or len(required) > 4:
-        raise TypeError(f"loss '{name}': expected fn(logps, old_logps, advantages, mask, *, options...), "
-                        f"got parameters {list(names)}")
+        raise TypeError(
+            f"loss '{name}': expected fn(logps, old_logps, advantages, mask, *, options...), "
+            f"got parameters {list(names)}"
+        )
     return Loss(name, fn, names[4:])
 
 
@@ -81,8 +85,14 @@ def _masked_fraction(flags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (flags * mask).sum() / mask.sum().clamp(min=1.0)
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, epsilon_low: float,
-                      epsilon_high: float, delta: float | None = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def clipped_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    epsilon_low: float,
+    epsilon_high: float,
+    delta: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """-min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A), with rho capped at ``delta`` first when given;
     ``ratio`` (B, T) or (B, 1). The statistics are the shares of masked tokens clipped low, high, either."""
     adv = _per_token(advantages)
@@ -93,8 +103,11 @@ def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, mask: torch
         mask = mask.to(per_token.dtype)
         low = (ratio < 1 - epsilon_low) & (adv < 0)
         high = (ratio > 1 + epsilon_high) & (adv > 0)
-        stats = {"clip_ratio/low_mean": _masked_fraction(low, mask), "clip_ratio/high_mean": _masked_fraction(high, mask),
-                 "clip_ratio/region_mean": _masked_fraction(low | high, mask)}
+        stats = {
+            "clip_ratio/low_mean": _masked_fraction(low, mask),
+            "clip_ratio/high_mean": _masked_fraction(high, mask),
+            "clip_ratio/region_mean": _masked_fraction(low | high, mask),
+        }
     return per_token, stats
 
 
@@ -105,8 +118,9 @@ def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch
 
 
 @register_loss("ppo_clip")
-def ppo_clip(logps, old_logps, advantages, mask, epsilon_low: float = 0.2, epsilon_high: float = 0.2,
-             delta: float | None = None):
+def ppo_clip(
+    logps, old_logps, advantages, mask, epsilon_low: float = 0.2, epsilon_high: float = 0.2, delta: float | None = None
+):
     """PPO's clipped surrogate per token (Schulman et al., 2017), as GRPO uses it (Shao et al., 2024):
 
         rho_t = pi(y_t) / pi_old(y_t)
@@ -121,8 +135,9 @@ def ppo_clip(logps, old_logps, advantages, mask, epsilon_low: float = 0.2, epsil
 
 
 @register_loss("two_sided_clip")
-def two_sided_clip(logps, old_logps, advantages, mask, epsilon_low: float = 0.2, epsilon_high: float = 0.2,
-                   delta: float = 4.0):
+def two_sided_clip(
+    logps, old_logps, advantages, mask, epsilon_low: float = 0.2, epsilon_high: float = 0.2, delta: float = 4.0
+):
     """PPO-clip with the ratio also capped at ``delta`` (INTELLECT-2, Prime Intellect, 2025, Eq. 3):
 
         l_t = -min(min(rho_t, delta) A, clip(rho_t, 1 - eps_low, 1 + eps_high) A),   delta > 1 + eps_high
@@ -133,8 +148,15 @@ def two_sided_clip(logps, old_logps, advantages, mask, epsilon_low: float = 0.2,
 
 
 @register_loss("gspo")
-def gspo(logps, old_logps, advantages, mask, epsilon_low: float = 3e-4, epsilon_high: float = 4e-4,
-         delta: float | None = None):
+def gspo(
+    logps,
+    old_logps,
+    advantages,
+    mask,
+    epsilon_low: float = 3e-4,
+    epsilon_high: float = 4e-4,
+    delta: float | None = None,
+):
     """GSPO, sequence-level importance ratio (Zheng et al., 2025, "Group Sequence Policy Optimization", Eq. 5-7):
 
         s_i = (pi(y_i) / pi_old(y_i))^(1/|y_i|) = exp( (1/|y_i|) sum_t log(pi(y_t) / pi_old(y_t)) )
@@ -149,8 +171,15 @@ def gspo(logps, old_logps, advantages, mask, epsilon_low: float = 3e-4, epsilon_
 
 
 @register_loss("gspo_token")
-def gspo_token(logps, old_logps, advantages, mask, epsilon_low: float = 3e-4, epsilon_high: float = 4e-4,
-               delta: float | None = None):
+def gspo_token(
+    logps,
+    old_logps,
+    advantages,
+    mask,
+    epsilon_low: float = 3e-4,
+    epsilon_high: float = 4e-4,
+    delta: float | None = None,
+):
     """GSPO-token (Zheng et al., 2025, Eq. 13-14): the sequence ratio's value, each token's own gradient,
 
         s_{i,t} = sg[s_i] * pi(y_t) / sg[pi(y_t)]
@@ -198,6 +227,9 @@ def sapo(logps, old_logps, advantages, mask, temperature_pos: float = 1.0, tempe
     """
     adv = _per_token(advantages)
     ratio = torch.exp(logps - old_logps)
-    tau = torch.where(adv > 0, torch.as_tensor(temperature_pos, dtype=ratio.dtype),
-                      torch.as_tensor(temperature_neg, dtype=ratio.dtype))
+    tau = torch.where(
+        adv > 0,
+        torch.as_tensor(temperature_pos, dtype=ratio.dtype),
+        torch.as_tensor(temperature_neg, dtype=ratio.dtype),
+    )
     return -torch.sigmoid(tau * (ratio - 1)) * 4 / tau * adv

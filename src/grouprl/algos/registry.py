@@ -17,8 +17,9 @@ def check_options(kind: str, name: str, declared: tuple[str, ...], given: dict[s
     """An option the function does not declare is an error naming it and what it takes."""
     unknown = sorted(set(given) - set(declared))
     if unknown:
-        raise ValueError(f"{kind} '{name}': unknown option '{unknown[0]}'; it takes: "
-                         f"{', '.join(declared) or 'no options'}")
+        raise ValueError(
+            f"{kind} '{name}': unknown option '{unknown[0]}'; it takes: {', '.join(declared) or 'no options'}"
+        )
 
 
 class Registry(Generic[T]):
@@ -28,6 +29,7 @@ class Registry(Generic[T]):
 
     def register(self, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """A decorator: add the function under ``name``, its declaration read from its signature."""
+
         def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
             self.entries[name] = self.declare(name, fn)
             return fn
@@ -42,5 +44,7 @@ class Registry(Generic[T]):
             from grouprl.user_code import import_callable
 
             return self.declare(name, import_callable(name, self.kind))
-        raise KeyError(f"unknown {self.kind} '{name}'; known: {sorted(self.entries)} or "
-                       "'path/to/file.py:function' or 'package.module:function'")
+        raise KeyError(
+            f"unknown {self.kind} '{name}'; known: {sorted(self.entries)} or "
+            "'path/to/file.py:function' or 'package.module:function'"
+        )

@@ -16,16 +16,72 @@ The whole run's config, with names resolved against their registries, is
 from grouprl.config.base import ConfigError, Section, parse_value
 from grouprl.config.load import ENV_VARS, env_overrides, env_vars, load_config, read_recipe
 from grouprl.config.model import EXTRA_SECTIONS, FIELD_SECTION, SECTIONS, Config, flat_dict, register_section
-from grouprl.config.run_sections import (EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig,
-                                         TrainConfig, resolve_schedule)
-from grouprl.config.sections import (AlgorithmConfig, ModelConfig, ObjectiveConfig, RewardSpec, RolloutConfig,
-                                     SpeedConfig, TaskConfig, ToolsConfig)
-from grouprl.config.task_sections import (ArithmeticConfig, CalculatorConfig, DatasetMixture, GrailConfig,
-                                          GridworldConfig, PromptDatasetConfig, SlatesConfig, SokobanConfig)
+from grouprl.config.run_sections import (
+    EvalConfig,
+    HubConfig,
+    LoggingConfig,
+    PromptsConfig,
+    RuntimeConfig,
+    TrainConfig,
+    resolve_schedule,
+)
+from grouprl.config.sections import (
+    AlgorithmConfig,
+    ModelConfig,
+    ObjectiveConfig,
+    RewardSpec,
+    RolloutConfig,
+    SpeedConfig,
+    TaskConfig,
+    ToolsConfig,
+)
+from grouprl.config.task_sections import (
+    ArithmeticConfig,
+    CalculatorConfig,
+    DatasetMixture,
+    GrailConfig,
+    GridworldConfig,
+    PromptDatasetConfig,
+    SlatesConfig,
+    SokobanConfig,
+)
 
-__all__ = ["ENV_VARS", "EXTRA_SECTIONS", "FIELD_SECTION", "SECTIONS", "AlgorithmConfig", "ArithmeticConfig",
-           "CalculatorConfig", "Config", "ConfigError", "DatasetMixture", "EvalConfig", "GrailConfig", "GridworldConfig",
-           "HubConfig", "LoggingConfig", "ModelConfig", "ObjectiveConfig", "PromptDatasetConfig", "PromptsConfig", "RewardSpec",
-           "RolloutConfig", "RuntimeConfig", "Section", "SlatesConfig", "SokobanConfig", "SpeedConfig", "TaskConfig", "ToolsConfig",
-           "TrainConfig", "env_overrides", "env_vars", "flat_dict", "load_config", "parse_value", "read_recipe",
-           "register_section", "resolve_schedule"]
+__all__ = [
+    "ENV_VARS",
+    "EXTRA_SECTIONS",
+    "FIELD_SECTION",
+    "SECTIONS",
+    "AlgorithmConfig",
+    "ArithmeticConfig",
+    "CalculatorConfig",
+    "Config",
+    "ConfigError",
+    "DatasetMixture",
+    "EvalConfig",
+    "GrailConfig",
+    "GridworldConfig",
+    "HubConfig",
+    "LoggingConfig",
+    "ModelConfig",
+    "ObjectiveConfig",
+    "PromptDatasetConfig",
+    "PromptsConfig",
+    "RewardSpec",
+    "RolloutConfig",
+    "RuntimeConfig",
+    "Section",
+    "SlatesConfig",
+    "SokobanConfig",
+    "SpeedConfig",
+    "TaskConfig",
+    "ToolsConfig",
+    "TrainConfig",
+    "env_overrides",
+    "env_vars",
+    "flat_dict",
+    "load_config",
+    "parse_value",
+    "read_recipe",
+    "register_section",
+    "resolve_schedule",
+]

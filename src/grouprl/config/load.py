@@ -88,7 +88,9 @@ def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
             for sub, subvalue in value.items():
                 if not _nests_under(key, sub):
                     has = sorted(f for f in FIELD_SECTION if _nests_under(key, f))
-                    raise ConfigError(f"{p}: unknown key '{key}.{sub}' (value {subvalue!r}); section '{key}' has: {has}")
+                    raise ConfigError(
+                        f"{p}: unknown key '{key}.{sub}' (value {subvalue!r}); section '{key}' has: {has}"
+                    )
                 flat[sub] = subvalue
         else:
             flat[key] = value
@@ -106,7 +108,7 @@ def env_overrides(environ: dict[str, str] | None = None) -> dict[str, dict[str, 
             flat[field] = environ[var]
     for var, value in environ.items():
         if var.startswith("GROUPRL_") and value != "":
-            key = var[len("GROUPRL_"):].lower()
+            key = var[len("GROUPRL_") :].lower()
             if key not in FIELD_SECTION:
                 raise ConfigError(f"environment variable {var}: unknown key '{key}' (value {value!r})")
             flat[key] = parse_value(value)
@@ -129,8 +131,12 @@ def load_config(
     """Defaults < ``job`` (a built-in job's flat keys: what ``grouprl train`` runs with no recipe) <
     recipe < environment < CLI, validated as one typed model (names not resolved)."""
     merged: dict[str, dict[str, Any]] = {}
-    for layer in (_nest(job or {}, "built-in job"), read_recipe(recipe) if recipe else {}, env_overrides(environ),
-                  _nest(cli or {}, "command line")):
+    for layer in (
+        _nest(job or {}, "built-in job"),
+        read_recipe(recipe) if recipe else {},
+        env_overrides(environ),
+        _nest(cli or {}, "command line"),
+    ):
         merged = _merge(merged, layer)
     for name, section_cls in EXTRA_SECTIONS.items():  # a registered section: its errors named like the others'
         try:

@@ -8,12 +8,25 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from grouprl.config.base import Section
-from grouprl.config.run_sections import (EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig,
-                                         TrainConfig)
-from grouprl.config.sections import (AlgorithmConfig, ModelConfig, ObjectiveConfig, RolloutConfig, SpeedConfig,
-                                     TaskConfig, ToolsConfig)
-from grouprl.config.task_sections import (ArithmeticConfig, CalculatorConfig, GrailConfig, GridworldConfig,
-                                          PromptDatasetConfig, SlatesConfig, SokobanConfig)
+from grouprl.config.run_sections import EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig, TrainConfig
+from grouprl.config.sections import (
+    AlgorithmConfig,
+    ModelConfig,
+    ObjectiveConfig,
+    RolloutConfig,
+    SpeedConfig,
+    TaskConfig,
+    ToolsConfig,
+)
+from grouprl.config.task_sections import (
+    ArithmeticConfig,
+    CalculatorConfig,
+    GrailConfig,
+    GridworldConfig,
+    PromptDatasetConfig,
+    SlatesConfig,
+    SokobanConfig,
+)
 
 # Sections added at run time (a task's own section, ``register_task(..., section=...)``): name -> class.
 EXTRA_SECTIONS: dict[str, type[Section]] = {}

@@ -97,8 +97,13 @@ def _rewards(names: Any, options: dict[str, dict[str, Any]], origin: str) -> lis
     out = []
     for name in names or []:
         if name in NO_EQUIVALENT:
-            raise _err(origin, "reward_funcs", names, f"open-r1's reward '{name}' has no grouprl equivalent (its "
-                       "code runs on remote providers); use grouprl's 'code_execution' or a 'file.py:function'")
+            raise _err(
+                origin,
+                "reward_funcs",
+                names,
+                f"open-r1's reward '{name}' has no grouprl equivalent (its "
+                "code runs on remote providers); use grouprl's 'code_execution' or a 'file.py:function'",
+            )
         grouprl_name = REWARD_NAMES.get(name, name)
         opts = options.pop(grouprl_name, None)
         out.append({"name": grouprl_name, "options": opts} if opts else grouprl_name)
@@ -138,8 +143,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "report_to": lambda v: put("report_to", "report_to", _report_to(v, origin), True),
         "scale_rewards": lambda v: put("scale_rewards", "scale_rewards", _scale_rewards(v), True),
         # TRL's max_steps: -1 means "num_train_epochs decides" (kept, and rejected, without epochs)
-        "max_steps": lambda v: None if v == -1 and "num_train_epochs" in flat else put("max_steps", "max_steps", v,
-                                                                                        True),
+        "max_steps": lambda v: (
+            None if v == -1 and "num_train_epochs" in flat else put("max_steps", "max_steps", v, True)
+        ),
         "epsilon": epsilon,
         "bf16": lambda v: put("bf16", "torch_dtype", "bfloat16") if v else None,
         "fp16": lambda v: put("fp16", "torch_dtype", "float16") if v else None,
@@ -153,8 +159,13 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "dataset_configs": lambda v: put("dataset_configs", "dataset_config", _single(v, origin), True),
         "gradient_checkpointing": lambda v: _optional_feature("gradient_checkpointing", v, known, put),
         # grouprl checkpoints with use_reentrant=False (train/learner.py): exactly that is accepted
-        "gradient_checkpointing_kwargs": lambda v: None if v in (None, {}, {"use_reentrant": False}) else
-        _optional_feature("gradient_checkpointing_kwargs", v, known, put, off=flat.get("gradient_checkpointing")),
+        "gradient_checkpointing_kwargs": lambda v: (
+            None
+            if v in (None, {}, {"use_reentrant": False})
+            else _optional_feature(
+                "gradient_checkpointing_kwargs", v, known, put, off=flat.get("gradient_checkpointing")
+            )
+        ),
     }
     for key in TRL_OBJECTIVE_KEYS:
         handlers[key] = lambda v: None  # read together below: they name a loss and its options
@@ -167,18 +178,29 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
             put(key, RENAMED[key], value, True)
         elif key in SAME_BEHAVIOUR:
             if value not in SAME_BEHAVIOUR[key]:
-                raise _err(origin, key, value, f"grouprl supports only {sorted(SAME_BEHAVIOUR[key], key=str)} "
-                                               "(what it does anyway)")
+                raise _err(
+                    origin,
+                    key,
+                    value,
+                    f"grouprl supports only {sorted(SAME_BEHAVIOUR[key], key=str)} (what it does anyway)",
+                )
         elif key in known:
             out[key] = value
         else:
-            raise _err(origin, key, value, "not a grouprl key and not an open-r1/TRL key grouprl supports "
-                                           "(see docs/data.md, 'Recipes')")
+            raise _err(
+                origin,
+                key,
+                value,
+                "not a grouprl key and not an open-r1/TRL key grouprl supports (see docs/data.md, 'Recipes')",
+            )
     if options:
         reward = next(iter(options))
-        raise _err(origin, next(k for k, (r, _) in REWARD_OPTIONS.items() if r == reward and k in flat),
-                   options[reward], f"configures reward '{reward}', which reward_funcs does not name: it would "
-                                    "never take effect")
+        raise _err(
+            origin,
+            next(k for k, (r, _) in REWARD_OPTIONS.items() if r == reward and k in flat),
+            options[reward],
+            f"configures reward '{reward}', which reward_funcs does not name: it would never take effect",
+        )
     if "per_device_train_batch_size" in flat:
         _batch_size(flat, out, origin, put)
     _trl_objective(flat, out, origin, put)
@@ -193,8 +215,7 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
 # TRL's loss keys: loss_type names a loss and an aggregation at once, importance_sampling_level a ratio,
 # delta and sapo_temperature_* are options of the loss (grouprl: loss, loss_options, loss_type).
 TRL_LOSS_TYPES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "grpo")}
-TRL_OBJECTIVE_KEYS = ("loss_type", "importance_sampling_level", "delta", "sapo_temperature_pos",
-                      "sapo_temperature_neg")
+TRL_OBJECTIVE_KEYS = ("loss_type", "importance_sampling_level", "delta", "sapo_temperature_pos", "sapo_temperature_neg")
 
 
 def _trl_objective(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> None:
@@ -258,8 +279,12 @@ def _hub_strategy(value: Any, origin: str, put) -> None:
     if value == "every_save":  # each checkpoint to its own revision branch (main is never overwritten)
         put("hub_strategy", "push_to_hub_revision", True)
     elif value != "end":
-        raise _err(origin, "hub_strategy", value, "grouprl supports 'every_save' (each checkpoint to a revision "
-                                                  "branch) and 'end' (the final model only)")
+        raise _err(
+            origin,
+            "hub_strategy",
+            value,
+            "grouprl supports 'every_save' (each checkpoint to a revision branch) and 'end' (the final model only)",
+        )
 
 
 def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> None:
@@ -270,14 +295,26 @@ def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> 
     per_device = flat["per_device_train_batch_size"]
     accumulation = out.get("gradient_accumulation_steps", 1)
     generations = out.get("num_generations", 8)
-    for key, value in (("per_device_train_batch_size", per_device), ("gradient_accumulation_steps", accumulation),
-                       ("num_generations", generations)):
+    for key, value in (
+        ("per_device_train_batch_size", per_device),
+        ("gradient_accumulation_steps", accumulation),
+        ("num_generations", generations),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _err(origin, key, value, "expected a positive integer (per_device_train_batch_size x "
-                                           "gradient_accumulation_steps / num_generations sets batch_size)")
+            raise _err(
+                origin,
+                key,
+                value,
+                "expected a positive integer (per_device_train_batch_size x "
+                "gradient_accumulation_steps / num_generations sets batch_size)",
+            )
     completions = per_device * accumulation
     if completions % generations:
-        raise _err(origin, "per_device_train_batch_size", per_device,
-                   f"x gradient_accumulation_steps {accumulation} = {completions} completions per step is not a "
-                   f"multiple of num_generations {generations}")
+        raise _err(
+            origin,
+            "per_device_train_batch_size",
+            per_device,
+            f"x gradient_accumulation_steps {accumulation} = {completions} completions per step is not a "
+            f"multiple of num_generations {generations}",
+        )
     put("per_device_train_batch_size", "batch_size", completions // generations, "batch_size" not in out)

@@ -18,7 +18,8 @@ class TrainConfig(Section):
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay")
     adam_beta2: float = Field(0.999, gt=0, lt=1, description="AdamW beta2")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
-        "linear", description="decay to 0 over the run, after warmup")
+        "linear", description="decay to 0 over the run, after warmup"
+    )
     warmup_steps: int = Field(0, ge=0, description="linear warmup optimizer steps")
     gradient_accumulation_steps: int = Field(1, gt=0, description="micro-batches per optimizer step")
     max_grad_norm: float = Field(1.0, gt=0, description="gradient clipping")
@@ -29,23 +30,32 @@ class TrainConfig(Section):
     max_nonfinite_updates: int = Field(3, ge=0, description="stop after N updates skipped for a non-finite loss/grad")
     sft_steps: int = Field(1500, ge=0, description="tiny default: most SFT warm-up steps")
     sft_target_accuracy: float | None = Field(
-        0.2, gt=0, le=1, description="tiny default: stop SFT early once greedy accuracy on held-back training rows "
-                                     "reaches this (checked every 10 steps; empty = run all sft_steps); "
-                                     "environments with expert demonstrations: sampled success rate")
+        0.2,
+        gt=0,
+        le=1,
+        description="tiny default: stop SFT early once greedy accuracy on held-back training rows "
+        "reaches this (checked every 10 steps; empty = run all sft_steps); "
+        "environments with expert demonstrations: sampled success rate",
+    )
     sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
     sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
     sft_demonstrations: Literal["random", "expert"] = Field(
-        "random", description="environments: SFT on random admissible moves (format only) or BFS-optimal moves")
+        "random", description="environments: SFT on random admissible moves (format only) or BFS-optimal moves"
+    )
     sft_demo_episodes: int = Field(300, gt=0, description="environments: episodes played to make SFT demonstrations")
     # from the former ``schedule`` section
     num_train_epochs: float | None = Field(
-        None, gt=0, description="passes over the training rows; sets max_steps when max_steps is not given")
-    warmup_ratio: float = Field(0.0, ge=0, lt=1, description="linear warmup over this share of the optimizer "
-                                                               "steps (instead of warmup_steps)")
+        None, gt=0, description="passes over the training rows; sets max_steps when max_steps is not given"
+    )
+    warmup_ratio: float = Field(
+        0.0, ge=0, lt=1, description="linear warmup over this share of the optimizer steps (instead of warmup_steps)"
+    )
     save_strategy: Literal["steps", "epoch", "no"] = Field(
-        "steps", description="checkpoint every save_steps, once per epoch, or only at the end")
+        "steps", description="checkpoint every save_steps, once per epoch, or only at the end"
+    )
     save_total_limit: int | None = Field(
-        None, gt=0, description="keep the newest N checkpoints (never deleting the best or the last; empty = all)")
+        None, gt=0, description="keep the newest N checkpoints (never deleting the best or the last; empty = all)"
+    )
 
     former_sections = ("schedule",)
 
@@ -59,7 +69,8 @@ class EvalConfig(Section):
     eval_strategy: Literal["no", "steps"] = Field("no", description="evaluate every eval_steps during training")
     eval_steps: int = Field(50, gt=0, description="evaluate every N steps (eval_strategy: steps)")
     max_eval_samples: int | None = Field(
-        None, gt=0, description="a seeded subset of N held-out prompts per evaluation (empty = all)")
+        None, gt=0, description="a seeded subset of N held-out prompts per evaluation (empty = all)"
+    )
     num_generations_eval: int = Field(1, ge=1, description="completions per eval prompt (pass@k with k = this)")
     metric_for_best_model: str = Field("accuracy", description="eval metric that picks the best checkpoint")
     greater_is_better: bool = Field(True, description="whether a larger metric_for_best_model is better")
@@ -74,10 +85,14 @@ class LoggingConfig(Section):
     logging_steps: int = Field(10, gt=0, description="print metrics every N steps (all go to metrics.jsonl)")
     log_rollouts: bool = Field(True, description="write every rollout to rollouts/rollouts.jsonl")
     save_trajectories_every: int = Field(
-        10, ge=0, description="write every step of the batch to trajectories/step_N.jsonl every N steps (0 = never)")
+        10, ge=0, description="write every step of the batch to trajectories/step_N.jsonl every N steps (0 = never)"
+    )
     num_completions_to_print: int = Field(
-        0, ge=0, description="print this many of the step's completions (prompt, completion, reward) on step 1 and "
-                             "every completions_print_steps steps (0 = none)")
+        0,
+        ge=0,
+        description="print this many of the step's completions (prompt, completion, reward) on step 1 and "
+        "every completions_print_steps steps (0 = none)",
+    )
     completions_print_steps: int = Field(10, gt=0, description="steps between printed completions")
     # from the former ``tracking`` section
     wandb_entity: str | None = Field(None, description="W&B entity (team) of the run (WANDB_ENTITY wins)")
@@ -95,11 +110,15 @@ class RuntimeConfig(Section):
 
 class PromptsConfig(Section):
     chat_template: str | None = Field(
-        None, description="Jinja chat template (or a file holding one) replacing the tokenizer's; saved with checkpoints")
+        None,
+        description="Jinja chat template (or a file holding one) replacing the tokenizer's; saved with checkpoints",
+    )
     chat_template_kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="keyword arguments for apply_chat_template, e.g. {enable_thinking: false}")
+        default_factory=dict, description="keyword arguments for apply_chat_template, e.g. {enable_thinking: false}"
+    )
     max_prompt_length: int | None = Field(
-        None, gt=0, description="keep the last N prompt tokens (left truncation; counted and warned; empty = all)")
+        None, gt=0, description="keep the last N prompt tokens (left truncation; counted and warned; empty = all)"
+    )
 
 
 class HubConfig(Section):

@@ -18,9 +18,11 @@ from grouprl.config.base import Section
 
 class ModelConfig(Section):
     model_name_or_path: str | None = Field(
-        None, description="Hub id or local dir of a causal LM; empty = build the task's tiny model and SFT-warm it")
+        None, description="Hub id or local dir of a causal LM; empty = build the task's tiny model and SFT-warm it"
+    )
     torch_dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="auto = bfloat16 on CUDA, float32 elsewhere")
+        "auto", description="auto = bfloat16 on CUDA, float32 elsewhere"
+    )
     use_peft: bool = Field(False, description="train LoRA adapters; the reference is the base with adapters off")
     lora_r: int = Field(16, gt=0, description="LoRA rank")
     lora_alpha: int = Field(32, gt=0, description="LoRA alpha")
@@ -32,7 +34,8 @@ class ModelConfig(Section):
     # from the former ``loading`` section
     model_revision: str = Field("main", description="hub revision (branch, tag or commit) of model_name_or_path")
     attn_implementation: str | None = Field(
-        None, description="attention kernel for from_pretrained (eager, sdpa, flash_attention_2; empty = default)")
+        None, description="attention kernel for from_pretrained (eager, sdpa, flash_attention_2; empty = default)"
+    )
 
     former_sections = ("loading",)
 
@@ -46,38 +49,54 @@ class RewardSpec(Section):
 
 
 class TaskConfig(Section):
-    task: str = Field("arithmetic", description="where episodes come from: a registered task (tasks/registry.py): "
-                                                "arithmetic, gsm8k, gridworld, sokoban, calculator, ..., or your own "
-                                                "as 'path/to/file.py:make_task' (make_task(cfg) -> Task)")
-    env: str | None = Field(None, description="an environment of your own: 'path/to/file.py:make_env' (make_env() -> "
-                                              "Environment), played on seeded levels (task 'env', implied)")
-    dataset_name_or_path: str | None = Field(None, description="gsm8k: hub id (openai/gsm8k) or a dir with "
-                                                               "train.jsonl/test.jsonl")
+    task: str = Field(
+        "arithmetic",
+        description="where episodes come from: a registered task (tasks/registry.py): "
+        "arithmetic, gsm8k, gridworld, sokoban, calculator, ..., or your own "
+        "as 'path/to/file.py:make_task' (make_task(cfg) -> Task)",
+    )
+    env: str | None = Field(
+        None,
+        description="an environment of your own: 'path/to/file.py:make_env' (make_env() -> "
+        "Environment), played on seeded levels (task 'env', implied)",
+    )
+    dataset_name_or_path: str | None = Field(
+        None, description="gsm8k: hub id (openai/gsm8k) or a dir with train.jsonl/test.jsonl"
+    )
     dataset_config: str = Field("main", description="hub dataset config")
     n_train: int | None = Field(
-        None, gt=0, description="use the first N training rows; environments: N training seeds (empty = task default)")
+        None, gt=0, description="use the first N training rows; environments: N training seeds (empty = task default)"
+    )
     system_prompt: str | None = Field(None, description="override the task's system message")
     rewards: list[str | RewardSpec] | None = Field(
-        None, description="reward functions: names, or {name, weight, options} (empty = the task's default)")
+        None, description="reward functions: names, or {name, weight, options} (empty = the task's default)"
+    )
     reward_weights: list[float] | None = Field(None, description="one weight per reward function (default all 1)")
     normalize_weights: bool = Field(True, description="divide the weights by their sum")
     sandbox_user_rewards: bool = Field(False, description="run 'path/to/file.py:function' rewards in the sandbox")
     max_reward_error_fraction: float = Field(
-        0.1, ge=0, le=1, description="stop when more than this share of a batch fails in reward functions")
+        0.1, ge=0, le=1, description="stop when more than this share of a batch fails in reward functions"
+    )
     reward_timeout: float = Field(60.0, ge=0, description="seconds a reward call may take, then errors (0 = no limit)")
     default_step_reward: float = Field(
-        0.0, description="step reward for steps a reward function's step_outputs do not name")
+        0.0, description="step reward for steps a reward function's step_outputs do not name"
+    )
 
 
 class RolloutConfig(Section):
     num_generations: int = Field(8, ge=2, description="K completions per prompt (the group size)")
     batch_size: int = Field(16, gt=0, description="prompts per training step (groups per step)")
     max_new_tokens: int | None = Field(
-        None, gt=0, description="completion length cap per step (empty = the task's: arithmetic 6, gsm8k 512, "
-                                "gridworld/sokoban 24, calculator 48)")
+        None,
+        gt=0,
+        description="completion length cap per step (empty = the task's: arithmetic 6, gsm8k 512, "
+        "gridworld/sokoban 24, calculator 48)",
+    )
     generation_backend: str = Field(
-        "hf", description="generation engine (BACKENDS): hf = transformers generate, vllm = a colocated engine, "
-                          "vllm_server = a `grouprl vllm-serve` process")
+        "hf",
+        description="generation engine (BACKENDS): hf = transformers generate, vllm = a colocated engine, "
+        "vllm_server = a `grouprl vllm-serve` process",
+    )
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")
     top_k: int = Field(0, ge=0, description="top-k sampling (0 = off)")
@@ -86,12 +105,17 @@ class RolloutConfig(Section):
     history_length: int = Field(2, ge=0, description="environments: past (observation, action) pairs in the prompt")
     action_pattern: str = Field(
         r"<action>(.*?)</action>",
-        description="environments: regex whose first group is the action ('' = the whole completion)")
+        description="environments: regex whose first group is the action ('' = the whole completion)",
+    )
     invalid_action_penalty: float = Field(
-        0.1, ge=0, description="environments: reward subtracted for an unparsable or inadmissible action")
-    invalid_penalty: Literal["in_returns", "on_step"] = Field("in_returns", description="environments: penalty as a "
+        0.1, ge=0, description="environments: reward subtracted for an unparsable or inadmissible action"
+    )
+    invalid_penalty: Literal["in_returns", "on_step"] = Field(
+        "in_returns",
+        description="environments: penalty as a "
         "step reward (in returns and score), or on the invalid step's own row before the group and anchor "
-        "statistics (on_step: verl-agent's flow exactly)")
+        "statistics (on_step: verl-agent's flow exactly)",
+    )
     show_admissible_actions: bool = Field(True, description="environments: list admissible actions in the prompt")
     env_workers: int = Field(1, ge=1, description="environments: N > 1 runs them in N Ray actors")
     ray_address: str | None = Field(None, description="Ray cluster to connect to (empty = start a local one)")
@@ -99,10 +123,15 @@ class RolloutConfig(Section):
 
 class AlgorithmConfig(Section):
     advantage: str = Field(
-        "grpo", description="advantage estimator: grpo, dr_grpo, rloo, gigpo, or your own as "
-                            "'path/to/file.py:function' / 'package.module:function'")
-    advantage_options: dict[str, Any] = Field(default_factory=dict, description="the estimator's keyword options "
-        "(undeclared = error); built-ins read scale_rewards, gamma, step_advantage_weight, gigpo_norm, episode_stats")
+        "grpo",
+        description="advantage estimator: grpo, dr_grpo, rloo, gigpo, or your own as "
+        "'path/to/file.py:function' / 'package.module:function'",
+    )
+    advantage_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="the estimator's keyword options "
+        "(undeclared = error); built-ins read scale_rewards, gamma, step_advantage_weight, gigpo_norm, episode_stats",
+    )
     scale_rewards: Literal["group", "batch", "none"] = Field("group", description="grpo: divide by group/batch std")
     loss_type: Literal["grpo", "bnpo", "dapo", "dr_grpo"] = Field("dapo", description="token aggregation of the loss")
     epsilon_low: float = Field(0.2, ge=0, description="PPO clip: lower bound 1 - epsilon_low")
@@ -113,109 +142,167 @@ class AlgorithmConfig(Section):
     gamma: float = Field(0.95, ge=0, le=1, description="gigpo: discount of step returns")
     step_advantage_weight: float = Field(1.0, ge=0, description="gigpo: omega, weight of the step-level advantage")
     gigpo_norm: Literal["mean_norm", "mean_std_norm"] = Field(
-        "mean_norm", description="gigpo: F = 1 (mean_norm) or std + 1e-6 (mean_std_norm)")
+        "mean_norm", description="gigpo: F = 1 (mean_norm) or std + 1e-6 (mean_std_norm)"
+    )
     episode_stats: Literal["episode", "per_step"] = Field(
-        "episode", description="gigpo: episode-level mean/std over episodes, or over steps (verl-agent)")
+        "episode", description="gigpo: episode-level mean/std over episodes, or over steps (verl-agent)"
+    )
     anchor_mode: Literal["exact", "similarity"] = Field(
-        "exact", description="gigpo: group steps by equal anchor states, or by text similarity")
+        "exact", description="gigpo: group steps by equal anchor states, or by text similarity"
+    )
     similarity_threshold: float = Field(0.95, gt=0, le=1, description="gigpo: similarity mode's threshold")
     state_key: str | None = Field(
-        None, description="gigpo: 'module:function' or 'file.py:function' mapping an anchor state to its key")
+        None, description="gigpo: 'module:function' or 'file.py:function' mapping an anchor state to its key"
+    )
 
 
 class SpeedConfig(Section):
     grouped_scoring: bool = Field(
-        True, description="score each group's prompt once with its K completions (block mask; same gradients); "
-                          "off, or a model whose attention cannot take a 4-D mask: one padded row per completion")
+        True,
+        description="score each group's prompt once with its K completions (block mask; same gradients); "
+        "off, or a model whose attention cannot take a 4-D mask: one padded row per completion",
+    )
     grouped_layout: Literal["auto", "prefix_cache", "block_mask"] = Field(
-        "auto", description="how a group is scored once: prefix_cache (the prompt's keys/values reused by its K "
-                            "completions; attention K*T*(p+T)), block_mask (one row, 4-D mask; attention "
-                            "(p+K*T)^2); auto = per batch, the one a FLOP estimate finds cheaper "
-                            "(block_mask under gradient_checkpointing)")
+        "auto",
+        description="how a group is scored once: prefix_cache (the prompt's keys/values reused by its K "
+        "completions; attention K*T*(p+T)), block_mask (one row, 4-D mask; attention "
+        "(p+K*T)^2); auto = per batch, the one a FLOP estimate finds cheaper "
+        "(block_mask under gradient_checkpointing)",
+    )
     prefill_once: bool = Field(
-        True, description="hf generation: prefill a group's prompt once and fork its KV cache to the K samples "
-                          "(same tokens; off: HF generate prefills every copy)")
+        True,
+        description="hf generation: prefill a group's prompt once and fork its KV cache to the K samples "
+        "(same tokens; off: HF generate prefills every copy)",
+    )
     turn_kv_cache: bool = Field(
-        True, description="hf generation, conversation episodes: keep each conversation's KV cache between turns "
-                          "and prefill only what the last turn added (same tokens; off: every turn re-encodes the "
-                          "whole conversation)")
+        True,
+        description="hf generation, conversation episodes: keep each conversation's KV cache between turns "
+        "and prefill only what the last turn added (same tokens; off: every turn re-encodes the "
+        "whole conversation)",
+    )
     sampling_correction: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
-        "token_truncate", description="when the backend reports sampling log-probs (vllm): weight each token's "
-                                      "loss by min(pi_old / pi_sampler, cap) (token_truncate, TIS), or 0 above cap "
-                                      "(token_mask, MIS); sequence_*: one weight per sequence from the product of "
-                                      "its tokens' ratios")
+        "token_truncate",
+        description="when the backend reports sampling log-probs (vllm): weight each token's "
+        "loss by min(pi_old / pi_sampler, cap) (token_truncate, TIS), or 0 above cap "
+        "(token_mask, MIS); sequence_*: one weight per sequence from the product of "
+        "its tokens' ratios",
+    )
     sampling_correction_cap: float = Field(2.0, gt=0, description="the cap C of the importance weights")
     vllm_dtype: str = Field("auto", description="vllm: engine dtype (auto = the policy's)")
     vllm_max_model_len: int = Field(2048, gt=0, description="vllm: longest prompt + completion the engine serves")
     vllm_gpu_memory_utilization: float = Field(0.3, gt=0, le=1, description="vllm on GPU: the engine's memory share")
     vllm_enforce_eager: bool = Field(
-        True, description="vllm: no CUDA graphs / torch.compile (fast start, small runs); false on a GPU for speed")
+        True, description="vllm: no CUDA graphs / torch.compile (fast start, small runs); false on a GPU for speed"
+    )
     vllm_sleep_during_update: bool = Field(True, description="vllm on GPU: free the engine's memory during the update")
     vllm_cpu_kv_cache_gb: int = Field(1, gt=0, description="vllm on CPU: KV-cache size in GiB")
     vllm_server_host: str = Field("127.0.0.1", description="vllm_server: address of `grouprl vllm-serve`")
     vllm_server_port: int = Field(8000, gt=0, lt=65536, description="vllm_server: port of `grouprl vllm-serve`")
     vllm_server_timeout: float = Field(
-        240.0, gt=0, description="vllm_server: seconds to wait at start for the server to answer /health")
+        240.0, gt=0, description="vllm_server: seconds to wait at start for the server to answer /health"
+    )
     vllm_server_weights_dir: str = Field(
-        "", description="vllm_server: directory, seen by trainer and server, for the weight file pushed after "
-                        "each update (empty: a fresh one under /dev/shm, else the temp dir; same node only)")
+        "",
+        description="vllm_server: directory, seen by trainer and server, for the weight file pushed after "
+        "each update (empty: a fresh one under /dev/shm, else the temp dir; same node only)",
+    )
 
 
 class DynamicSampling(Section):
     metric: Literal["judge", "score"] = Field(
-        "judge", description="judge: the task's correct_reward verdict (correct or not); score: the episode score")
+        "judge", description="judge: the task's correct_reward verdict (correct or not); score: the episode score"
+    )
     max_batches: int = Field(3, ge=1, description="rollout batches generated at most per step (the first included)")
 
 
 class Curriculum(Section):
     skip_steps: int = Field(20, ge=1, description="steps a prompt solved K/K or 0/K is left out of sampling")
     max_skipped_fraction: float = Field(
-        0.9, gt=0, lt=1, description="never skip more than this share of the training prompts at once")
+        0.9, gt=0, lt=1, description="never skip more than this share of the training prompts at once"
+    )
 
 
 class ObjectiveConfig(Section):
-    loss: str = Field("ppo_clip", description="policy loss: ppo_clip, two_sided_clip, gspo, gspo_token, cispo, sapo, "
-                                              "or your own as 'path/to/file.py:function' / 'package.module:function'")
+    loss: str = Field(
+        "ppo_clip",
+        description="policy loss: ppo_clip, two_sided_clip, gspo, gspo_token, cispo, sapo, "
+        "or your own as 'path/to/file.py:function' / 'package.module:function'",
+    )
     loss_options: dict[str, Any] = Field(
-        default_factory=dict, description="the loss's keyword options (undeclared = error); epsilon_low and "
-                                          "epsilon_high, when set, reach a loss that declares them")
+        default_factory=dict,
+        description="the loss's keyword options (undeclared = error); epsilon_low and "
+        "epsilon_high, when set, reach a loss that declares them",
+    )
     kl_estimator: Literal["k1", "k2", "k3"] = Field("k3", description="per-token KL estimate used when beta > 0")
-    entropy_coef: float = Field(0.0, ge=0, description="entropy bonus: L - c * mean token entropy (0 = off); "
-                                                       "adaptive: the starting c")
+    entropy_coef: float = Field(
+        0.0, ge=0, description="entropy bonus: L - c * mean token entropy (0 = off); adaptive: the starting c"
+    )
     entropy_target: float | None = Field(
-        None, ge=0, description="adaptive entropy bonus: c moves by entropy_coef_delta toward keeping the "
-                                "entropy at this value, applied only while below it (empty = static c)")
+        None,
+        ge=0,
+        description="adaptive entropy bonus: c moves by entropy_coef_delta toward keeping the "
+        "entropy at this value, applied only while below it (empty = static c)",
+    )
     entropy_coef_delta: float = Field(0.005, ge=0, description="adaptive entropy bonus: step of c per update")
     entropy_coef_min: float = Field(0.0, ge=0, description="adaptive entropy bonus: lower bound of c")
     entropy_coef_max: float = Field(1.0, ge=0, description="adaptive entropy bonus: upper bound of c")
     dynamic_sampling: DynamicSampling | None = Field(
-        None, description="drop groups whose metric has zero variance and generate more until the batch is full: "
-                          "{metric: judge | score, max_batches: N} (empty = off)")
+        None,
+        description="drop groups whose metric has zero variance and generate more until the batch is full: "
+        "{metric: judge | score, max_batches: N} (empty = off)",
+    )
     curriculum: Curriculum | None = Field(
-        None, description="skip prompts solved K/K or 0/K for a while: {skip_steps: N, max_skipped_fraction: f} "
-                          "(empty = off)")
+        None,
+        description="skip prompts solved K/K or 0/K for a while: {skip_steps: N, max_skipped_fraction: f} "
+        "(empty = off)",
+    )
 
 
 class ToolsConfig(Section):
     episode_mode: Literal["window", "conversation"] = Field(
-        "window", description="window = one prompt per step with a history window (rollout/runner.py); "
-                              "conversation = one growing chat with tool calls (rollout/conversation.py)")
-    tools: list[str] = Field(default_factory=list, description="conversation: tools by built-in name (calculator, "
-                             "lookup, python) or 'path/to/file.py:function' / 'package.module:function'")
-    tool_parser: str = Field("hermes", description="conversation: how tool calls are read from a turn: hermes "
-                             "(<tool_call>{json}</tool_call>, Qwen), mistral ([TOOL_CALLS]), llama3_json")
+        "window",
+        description="window = one prompt per step with a history window (rollout/runner.py); "
+        "conversation = one growing chat with tool calls (rollout/conversation.py)",
+    )
+    tools: list[str] = Field(
+        default_factory=list,
+        description="conversation: tools by built-in name (calculator, "
+        "lookup, python) or 'path/to/file.py:function' / 'package.module:function'",
+    )
+    tool_parser: str = Field(
+        "hermes",
+        description="conversation: how tool calls are read from a turn: hermes "
+        "(<tool_call>{json}</tool_call>, Qwen), mistral ([TOOL_CALLS]), llama3_json",
+    )
     tool_chat_template: Literal["auto", "qwen25", "own"] = Field(
-        "auto", description="conversation: auto = a ChatML template in Qwen2.5's tool format when the tokenizer's "
-                            "template declares no tools; qwen25 = always; own = the tokenizer's as it is")
-    max_tool_calls: int = Field(4, ge=0, description="conversation: tool calls per episode (malformed ones count); "
-                                "a turn asking for more ends the episode")
+        "auto",
+        description="conversation: auto = a ChatML template in Qwen2.5's tool format when the tokenizer's "
+        "template declares no tools; qwen25 = always; own = the tokenizer's as it is",
+    )
+    max_tool_calls: int = Field(
+        4,
+        ge=0,
+        description="conversation: tool calls per episode (malformed ones count); "
+        "a turn asking for more ends the episode",
+    )
     max_conversation_tokens: int | None = Field(
-        None, gt=0, description="conversation: context cap; the episode ends when the next prompt plus "
-                                "max_new_tokens would pass it (empty = no cap)")
-    tool_timeout: float = Field(10.0, gt=0, description="conversation: seconds per tool call (an overrun is an "
-                                "error message to the model, counted)")
-    tool_sandbox: bool = Field(False, description="conversation: run user tools named by a file in the bubblewrap "
-                               "sandbox (the python tool always runs there)")
+        None,
+        gt=0,
+        description="conversation: context cap; the episode ends when the next prompt plus "
+        "max_new_tokens would pass it (empty = no cap)",
+    )
+    tool_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="conversation: seconds per tool call (an overrun is an error message to the model, counted)",
+    )
+    tool_sandbox: bool = Field(
+        False,
+        description="conversation: run user tools named by a file in the bubblewrap "
+        "sandbox (the python tool always runs there)",
+    )
     tool_anchor: Literal["tool_state", "turn"] = Field(
-        "tool_state", description="conversation: GiGPO anchor state of a turn: the set of (tool, normalised "
-                                  "arguments, result) seen before it, or the turn index alone")
+        "tool_state",
+        description="conversation: GiGPO anchor state of a turn: the set of (tool, normalised "
+        "arguments, result) seen before it, or the turn index alone",
+    )

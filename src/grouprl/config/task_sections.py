@@ -21,14 +21,19 @@ class ArithmeticConfig(Section):
     arithmetic_digits: int = Field(2, ge=1, le=6, description="arithmetic: digits per operand")
     arithmetic_operands: int = Field(2, ge=2, le=6, description="arithmetic: operands per question")
     arithmetic_reverse_answer: bool = Field(
-        False, description="arithmetic: answer written least-significant digit first (carries flow left to right)")
+        False, description="arithmetic: answer written least-significant digit first (carries flow left to right)"
+    )
     arithmetic_operators: str = Field("+", pattern=r"^[+\-]+$", description="arithmetic: operators to draw from")
     arithmetic_prompt: str | None = Field(
-        None, description="arithmetic: the user turn, '{question}' standing for the sum written with spaces "
-                          "('Compute {question}. Reply with only the number.'); empty = the bare sum '47+38'")
+        None,
+        description="arithmetic: the user turn, '{question}' standing for the sum written with spaces "
+        "('Compute {question}. Reply with only the number.'); empty = the bare sum '47+38'",
+    )
     arithmetic_answer: Literal["exact", "last_number"] = Field(
-        "exact", description="arithmetic: how the answer is read: the whole completion is the number (exact), or "
-                             "the last number in the reply (last_number: chat models that write '47 + 38 = 85')")
+        "exact",
+        description="arithmetic: how the answer is read: the whole completion is the number (exact), or "
+        "the last number in the reply (last_number: chat models that write '47 + 38 = 85')",
+    )
 
     former_sections = ("task",)
 
@@ -57,7 +62,8 @@ class SokobanConfig(Section):
 
 class CalculatorConfig(Section):
     calculator_questions: Literal["arithmetic", "gsm8k"] = Field(
-        "arithmetic", description="calculator: where the questions come from")
+        "arithmetic", description="calculator: where the questions come from"
+    )
     calculator_max_calls: int = Field(8, gt=0, description="calculator: calls allowed before the episode is cut")
 
     former_sections = ("task",)
@@ -86,25 +92,34 @@ class DatasetMixture(BaseModel):
 class PromptDatasetConfig(Section):
     dataset_train_split: str = Field("train", description="prompt_dataset: split to train on")
     dataset_test_split: str | None = Field(
-        None, description="prompt_dataset: split to evaluate on (empty = none, or test_split_size)")
+        None, description="prompt_dataset: split to evaluate on (empty = none, or test_split_size)"
+    )
     test_split_size: float | int | None = Field(
-        None, gt=0, description="prompt_dataset: hold out this share (< 1) or count of the training split for eval")
-    dataset_prompt_column: str = Field("prompt", description="prompt_dataset: column with the prompt (a string or "
-                                                             "chat messages)")
+        None, gt=0, description="prompt_dataset: hold out this share (< 1) or count of the training split for eval"
+    )
+    dataset_prompt_column: str = Field(
+        "prompt", description="prompt_dataset: column with the prompt (a string or chat messages)"
+    )
     dataset_solution_column: str | None = Field(
-        None, description="prompt_dataset: column with the ground truth (empty = 'solution' or 'answer' when present)")
+        None, description="prompt_dataset: column with the ground truth (empty = 'solution' or 'answer' when present)"
+    )
     dataset_mixture: DatasetMixture | None = Field(
-        None, description="prompt_dataset: open-r1 mixture {datasets: [{id, config, split, columns, weight}], seed, "
-                          "test_split_size}; weight = fraction of that dataset kept")
+        None,
+        description="prompt_dataset: open-r1 mixture {datasets: [{id, config, split, columns, weight}], seed, "
+        "test_split_size}; weight = fraction of that dataset kept",
+    )
     max_bad_row_fraction: float = Field(
-        0.05, ge=0, le=1, description="prompt_dataset: stop when more than this share of a split's rows is bad")
+        0.05, ge=0, le=1, description="prompt_dataset: stop when more than this share of a split's rows is bad"
+    )
     correct_reward: str | None = Field(
-        None, description="prompt_dataset: the reward whose 1.0 means correct (empty = the first reward)")
+        None, description="prompt_dataset: the reward whose 1.0 means correct (empty = the first reward)"
+    )
 
 
 class SlatesConfig(Section):
     slate_issue: Literal["gun_control", "minimum_wage"] = Field(
-        "gun_control", description="slates: which issue (picks the default hub dataset)")
+        "gun_control", description="slates: which issue (picks the default hub dataset)"
+    )
     slate_train_split: str = Field("train", description="slates: training split")
     slate_eval_split: str = Field("validation", description="slates: evaluation split")
     slate_solution_column: str = Field("next_video_id", description="slates: the gold next-video id column")
@@ -112,7 +127,8 @@ class SlatesConfig(Section):
     slate_synthetic_max_prior: int = Field(4, ge=0, description="slates, synthetic data: most earlier videos")
     slate_synthetic_seed: int = Field(0, description="slates, synthetic data: data seed")
     slate_tiny_tokenizer: Literal["word", "char"] = Field(
-        "word", description="slates: the tiny model's tokenizer (word: ~4x shorter prompts)")
+        "word", description="slates: the tiny model's tokenizer (word: ~4x shorter prompts)"
+    )
 
 
 class GrailConfig(Section):
@@ -125,18 +141,22 @@ class GrailConfig(Section):
     gail_weight: float = Field(0.5, description="GRAIL: the discriminator's initial weight against the base rewards' 1")
     gail_alpha: float = Field(1.0, description="GRAIL: discriminator reward = alpha * P(expert)")
     gail_lr: float = Field(2e-5, description="GRAIL: discriminator AdamW learning rate")
-    gail_disc_model: str = Field("distilbert-base-uncased",
-                                 description="GRAIL: the discriminator: hub id or local dir ('tiny' = build one)")
-    gail_device: str = Field("auto", description="GRAIL: discriminator device (auto = this process's CUDA device, "
-                                                 "else cpu)")
-    gail_eval_mode: bool = Field(False, description="GRAIL: discriminator and mixer frozen for the whole run "
-                                                    "(evaluation freezes them anyway)")
+    gail_disc_model: str = Field(
+        "distilbert-base-uncased", description="GRAIL: the discriminator: hub id or local dir ('tiny' = build one)"
+    )
+    gail_device: str = Field(
+        "auto", description="GRAIL: discriminator device (auto = this process's CUDA device, else cpu)"
+    )
+    gail_eval_mode: bool = Field(
+        False, description="GRAIL: discriminator and mixer frozen for the whole run (evaluation freezes them anyway)"
+    )
     grail_weight_lr: float = Field(0.05, description="GRAIL: the mixer's Adam learning rate")
     grail_disc_show_ids: bool = Field(False, description="GRAIL: video ids in the discriminator's text")
     grail_max_history: int = Field(12, description="slates: watched videos shown in the prompt (0 or less = all)")
     grail_show_ids: bool = Field(False, description="slates: video ids in the prompt")
     pureacc_allow_bare_number: bool = Field(
-        False, description="slates: a completion without <answer> tags may be a bare option number")
+        False, description="slates: a completion without <answer> tags may be a bare option number"
+    )
     gail_replay: int = Field(0, description="GRAIL: discriminator replay buffer size (0 = off)")
     gail_minibatch: int = Field(0, description="GRAIL: replay minibatch size (0 = the batch's size)")
     gail_updates: int = Field(1, description="GRAIL: discriminator steps per batch")
@@ -162,6 +182,8 @@ def grail_settings(values: dict | None = None, environ: dict[str, str] | None = 
                 merged[name] = GrailConfig.model_validate({name: env[var]}).__dict__[name]
             except ValueError:
                 kind = GrailConfig.model_fields[name].annotation
-                raise ConfigError(f"environment variable {var}: got {env[var]!r}; expected a "
-                                  f"{getattr(kind, '__name__', kind)}{' (0 or 1)' if kind is bool else ''}") from None
+                raise ConfigError(
+                    f"environment variable {var}: got {env[var]!r}; expected a "
+                    f"{getattr(kind, '__name__', kind)}{' (0 or 1)' if kind is bool else ''}"
+                ) from None
     return GrailConfig.model_validate(merged)

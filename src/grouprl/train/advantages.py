@@ -22,8 +22,13 @@ from grouprl.records import Episode, Verdict
 log = logging.getLogger(__name__)
 
 # estimator option -> the algorithm-section field that sets it (when the estimator declares it)
-CONFIG_OPTIONS = {"scale": "scale_rewards", "gamma": "gamma", "step_advantage_weight": "step_advantage_weight",
-                  "norm": "gigpo_norm", "episode_stats": "episode_stats"}
+CONFIG_OPTIONS = {
+    "scale": "scale_rewards",
+    "gamma": "gamma",
+    "step_advantage_weight": "step_advantage_weight",
+    "norm": "gigpo_norm",
+    "episode_stats": "episode_stats",
+}
 
 
 @dataclass
@@ -42,20 +47,34 @@ class AdvantageRecord:
 def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
     """The options the estimator declares, from the config; unknown ``advantage_options`` are errors."""
     options = {opt: getattr(algorithm, field) for opt, field in CONFIG_OPTIONS.items() if opt in estimator.options}
-    ignored = [field for opt, field in CONFIG_OPTIONS.items()
-               if field in algorithm.model_fields_set and opt not in estimator.options]
+    ignored = [
+        field
+        for opt, field in CONFIG_OPTIONS.items()
+        if field in algorithm.model_fields_set and opt not in estimator.options
+    ]
     if ignored:  # set by the user, but this estimator has no such option: say so rather than drop it silently
-        log.warning("advantage estimator '%s' does not use %s (it takes: %s)", estimator.name,
-                    ", ".join(ignored), ", ".join(estimator.options) or "no options")
+        log.warning(
+            "advantage estimator '%s' does not use %s (it takes: %s)",
+            estimator.name,
+            ", ".join(ignored),
+            ", ".join(estimator.options) or "no options",
+        )
     options.update(algorithm.advantage_options)
     estimator.check_options(options)
     return options
 
 
-def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, step_rewards: list[list[float]],
-                             algorithm, estimator: Estimator, options: dict[str, Any],
-                             state_key: Callable | None = None, penalty_on_step: bool = False,
-                             parts: RewardParts | None = None) -> AdvantageRecord:
+def compute_advantage_record(
+    episodes: list[Episode],
+    scores: torch.Tensor,
+    step_rewards: list[list[float]],
+    algorithm,
+    estimator: Estimator,
+    options: dict[str, Any],
+    state_key: Callable | None = None,
+    penalty_on_step: bool = False,
+    parts: RewardParts | None = None,
+) -> AdvantageRecord:
     """``scores`` and ``step_rewards`` are the verdicts' (``Verdict.score``, ``Verdict.step_rewards``), in the
     episodes' order. Anchor groups, the estimator, and (``penalty_on_step``, verl-agent's convention) each invalid step's
     penalty charged to that step alone: a step-level estimator receives it as ``steps.penalty`` (gigpo
@@ -65,17 +84,27 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, step
     steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
     if [len(r) for r in step_rewards] != [len(ep.steps) for ep in episodes]:
         raise ValueError("step_rewards must hold one reward per step of each episode, in the episodes' order")
-    anchors = anchor_group_ids([episodes[e].group_id for e, _ in steps], [s.anchor_state for _, s in steps],
-                               algorithm.anchor_mode, algorithm.similarity_threshold, state_key)
-    tensors = StepTensors(episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
-                          rewards=torch.tensor([r for rewards in step_rewards for r in rewards], dtype=torch.float64),
-                          anchor=torch.tensor(anchors, dtype=torch.long),
-                          penalty=torch.tensor([s.penalty for _, s in steps], dtype=torch.float64)
-                          if penalty_on_step else None)
+    anchors = anchor_group_ids(
+        [episodes[e].group_id for e, _ in steps],
+        [s.anchor_state for _, s in steps],
+        algorithm.anchor_mode,
+        algorithm.similarity_threshold,
+        state_key,
+    )
+    tensors = StepTensors(
+        episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
+        rewards=torch.tensor([r for rewards in step_rewards for r in rewards], dtype=torch.float64),
+        anchor=torch.tensor(anchors, dtype=torch.long),
+        penalty=torch.tensor([s.penalty for _, s in steps], dtype=torch.float64) if penalty_on_step else None,
+    )
     # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
     # advantage becomes 0 -- nothing is learned, silently.
-    out = checked_output(estimator, run_estimator(estimator, scores.to(torch.float64), groups, tensors, parts, **options),
-                         scores, len(steps))
+    out = checked_output(
+        estimator,
+        run_estimator(estimator, scores.to(torch.float64), groups, tensors, parts, **options),
+        scores,
+        len(steps),
+    )
     # An episode-level estimator gives one value per episode (broadcast to its steps), a step-level one
     # a value per step or a record of parts (gigpo); a part it leaves out takes its plain default.
     if not estimator.step_level:
@@ -93,8 +122,10 @@ def compute_advantage_record(episodes: list[Episode], scores: torch.Tensor, step
         discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma) if returns is None else returns,
         advantage if episode_advantage is None else episode_advantage,
         torch.zeros(len(steps), dtype=torch.float64) if step_advantage is None else step_advantage,
-        advantage, tensors.anchor,
-        torch.bincount(tensors.anchor)[tensors.anchor] if anchor_size is None else anchor_size)
+        advantage,
+        tensors.anchor,
+        torch.bincount(tensors.anchor)[tensors.anchor] if anchor_size is None else anchor_size,
+    )
     if penalty_on_step and not estimator.step_level:
         assert tensors.penalty is not None  # built whenever the penalty goes on the step
         record.episode_advantage = record.episode_advantage - tensors.penalty
@@ -117,16 +148,21 @@ def checked_output(estimator: Estimator, out: Any, scores: torch.Tensor, n_steps
     try:
         tensor = values if isinstance(values, torch.Tensor) else torch.as_tensor(values, dtype=torch.float64)
     except (TypeError, ValueError, RuntimeError):
-        raise EstimatorOutputError(f"{where} returned {type(values).__name__}; expected a tensor of {n} values, one per "
-                                   f"{level}") from None
+        raise EstimatorOutputError(
+            f"{where} returned {type(values).__name__}; expected a tensor of {n} values, one per {level}"
+        ) from None
     if tuple(tensor.shape) != (n,) or not (tensor.is_floating_point() or tensor.dtype in (torch.int32, torch.int64)):
-        raise EstimatorOutputError(f"{where} returned a {tensor.dtype} tensor of shape {tuple(tensor.shape)} for "
-                                   f"{len(scores)} episodes ({n_steps} steps); expected shape ({n},), one value per "
-                                   f"{level}")
+        raise EstimatorOutputError(
+            f"{where} returned a {tensor.dtype} tensor of shape {tuple(tensor.shape)} for "
+            f"{len(scores)} episodes ({n_steps} steps); expected shape ({n},), one value per "
+            f"{level}"
+        )
     bad = ~torch.isfinite(tensor.to(torch.float64))
     if bad.any() and torch.isfinite(scores).all():  # non-finite scores are the rewards' fault, reported there
-        raise EstimatorOutputError(f"{where} returned NaN or inf for {int(bad.sum())} of {n} {level}s (first: "
-                                   f"{level} {int(bad.nonzero()[0])}) from finite scores; expected finite values")
+        raise EstimatorOutputError(
+            f"{where} returned NaN or inf for {int(bad.sum())} of {n} {level}s (first: "
+            f"{level} {int(bad.nonzero()[0])}) from finite scores; expected finite values"
+        )
     if isinstance(out, torch.Tensor) or not hasattr(out, "advantage"):
         return tensor.to(torch.float64)
     return out
@@ -135,9 +171,15 @@ def checked_output(estimator: Estimator, out: Any, scores: torch.Tensor, n_steps
 def reward_parts(verdicts: list[Verdict], weights: dict[str, float]) -> RewardParts:
     """Each reward's score per episode (NaN where it gave none), for an estimator that declares ``parts``."""
     nan = float("nan")
-    return RewardParts({name: torch.tensor([nan if (value := v.parts.get(name)) is None else float(value)
-                                            for v in verdicts], dtype=torch.float64) for name in weights},
-                       dict(weights))
+    return RewardParts(
+        {
+            name: torch.tensor(
+                [nan if (value := v.parts.get(name)) is None else float(value) for v in verdicts], dtype=torch.float64
+            )
+            for name in weights
+        },
+        dict(weights),
+    )
 
 
 def log_groups(episodes: list[Episode], scores: torch.Tensor, record: AdvantageRecord) -> None:
@@ -154,9 +196,14 @@ def log_groups(episodes: list[Episode], scores: torch.Tensor, record: AdvantageR
                 anchors.setdefault(int(record.anchor[j]), []).append(
                     f"e{episodes[e].index_in_group}t{t}: R={float(record.returns[j]):.3f} "
                     f"A_E={float(record.episode_advantage[j]):+.3f} A_S={float(record.step_advantage[j]):+.3f} "
-                    f"A={float(record.advantage[j]):+.3f}")
-        log.debug("group %d: scores %s; %d anchor groups (%d non-singleton)", g,
-                  [round(float(scores[e]), 3) for e in members], len(anchors),
-                  sum(len(v) > 1 for v in anchors.values()))
+                    f"A={float(record.advantage[j]):+.3f}"
+                )
+        log.debug(
+            "group %d: scores %s; %d anchor groups (%d non-singleton)",
+            g,
+            [round(float(scores[e]), 3) for e in members],
+            len(anchors),
+            sum(len(v) > 1 for v in anchors.values()),
+        )
         for anchor, lines in anchors.items():
             log.debug("  anchor %d (size %d): %s", anchor, len(lines), "; ".join(lines))

@@ -39,9 +39,20 @@ class DamagedCheckpoint(ValueError):
     """A checkpoint that cannot be resumed whole (a missing, truncated or corrupt file); names the file."""
 
 
-def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer, scheduler,
-                    state: dict[str, Any], *, scorer=None, rng_states: list[dict[str, Any]] | None = None,
-                    model_state: dict[str, Any] | None = None, optimizer_state: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    out_dir: str | Path,
+    step: int,
+    model,
+    tokenizer,
+    optimizer,
+    scheduler,
+    state: dict[str, Any],
+    *,
+    scorer=None,
+    rng_states: list[dict[str, Any]] | None = None,
+    model_state: dict[str, Any] | None = None,
+    optimizer_state: dict[str, Any] | None = None,
+) -> Path:
     """Write ``checkpoint-<step>`` atomically. On failure the partial temp dir is removed, earlier
     checkpoints are untouched, and ``CheckpointError`` names the cause (e.g. "No space left on
     device", which torch itself reports as "[enforce fail at inline_container.cc] unexpected pos").
@@ -65,8 +76,10 @@ def save_checkpoint(out_dir: str | Path, step: int, model, tokenizer, optimizer,
     except Exception as err:  # noqa: BLE001 - any writer (torch, safetensors, tokenizers) may fail
         why = _why(err, Path(out_dir))  # before the partial dir goes: removing it frees the space
         shutil.rmtree(tmp, ignore_errors=True)
-        raise CheckpointError(f"could not write {final.name} in {out_dir}: {why}; the partial checkpoint was "
-                              "removed, earlier checkpoints are kept") from err
+        raise CheckpointError(
+            f"could not write {final.name} in {out_dir}: {why}; the partial checkpoint was "
+            "removed, earlier checkpoints are kept"
+        ) from err
     if final.exists():
         shutil.rmtree(final)
     tmp.rename(final)
@@ -89,8 +102,13 @@ def _why(err: BaseException, out_dir: Path) -> str:
 
 
 REQUIRED = (STATE, "optimizer.pt", "scheduler.pt", RNG_FILE)
-WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin",
-           "adapter_model.bin")
+WEIGHTS = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "adapter_model.safetensors",
+    "pytorch_model.bin",
+    "adapter_model.bin",
+)
 
 
 def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
@@ -112,8 +130,9 @@ def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
         try:
             shards = sorted(set(json.loads(index.read_bytes())["weight_map"].values()))
         except (ValueError, KeyError, TypeError, AttributeError) as err:
-            raise DamagedCheckpoint(f"{index.relative_to(ckpt.parent)} is damaged ({type(err).__name__}: {err})") \
-                from None
+            raise DamagedCheckpoint(
+                f"{index.relative_to(ckpt.parent)} is damaged ({type(err).__name__}: {err})"
+            ) from None
         absent = [name for name in shards if not (ckpt / name).is_file()]
         if absent:
             raise DamagedCheckpoint(f"{ckpt} has no {', '.join(absent)} (named by model.safetensors.index.json)")
@@ -124,8 +143,10 @@ def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
     state = json.loads((ckpt / STATE).read_text())
     for key in ("step", "data_position"):
         if not isinstance(state, dict) or type(state.get(key)) is not int or state[key] < 0:
-            raise DamagedCheckpoint(f"{ckpt / STATE} has no whole-number '{key}' (found "
-                                    f"{state.get(key) if isinstance(state, dict) else state!r})")
+            raise DamagedCheckpoint(
+                f"{ckpt / STATE} has no whole-number '{key}' (found "
+                f"{state.get(key) if isinstance(state, dict) else state!r})"
+            )
     return state
 
 
@@ -160,8 +181,11 @@ def _safetensors_damage(path: Path) -> str | None:
     ends = [entry["data_offsets"][1] for name, entry in header.items() if name != "__metadata__"]
     expected = 8 + n + max(ends, default=0)
     if expected != size:
-        return f"{size} bytes where its tensors need {expected}: truncated" if size < expected \
+        return (
+            f"{size} bytes where its tensors need {expected}: truncated"
+            if size < expected
             else f"{size - expected} bytes past its last tensor"
+        )
     return None
 
 
@@ -179,8 +203,10 @@ def load_checkpoint(ckpt: str | Path, optimizer, scheduler, scorer=None) -> dict
     state = read_checkpoint_state(ckpt)
     if scorer is not None and (scorer.learned or scorer.mixer is not None):
         if not (ckpt / LEARNED).is_file():
-            raise FileNotFoundError(f"--resume_from_checkpoint: {ckpt} has no {LEARNED}, but the run has learned "
-                                    "rewards whose state it needs")
+            raise FileNotFoundError(
+                f"--resume_from_checkpoint: {ckpt} has no {LEARNED}, but the run has learned "
+                "rewards whose state it needs"
+            )
         scorer.load_state_dict(torch.load(ckpt / LEARNED, weights_only=False)["learned_rewards"])
     optimizer.load_state_dict(torch.load(ckpt / "optimizer.pt", weights_only=False))
     scheduler.load_state_dict(torch.load(ckpt / "scheduler.pt", weights_only=False))
@@ -209,9 +235,14 @@ class _NoOptimizer:
 
 # --- RNG state per process -----------------------------------------------------------------
 
+
 def rng_state() -> dict[str, Any]:
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
@@ -249,11 +280,13 @@ def check_world_size(saved: int, info: ProcessInfo, reshard: bool, where: str = 
             f"{where} was written by {saved} process(es), this run has {info.world_size}: the sampling "
             f"RNG streams of each process cannot be split or merged exactly. Relaunch with {saved} "
             f"process(es), or set reshard_on_resume: true to continue the same data order with fresh "
-            f"per-process streams seeded from (seed, step, rank)")
+            f"per-process streams seeded from (seed, step, rank)"
+        )
 
 
-def restore_rng_states(states: list[dict[str, Any]], info: ProcessInfo, reshard: bool, seed: int, step: int,
-                       where: str = "checkpoint") -> str:
+def restore_rng_states(
+    states: list[dict[str, Any]], info: ProcessInfo, reshard: bool, seed: int, step: int, where: str = "checkpoint"
+) -> str:
     """Resume each process's RNG stream. Same process count: exact. Another count: the data
     position still continues exactly (it is global), but per-process sampling streams cannot be
     split or merged, so refuse unless ``reshard`` asks for fresh (seed, step, rank) streams."""

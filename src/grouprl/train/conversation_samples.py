@@ -35,14 +35,15 @@ def conversation_layout(episode: Episode) -> tuple[list[int], list[int], list[in
     for t, step in enumerate(steps):
         end = len(step.prompt_ids) + len(step.action_ids)
         if full[:end] != step.prompt_ids + step.action_ids:
-            raise ValueError(f"episode {episode.episode_id}: turn {t}'s prompt and action are not a prefix of the "
-                             "conversation (the runner must append generated ids, never re-tokenise them)")
-        owner[len(step.prompt_ids) - len(prompt):end - len(prompt)] = [t] * len(step.action_ids)
-    return prompt, full[len(prompt):], owner
+            raise ValueError(
+                f"episode {episode.episode_id}: turn {t}'s prompt and action are not a prefix of the "
+                "conversation (the runner must append generated ids, never re-tokenise them)"
+            )
+        owner[len(step.prompt_ids) - len(prompt) : end - len(prompt)] = [t] * len(step.action_ids)
+    return prompt, full[len(prompt) :], owner
 
 
-def pack_conversations(episodes: list[Episode], step_advantages: torch.Tensor, pad_id: int,
-                       mask_truncated: bool):
+def pack_conversations(episodes: list[Episode], step_advantages: torch.Tensor, pad_id: int, mask_truncated: bool):
     """One sample per episode; ``step_advantages`` holds one value per step of ``episodes``, in order."""
 
     layouts = [conversation_layout(ep) for ep in episodes]

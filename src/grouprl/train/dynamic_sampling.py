@@ -67,11 +67,15 @@ class DynamicSampler:
             batch, scores = draw()
         world = self.parallel.info.world_size
         n = len(kept) - len(kept) % world  # whole groups, the same number on every process
-        metrics = {**scores.metrics, "dynamic_sampling/batches": float(rounds),
-                   "dynamic_sampling/groups_kept": float(n), "dynamic_sampling/groups_dropped": float(generated - n),
-                   "dynamic_sampling/zero_variance_fraction": agreeing / generated,
-                   # the step's zero-std share as before dynamic sampling: over every generated group, by score
-                   "frac_reward_zero_std": agreeing_score / generated}
+        metrics = {
+            **scores.metrics,
+            "dynamic_sampling/batches": float(rounds),
+            "dynamic_sampling/groups_kept": float(n),
+            "dynamic_sampling/groups_dropped": float(generated - n),
+            "dynamic_sampling/zero_variance_fraction": agreeing / generated,
+            # the step's zero-std share as before dynamic sampling: over every generated group, by score
+            "frac_reward_zero_std": agreeing_score / generated,
+        }
         if "reward_errors" in metrics:
             metrics["reward_errors"] = reward_errors
         if n == 0:  # nothing disagreed: train on the last batch as it is (zero advantages, no policy gradient)

@@ -22,8 +22,12 @@ from grouprl.algos.importance import sampling_correction
 from grouprl.algos.entropy import entropy_bonus
 from grouprl.algos.losses import micro_batch_weight, policy_objective
 from grouprl.config import Config, ConfigError
-from grouprl.policy.grouped_scoring import (auto_grouped_logps, grouped_completion_logps, shared_prefix_logps,
-                                            supports_grouped_scoring)
+from grouprl.policy.grouped_scoring import (
+    auto_grouped_logps,
+    grouped_completion_logps,
+    shared_prefix_logps,
+    supports_grouped_scoring,
+)
 from grouprl.policy.loading import Policy
 from grouprl.policy.scoring import completion_logps, pack
 from grouprl.records import Episode
@@ -84,10 +88,19 @@ class Learner:
         # optimizer time than the per-tensor loop on a 0.5B model on CPU. FSDP's sharded DTensors keep
         # the plain implementation.
         fused = not parallel.fsdp and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
-        self.optimizer = torch.optim.AdamW(params, lr=train.learning_rate, weight_decay=train.weight_decay,
-                                           betas=(0.9, train.adam_beta2), fused=fused or None)
-        self.scheduler = get_scheduler(train.lr_scheduler_type, self.optimizer, num_warmup_steps=train.warmup_steps,
-                                       num_training_steps=train.max_steps * cfg.algorithm.num_iterations)
+        self.optimizer = torch.optim.AdamW(
+            params,
+            lr=train.learning_rate,
+            weight_decay=train.weight_decay,
+            betas=(0.9, train.adam_beta2),
+            fused=fused or None,
+        )
+        self.scheduler = get_scheduler(
+            train.lr_scheduler_type,
+            self.optimizer,
+            num_warmup_steps=train.warmup_steps,
+            num_training_steps=train.max_steps * cfg.algorithm.num_iterations,
+        )
         self.skipped_updates = 0  # optimizer steps skipped for a non-finite loss or gradient (a metric)
         self.nonfinite: str | None = None  # why the current optimizer step must be skipped
         self.loss, self.loss_options = resolve_loss(cfg)  # the registered loss and its checked options
@@ -99,10 +112,15 @@ class Learner:
         if layout == "auto" and cfg.runtime.gradient_checkpointing:  # a checkpointed layer cannot keep the cache
             layout = "block_mask"
         if grouped and layout == "prefix_cache" and cfg.runtime.gradient_checkpointing:
-            raise ConfigError("config key 'grouped_layout': prefix_cache cannot run under gradient_checkpointing "
-                              "(a re-run layer would append to the prompt's cache again); use auto or block_mask")
-        layouts = {"auto": auto_grouped_logps, "prefix_cache": shared_prefix_logps,
-                   "block_mask": grouped_completion_logps}
+            raise ConfigError(
+                "config key 'grouped_layout': prefix_cache cannot run under gradient_checkpointing "
+                "(a re-run layer would append to the prompt's cache again); use auto or block_mask"
+            )
+        layouts = {
+            "auto": auto_grouped_logps,
+            "prefix_cache": shared_prefix_logps,
+            "block_mask": grouped_completion_logps,
+        }
         self.score_completions = layouts[layout] if grouped else completion_logps
 
     @property
@@ -153,18 +171,33 @@ class Learner:
             for i, m in enumerate(micro):
                 part = batch.slice(m)
                 with parallel.accumulate(self.model, sync=i == len(micro) - 1):
-                    logps, entropy = score(self.model, part, temperature, with_entropy="grad" if coef else True,
-                                           support=support)
+                    logps, entropy = score(
+                        self.model, part, temperature, with_entropy="grad" if coef else True, support=support
+                    )
                     assert entropy is not None  # asked for (with_entropy)
                     pi_old = logps.detach() if old is None else old[m]
-                    weights, is_stats = (None, {}) if correct is None or sampler is None else correct(
-                        pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap)
+                    weights, is_stats = (
+                        (None, {})
+                        if correct is None or sampler is None
+                        else correct(
+                            pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap
+                        )
+                    )
                     loss, s = policy_objective(
-                        self.loss, logps, pi_old, adv[m], part.completion_mask, self.loss_options,
-                        algorithm.loss_type, beta=algorithm.beta, ref_logps=None if ref is None else ref[m],
+                        self.loss,
+                        logps,
+                        pi_old,
+                        adv[m],
+                        part.completion_mask,
+                        self.loss_options,
+                        algorithm.loss_type,
+                        beta=algorithm.beta,
+                        ref_logps=None if ref is None else ref[m],
                         kl_estimator=self.cfg.objective.kl_estimator,
-                        max_completion_length=self.cfg.rollout.max_new_tokens, num_items_in_batch=total_tokens,
-                        token_weights=weights)
+                        max_completion_length=self.cfg.rollout.max_new_tokens,
+                        num_items_in_batch=total_tokens,
+                        token_weights=weights,
+                    )
                     s.update(is_stats)
                     # x world: DDP averages the processes' gradients, the batch loss is their sum.
                     loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all, n_micro) * world
@@ -187,8 +220,10 @@ class Learner:
             if bonus.enabled:  # adaptive: toward the target, from the whole batch's entropy of this step
                 bonus.update(parallel.total(entropy_sum) / max(parallel.total(entropy_tokens), 1.0))
                 stats.setdefault("entropy_coef", []).append(coef)
-        means = {k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
-                 for k, v in stats.items()}
+        means = {
+            k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
+            for k, v in stats.items()
+        }
         loss_sum = parallel.total(means.pop("loss", 0.0))
         return {**parallel.mean_metrics(means), "loss": loss_sum, "skipped_updates": float(self.skipped_updates)}
 
@@ -200,16 +235,21 @@ class Learner:
         and counted, and past ``max_nonfinite_updates`` skips the run stops (``NonFiniteUpdates``)."""
         grad_norm = self.parallel.clip_grad_norm(self.model, self.cfg.train.max_grad_norm)
         bad_somewhere = self.parallel.total(1.0 if self.nonfinite else 0.0) > 0
-        why = self.nonfinite or ("loss on another process" if bad_somewhere else None) or (
-            None if math.isfinite(grad_norm) else f"gradient norm {grad_norm}")
+        why = (
+            self.nonfinite
+            or ("loss on another process" if bad_somewhere else None)
+            or (None if math.isfinite(grad_norm) else f"gradient norm {grad_norm}")
+        )
         if why:
             self.optimizer.zero_grad(set_to_none=True)
             self.skipped_updates += 1
             log.warning("skipped an update: non-finite %s (%d skipped so far)", why, self.skipped_updates)
             if self.skipped_updates > self.cfg.train.max_nonfinite_updates:
-                raise NonFiniteUpdates(f"{self.skipped_updates} updates had a non-finite loss or gradient (last: "
-                                       f"{why}; > max_nonfinite_updates={self.cfg.train.max_nonfinite_updates}); "
-                                       "stopping before the weights are damaged")
+                raise NonFiniteUpdates(
+                    f"{self.skipped_updates} updates had a non-finite loss or gradient (last: "
+                    f"{why}; > max_nonfinite_updates={self.cfg.train.max_nonfinite_updates}); "
+                    "stopping before the weights are damaged"
+                )
             return 0.0  # no step was taken (skipped_updates says so); NaN would not be valid JSON
         self.optimizer.step()
         self.scheduler.step()

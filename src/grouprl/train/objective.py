@@ -28,12 +28,19 @@ def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
         loss = get_loss(objective.loss)
     except (KeyError, TypeError) as err:
         raise ConfigError(f"config key 'loss' (section objective): {err.args[0] if err.args else err}") from None
-    options = {name: getattr(algorithm, name) for name in ALGORITHM_OPTIONS
-               if name in algorithm.model_fields_set and name in loss.options}
+    options = {
+        name: getattr(algorithm, name)
+        for name in ALGORITHM_OPTIONS
+        if name in algorithm.model_fields_set and name in loss.options
+    }
     ignored = [name for name in ALGORITHM_OPTIONS if name in algorithm.model_fields_set and name not in loss.options]
     if ignored:  # set by the user, but this loss has no such option: say so rather than drop it silently
-        log.warning("loss '%s' does not use %s (it takes: %s)", loss.name, ", ".join(ignored),
-                    ", ".join(loss.options) or "no options")
+        log.warning(
+            "loss '%s' does not use %s (it takes: %s)",
+            loss.name,
+            ", ".join(ignored),
+            ", ".join(loss.options) or "no options",
+        )
     options.update(objective.loss_options)
     try:
         loss.check_options(options)
@@ -45,6 +52,8 @@ def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
 def entropy_bonus_of(cfg) -> EntropyBonus:
     o = cfg.objective
     if o.entropy_target is not None and not o.entropy_coef_min <= o.entropy_coef <= o.entropy_coef_max:
-        raise ConfigError(f"config key 'entropy_coef' (section objective): got {o.entropy_coef}; expected a value "
-                          f"within [entropy_coef_min, entropy_coef_max] = [{o.entropy_coef_min}, {o.entropy_coef_max}]")
+        raise ConfigError(
+            f"config key 'entropy_coef' (section objective): got {o.entropy_coef}; expected a value "
+            f"within [entropy_coef_min, entropy_coef_max] = [{o.entropy_coef_min}, {o.entropy_coef_max}]"
+        )
     return EntropyBonus(o.entropy_coef, o.entropy_target, o.entropy_coef_delta, o.entropy_coef_min, o.entropy_coef_max)

@@ -85,12 +85,15 @@ def end_processes() -> None:
 
 # --- sharding ------------------------------------------------------------------------------
 
+
 def shard_slice(n_groups: int, info: ProcessInfo) -> slice:
     """This process's contiguous share of ``n_groups`` groups; refuses an uneven split, because
     unequal shares would change the weight each process's samples get in the averaged update."""
     if n_groups % info.world_size:
-        raise ReshardError(f"batch_size: {n_groups} groups per step cannot be split evenly over "
-                           f"{info.world_size} processes; use a multiple of {info.world_size}")
+        raise ReshardError(
+            f"batch_size: {n_groups} groups per step cannot be split evenly over "
+            f"{info.world_size} processes; use a multiple of {info.world_size}"
+        )
     per = n_groups // info.world_size
     return slice(info.rank * per, (info.rank + 1) * per)
 
@@ -102,6 +105,7 @@ def shard(items: Sequence[T], info: ProcessInfo) -> list[T]:
 
 
 # --- collectives ---------------------------------------------------------------------------
+
 
 def all_reduce_sum(value: torch.Tensor | float) -> torch.Tensor:
     """Sum over processes (a copy; the input is untouched)."""
@@ -157,8 +161,9 @@ def mean_metrics(metrics: dict[str, float]) -> dict[str, float]:
     out: dict[str, float] = {}
     for key in sorted({k for m in everyone for k in m}):
         values = [m[key] for m in everyone if key in m]
-        out[key] = max(values) if key.endswith("_max") else min(values) if key.endswith("_min") \
-            else sum(values) / len(values)
+        out[key] = (
+            max(values) if key.endswith("_max") else min(values) if key.endswith("_min") else sum(values) / len(values)
+        )
     return out
 
 
@@ -168,6 +173,7 @@ def barrier() -> None:
 
 
 # --- the run's processes -------------------------------------------------------------------
+
 
 def fsdp_requested() -> bool:
     """``accelerate launch --config_file recipes/accelerate_configs/fsdp.yaml`` sets this."""
@@ -182,8 +188,11 @@ def shard_fully(model: torch.nn.Module) -> torch.nn.Module:
     while grouprl builds the optimizer on the sharded parameters afterwards."""
     from torch.distributed.fsdp import fully_shard
 
-    units = set(getattr(model, "_no_split_modules", None) or
-                getattr(getattr(model, "base_model", None), "_no_split_modules", None) or [])
+    units = set(
+        getattr(model, "_no_split_modules", None)
+        or getattr(getattr(model, "base_model", None), "_no_split_modules", None)
+        or []
+    )
     for tensor in [*model.parameters(), *model.buffers()]:  # as DDP does: process 0's initial values everywhere
         torch.distributed.broadcast(tensor.data, src=0)
     for module in model.modules():
@@ -205,9 +214,11 @@ class DataParallel:
         if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true"):
             # accelerate's prepare_model leaves a DeepSpeed model unwrapped: the processes' gradients
             # would never be averaged (and ZeRO-3's partitioned weights never gathered).
-            raise ConfigError("accelerate config: DeepSpeed (zero3.yaml) is not driven by grouprl's trainer; "
-                              "use recipes/accelerate_configs/fsdp.yaml (FSDP2 full shard: parameters, "
-                              "gradients and optimizer state split across processes) or ddp.yaml")
+            raise ConfigError(
+                "accelerate config: DeepSpeed (zero3.yaml) is not driven by grouprl's trainer; "
+                "use recipes/accelerate_configs/fsdp.yaml (FSDP2 full shard: parameters, "
+                "gradients and optimizer state split across processes) or ddp.yaml"
+            )
         info = init_processes()
         if not info.distributed:
             return cls(info)
@@ -273,28 +284,35 @@ class DataParallel:
     @property
     def sharded(self) -> bool:
         """Parameters and optimizer state are split across processes (FSDP)."""
-        return self.distributed and (self.fsdp or getattr(getattr(self.accelerator, "state", None),
-                                                          "distributed_type", None) == "FSDP")
+        return self.distributed and (
+            self.fsdp or getattr(getattr(self.accelerator, "state", None), "distributed_type", None) == "FSDP"
+        )
 
     def full_state(self, learner) -> tuple[dict | None, dict | None]:
         """Collective under FSDP: the full model and optimizer state dicts (on CPU) for process 0 to
         save in the single-device format; (None, None) where each process holds everything."""
         if not self.sharded:
             return None, None
-        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                             get_optimizer_state_dict)
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return (get_model_state_dict(learner.model, options=options),
-                get_optimizer_state_dict(learner.model, learner.optimizer, options=options))
+        return (
+            get_model_state_dict(learner.model, options=options),
+            get_optimizer_state_dict(learner.model, learner.optimizer, options=options),
+        )
 
     # --- the batch ---------------------------------------------------------------------------
     def rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """This process's share of the step's rows."""
         return shard(rows, self.info)
 
-    def globalize(self, episodes: list[Episode], groups_per_process: int,
-                  attached: Any = None) -> tuple["GlobalBatch", list[Any]]:
+    def globalize(
+        self, episodes: list[Episode], groups_per_process: int, attached: Any = None
+    ) -> tuple["GlobalBatch", list[Any]]:
         """Renumber this process's groups as in the whole batch, then gather every process's episodes
         (and what is ``attached`` to them, e.g. their verdicts: one value per process, in rank order)."""
         for ep in episodes:
@@ -305,7 +323,7 @@ class DataParallel:
         start = sum(len(s) for s, _ in shares[: self.info.rank])
         everything = [ep for share, _ in shares for ep in share]
         # Our own share stays the objects we hold.
-        everything[start:start + len(episodes)] = episodes
+        everything[start : start + len(episodes)] = episodes
         return GlobalBatch(everything, start, start + len(episodes)), [a for _, a in shares]
 
     def micro_batches(self, local_samples: int, accumulation: int) -> int:
@@ -331,7 +349,7 @@ class GlobalBatch:
 
     @property
     def local(self) -> list[Episode]:
-        return self.episodes[self.start:self.stop]
+        return self.episodes[self.start : self.stop]
 
     def local_steps(self) -> slice:
         """This process's rows in per-step tensors of the whole batch (steps contiguous per episode)."""

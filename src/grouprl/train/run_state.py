@@ -38,8 +38,9 @@ class RunState:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(state) - known)
         if unknown:
-            raise ValueError(f"{where}: run state has unknown field(s) {', '.join(unknown)}; expected "
-                             f"{', '.join(sorted(known))}")
+            raise ValueError(
+                f"{where}: run state has unknown field(s) {', '.join(unknown)}; expected {', '.join(sorted(known))}"
+            )
         best = state.get("best")
         return cls(**{**state, "best": BestCheckpoint(**best) if isinstance(best, dict) else best})
 

@@ -43,8 +43,9 @@ class RowSampler:
 class CurriculumSampler(RowSampler):
     """The seeded order, minus the prompts recently solved K/K or 0/K (see the module docstring)."""
 
-    def __init__(self, rows: list[dict[str, Any]], seed: int, skip_steps: int, max_skipped_fraction: float,
-                 position: int = 0):
+    def __init__(
+        self, rows: list[dict[str, Any]], seed: int, skip_steps: int, max_skipped_fraction: float, position: int = 0
+    ):
         super().__init__(rows, seed, position)
         self.skip_steps, self.max_skipped = skip_steps, max(0, int(max_skipped_fraction * len(rows)))
         self.skip_until: dict[int, int] = {}  # row index -> first step at which it is drawn again
@@ -82,12 +83,17 @@ class CurriculumSampler(RowSampler):
         self.skip_until = {i: s for i, s in self.skip_until.items() if s > step}  # expired entries go
 
     def metrics(self) -> dict[str, float]:
-        return {"curriculum/skipped_prompts": float(self.skipped_now()),
-                "curriculum/skipped_draws": float(self.skipped_draws)}
+        return {
+            "curriculum/skipped_prompts": float(self.skipped_now()),
+            "curriculum/skipped_draws": float(self.skipped_draws),
+        }
 
     def state_dict(self) -> dict[str, Any]:
-        return {"skip_until": {str(i): s for i, s in self.skip_until.items()}, "now": self.now,
-                "skipped_draws": self.skipped_draws}
+        return {
+            "skip_until": {str(i): s for i, s in self.skip_until.items()},
+            "now": self.now,
+            "skipped_draws": self.skipped_draws,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.skip_until = {int(i): int(s) for i, s in state["skip_until"].items()}

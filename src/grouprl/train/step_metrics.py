@@ -10,21 +10,28 @@ from grouprl.rewards.scorer import Scores
 from grouprl.tools.metrics import tool_metrics
 
 
-def outcome_metrics(episodes: list[Episode], verdicts: list[Verdict], reward_keys: list[str],
-                    multi_step: bool) -> dict[str, float]:
+def outcome_metrics(
+    episodes: list[Episode], verdicts: list[Verdict], reward_keys: list[str], multi_step: bool
+) -> dict[str, float]:
     """``accuracy`` (share correct: the judge reward is 1.0, or the environment reported success),
     ``reward`` (mean episode score), ``completions/mean_length`` (tokens per action), each reward's
     ``rewards/<name>/mean`` and ``/std`` over the episodes it scored, the environment measures of a
     multi-step task and the tool measures of conversations."""
     n = max(len(episodes), 1)
     steps = [s for ep in episodes for s in ep.steps]
-    m = {"accuracy": sum(v.correct for v in verdicts) / n,
-         "reward": sum(v.score for v in verdicts) / n,
-         "completions/mean_length": sum(len(s.action_ids) for s in steps) / max(len(steps), 1)}
+    m = {
+        "accuracy": sum(v.correct for v in verdicts) / n,
+        "reward": sum(v.score for v in verdicts) / n,
+        "completions/mean_length": sum(len(s.action_ids) for s in steps) / max(len(steps), 1),
+    }
     if multi_step:
-        m.update({"success_rate": sum(ep.success for ep in episodes) / n,
-                  "episode_length": len(steps) / n,
-                  "invalid_action_rate": sum(not s.valid for s in steps) / max(len(steps), 1)})
+        m.update(
+            {
+                "success_rate": sum(ep.success for ep in episodes) / n,
+                "episode_length": len(steps) / n,
+                "invalid_action_rate": sum(not s.valid for s in steps) / max(len(steps), 1),
+            }
+        )
     m.update(tool_metrics(episodes))  # conversation episodes: tools/invalid_call_rate, errors, end reasons
     for key in reward_keys:
         vals = torch.tensor([v.parts[key] for v in verdicts if v.parts.get(key) is not None], dtype=torch.float64)
@@ -35,24 +42,31 @@ def outcome_metrics(episodes: list[Episode], verdicts: list[Verdict], reward_key
     return m
 
 
-def batch_metrics(episodes: list[Episode], scores: Scores, advantages, group_size: int,
-                  reward_keys: list[str], multi_step: bool) -> dict[str, float]:
+def batch_metrics(
+    episodes: list[Episode], scores: Scores, advantages, group_size: int, reward_keys: list[str], multi_step: bool
+) -> dict[str, float]:
     grouped = scores.episode.view(-1, group_size)
     steps = [s for ep in episodes for s in ep.steps]
     lengths = torch.tensor([len(s.action_ids) for s in steps], dtype=torch.float32)
     m = outcome_metrics(episodes, scores.verdicts, reward_keys, multi_step)
-    m.update({
-        "reward": float(scores.episode.mean()),  # in float64, as the advantages see it
-        "reward_std": float(scores.episode.std()) if scores.episode.numel() > 1 else 0.0,
-        "frac_reward_zero_std": float((grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean()),
-        "completions/max_length": float(lengths.max()),
-        "completions/clipped_ratio": sum(s.truncated for s in steps) / lengths.numel(),
-        # one per step (an episode of n steps is n samples); a conversation is one sample per episode
-        "samples": float(len(episodes) if episodes and episodes[0].conversation else lengths.numel()),
-        "prompts/truncated": sum(s.prompt_truncated for s in steps) / lengths.numel(),  # cut to max_prompt_length
-    })
+    m.update(
+        {
+            "reward": float(scores.episode.mean()),  # in float64, as the advantages see it
+            "reward_std": float(scores.episode.std()) if scores.episode.numel() > 1 else 0.0,
+            "frac_reward_zero_std": float((grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean()),
+            "completions/max_length": float(lengths.max()),
+            "completions/clipped_ratio": sum(s.truncated for s in steps) / lengths.numel(),
+            # one per step (an episode of n steps is n samples); a conversation is one sample per episode
+            "samples": float(len(episodes) if episodes and episodes[0].conversation else lengths.numel()),
+            "prompts/truncated": sum(s.prompt_truncated for s in steps) / lengths.numel(),  # cut to max_prompt_length
+        }
+    )
     if multi_step:
         n_steps = max(len(steps), 1)
-        m.update({"anchor_nonsingleton_share": int((advantages.anchor_size > 1).sum()) / n_steps,
-                  "step_advantage_abs": sum(abs(v) for v in advantages.step_advantage.tolist()) / n_steps})
+        m.update(
+            {
+                "anchor_nonsingleton_share": int((advantages.anchor_size > 1).sum()) / n_steps,
+                "step_advantage_abs": sum(abs(v) for v in advantages.step_advantage.tolist()) / n_steps,
+            }
+        )
     return m

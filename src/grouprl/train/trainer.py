@@ -32,8 +32,14 @@ from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
 from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options, reward_parts
-from grouprl.train.checkpoint import (RNG_FILE, load_training_state, read_rng_states, restore_rng_states, rng_state,
-                                      save_checkpoint)
+from grouprl.train.checkpoint import (
+    RNG_FILE,
+    load_training_state,
+    read_rng_states,
+    restore_rng_states,
+    rng_state,
+    save_checkpoint,
+)
 from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
 from grouprl.train.dynamic_sampling import DynamicSampler
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
@@ -56,9 +62,17 @@ class StepRecord:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, policy: Policy, task, scorer: Scorer | None = None,
-                 backend: GenerationBackend | None = None, console=None, observers: list | None = None,
-                 parallel: DataParallel = SINGLE):
+    def __init__(
+        self,
+        cfg: Config,
+        policy: Policy,
+        task,
+        scorer: Scorer | None = None,
+        backend: GenerationBackend | None = None,
+        console=None,
+        observers: list | None = None,
+        parallel: DataParallel = SINGLE,
+    ):
         self.cfg, self.policy, self.task, self.console, self.parallel = cfg, policy, task, console, parallel
         self.observers = list(observers or [])  # job/observer.py: after_step, after_checkpoint, after_train
         self._saved_step = -1
@@ -71,10 +85,18 @@ class Trainer:
         self.settings = episode_settings(cfg, task)
         objective = cfg.objective
         curriculum, dynamic = objective.curriculum, objective.dynamic_sampling
-        self.sampler = RowSampler(task.train_rows, cfg.train.seed) if curriculum is None else CurriculumSampler(
-            task.train_rows, cfg.train.seed, curriculum.skip_steps, curriculum.max_skipped_fraction)
-        self.dynamic = None if dynamic is None else DynamicSampler(dynamic.metric, dynamic.max_batches,
-                                                                   cfg.rollout.batch_size, parallel)
+        self.sampler = (
+            RowSampler(task.train_rows, cfg.train.seed)
+            if curriculum is None
+            else CurriculumSampler(
+                task.train_rows, cfg.train.seed, curriculum.skip_steps, curriculum.max_skipped_fraction
+            )
+        )
+        self.dynamic = (
+            None
+            if dynamic is None
+            else DynamicSampler(dynamic.metric, dynamic.max_batches, cfg.rollout.batch_size, parallel)
+        )
         self.pool = make_pool(cfg.rollout.env_workers, cfg.rollout.ray_address) if task.multi_step else LocalEnvPool()
         self.estimator = get_estimator(cfg.algorithm.advantage)
         self.estimator_options = estimator_options(cfg.algorithm, self.estimator)
@@ -88,9 +110,17 @@ class Trainer:
     def rollout(self) -> list[Episode]:
         # Every process draws the same rows (the data position is global) and keeps its share.
         rows = self.parallel.rows(self.sampler.next(self.cfg.rollout.batch_size))
-        return run_episodes([self.task.env_factory(row) for row in rows], rows, self.cfg.rollout.num_generations,
-                            self.backend, self.policy.tokenizer, self.sampling, settings=self.settings,
-                            seeds=[self.task.seed_of(row) for row in rows], pool=self.pool)
+        return run_episodes(
+            [self.task.env_factory(row) for row in rows],
+            rows,
+            self.cfg.rollout.num_generations,
+            self.backend,
+            self.policy.tokenizer,
+            self.sampling,
+            settings=self.settings,
+            seeds=[self.task.seed_of(row) for row in rows],
+            pool=self.pool,
+        )
 
     def score(self, episodes: list[Episode]) -> Scores:
         return self.scorer.score(episodes)
@@ -98,8 +128,9 @@ class Trainer:
     def gather(self, episodes: list[Episode], scores: Scores) -> tuple[GlobalBatch, Scores]:
         """Every process's episodes of this step with their verdicts, and the whole batch's score metrics
         (one process: its own, unchanged)."""
-        batch, shares = self.parallel.globalize(episodes, len(episodes) // self.cfg.rollout.num_generations,
-                                                (scores.verdicts, scores.parts))
+        batch, shares = self.parallel.globalize(
+            episodes, len(episodes) // self.cfg.rollout.num_generations, (scores.verdicts, scores.parts)
+        )
         verdicts = [v for share, _ in shares for v in share]
         parts = {key: [p for _, share in shares for p in share[key]] for key in scores.parts}
         metrics = self.parallel.mean_metrics(scores.metrics)
@@ -110,17 +141,31 @@ class Trainer:
     def advantages(self, episodes: list[Episode], scores: Scores) -> AdvantageRecord:
         parts = None
         if self.estimator.wants_parts:  # each reward's own score (gdpo), with its weight in the episode score
-            weights = {**self.scorer.weights, **{r.name: w for r, w in zip(self.scorer.learned,
-                                                                             self.scorer.learned_weights)}}
+            weights = {
+                **self.scorer.weights,
+                **{r.name: w for r, w in zip(self.scorer.learned, self.scorer.learned_weights)},
+            }
             parts = reward_parts(scores.verdicts, weights)
-        return compute_advantage_record(episodes, scores.episode, [v.step_rewards for v in scores.verdicts],
-                                        self.cfg.algorithm, self.estimator, self.estimator_options,
-                                        self.state_key, self.cfg.rollout.invalid_penalty == "on_step", parts)
+        return compute_advantage_record(
+            episodes,
+            scores.episode,
+            [v.step_rewards for v in scores.verdicts],
+            self.cfg.algorithm,
+            self.estimator,
+            self.estimator_options,
+            self.state_key,
+            self.cfg.rollout.invalid_penalty == "on_step",
+            parts,
+        )
 
     def samples(self, batch: GlobalBatch, advantages: AdvantageRecord) -> StepSamples:
         """This process's share of the batch as training samples, with its share of the advantages."""
-        return pack_samples(batch.local, advantages.advantage[batch.local_steps()],
-                            self.policy.tokenizer.pad_token_id, self.cfg.algorithm.mask_truncated_completions)
+        return pack_samples(
+            batch.local,
+            advantages.advantage[batch.local_steps()],
+            self.policy.tokenizer.pad_token_id,
+            self.cfg.algorithm.mask_truncated_completions,
+        )
 
     def update(self, samples: StepSamples) -> UpdateStats:
         stats = self.learner.update(samples)
@@ -162,17 +207,25 @@ class Trainer:
         elapsed = sum(record.seconds.values())
         batch = record.samples.batch
         n_tokens = self.parallel.total(float(batch.completion_mask.sum() + batch.prompt_mask.sum()))
-        return {**record.update,
-                **batch_metrics(record.episodes, record.scores, record.advantages,
-                                self.cfg.rollout.num_generations,
-                                self.scorer.keys + [r.name for r in self.scorer.learned],
-                                self.task.multi_step),
-                **record.scores.metrics,
-                "sandbox_fallbacks": float(sandbox.fallback_count()),  # runs without bubblewrap isolation
-                "sandbox_infra_errors": float(sandbox.infra_error_count()),  # runs the sandbox could not start
-                "step_time": elapsed, **record.seconds, "tokens_per_second": n_tokens / elapsed,
-                "learning_rate": self.learner.learning_rate,
-                **(self.sampler.metrics() if isinstance(self.sampler, CurriculumSampler) else {})}
+        return {
+            **record.update,
+            **batch_metrics(
+                record.episodes,
+                record.scores,
+                record.advantages,
+                self.cfg.rollout.num_generations,
+                self.scorer.keys + [r.name for r in self.scorer.learned],
+                self.task.multi_step,
+            ),
+            **record.scores.metrics,
+            "sandbox_fallbacks": float(sandbox.fallback_count()),  # runs without bubblewrap isolation
+            "sandbox_infra_errors": float(sandbox.infra_error_count()),  # runs the sandbox could not start
+            "step_time": elapsed,
+            **record.seconds,
+            "tokens_per_second": n_tokens / elapsed,
+            "learning_rate": self.learner.learning_rate,
+            **(self.sampler.metrics() if isinstance(self.sampler, CurriculumSampler) else {}),
+        }
 
     # --- the loop -------------------------------------------------------------------------
     def resume(self, ckpt: str) -> None:
@@ -180,12 +233,19 @@ class Trainer:
         process count: refused, or fresh streams with ``reshard_on_resume``), the global data position."""
         state = load_training_state(ckpt, self.learner, self.scorer, self.parallel)
         self.step = state["step"]
-        how = restore_rng_states(read_rng_states(Path(ckpt) / RNG_FILE), self.parallel.info,
-                                 self.cfg.runtime.reshard_on_resume, self.cfg.train.seed, self.step,
-                                 where=f"checkpoint {ckpt}")
+        how = restore_rng_states(
+            read_rng_states(Path(ckpt) / RNG_FILE),
+            self.parallel.info,
+            self.cfg.runtime.reshard_on_resume,
+            self.cfg.train.seed,
+            self.step,
+            where=f"checkpoint {ckpt}",
+        )
         if how == "reseeded" and self.console is not None:
-            self.console.log(f"resumed {ckpt} with {self.parallel.info.world_size} process(es): same data order, "
-                             "fresh per-process RNG streams (reshard_on_resume)")
+            self.console.log(
+                f"resumed {ckpt} with {self.parallel.info.world_size} process(es): same data order, "
+                "fresh per-process RNG streams (reshard_on_resume)"
+            )
         self.sampler.position = state["data_position"]
         self.run_state = RunState.from_dict(state.get("extra", {}), where=f"checkpoint {ckpt}")
         objective = state.get("objective", {})  # the adaptive entropy coefficient, the curriculum's skips
@@ -205,12 +265,23 @@ class Trainer:
         rng_states = gather_objects(rng_state())
         model_state, optimizer_state = self.parallel.full_state(self.learner)
         if self.parallel.is_main:
-            path = save_checkpoint(self.out, self.step, self.policy.model, self.policy.tokenizer,
-                                   self.learner.optimizer, self.learner.scheduler,
-                                   {"data_position": self.sampler.position, "extra": self.run_state.to_dict(),
-                                    "objective": self.objective_state()}, scorer=self.scorer,
-                                   rng_states=rng_states, model_state=model_state,
-                                   optimizer_state=optimizer_state)
+            path = save_checkpoint(
+                self.out,
+                self.step,
+                self.policy.model,
+                self.policy.tokenizer,
+                self.learner.optimizer,
+                self.learner.scheduler,
+                {
+                    "data_position": self.sampler.position,
+                    "extra": self.run_state.to_dict(),
+                    "objective": self.objective_state(),
+                },
+                scorer=self.scorer,
+                rng_states=rng_states,
+                model_state=model_state,
+                optimizer_state=optimizer_state,
+            )
         barrier()
         self._saved_step = self.step
         if self.parallel.is_main:
@@ -220,8 +291,19 @@ class Trainer:
 
     def view(self) -> StepView:
         """What observers see (``train/run_state.py``)."""
-        return StepView(self.step, self.out, self.parallel.is_main, self.run_state, self.last_record, self.task,
-                        self.scorer, self.backend, self.policy.tokenizer, self.settings, self.checkpoint)
+        return StepView(
+            self.step,
+            self.out,
+            self.parallel.is_main,
+            self.run_state,
+            self.last_record,
+            self.task,
+            self.scorer,
+            self.backend,
+            self.policy.tokenizer,
+            self.settings,
+            self.checkpoint,
+        )
 
     def objective_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"entropy_bonus": self.learner.entropy_bonus.state_dict()}
@@ -238,9 +320,15 @@ class Trainer:
         log_rollouts = self.cfg.logging.log_rollouts and main
         rollouts = JsonlAppender(self.out / "rollouts" / "rollouts.jsonl") if log_rollouts else None
         history = []
-        progress = Progress(TextColumn(self.cfg.algorithm.advantage), BarColumn(), MofNCompleteColumn(),
-                            TimeRemainingColumn(), TextColumn("{task.fields[info]}"), console=sink.console,
-                            transient=False)
+        progress = Progress(
+            TextColumn(self.cfg.algorithm.advantage),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=sink.console,
+            transient=False,
+        )
         with progress:
             bar = progress.add_task("train", total=train.max_steps, completed=self.step, info="")
             while self.step < train.max_steps:
@@ -251,13 +339,22 @@ class Trainer:
                 sink.log(self.step, metrics)
                 history.append({"step": self.step, **metrics})
                 if rollouts is not None:
-                    rollouts.write_many(rollout_records(self.step, record.episodes, record.scores.verdicts,
-                                                       record.advantages, self.task.multi_step))
+                    rollouts.write_many(
+                        rollout_records(
+                            self.step, record.episodes, record.scores.verdicts, record.advantages, self.task.multi_step
+                        )
+                    )
                 if main and every and (self.step % every == 0 or self.step == 1):
-                    write_trajectories(self.out / "trajectories" / f"step_{self.step:06d}.jsonl", self.step,
-                                       record.episodes, record.scores.verdicts, record.advantages)
-                progress.update(bar, completed=self.step,
-                                info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}")
+                    write_trajectories(
+                        self.out / "trajectories" / f"step_{self.step:06d}.jsonl",
+                        self.step,
+                        record.episodes,
+                        record.scores.verdicts,
+                        record.advantages,
+                    )
+                progress.update(
+                    bar, completed=self.step, info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}"
+                )
                 for observer in self.observers:  # evaluation every eval_steps (may save the best step), ...
                     observer.after_step(self.view(), self.step, metrics)
                 if train.save_steps and self.step % train.save_steps == 0 and self.step < train.max_steps:
