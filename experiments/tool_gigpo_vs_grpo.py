@@ -8,8 +8,11 @@ greedy on held-out questions before (the SFT model) and after each run, plus the
 success over the first and last steps. Results are written after every run to
 ``experiments/results/tool_gigpo_vs_grpo/results.json`` (so a cut-short experiment still reports).
 
-    python experiments/tool_gigpo_vs_grpo.py                        # 3 seeds x 2 estimators
+    python experiments/tool_gigpo_vs_grpo.py                        # 3 seeds x 2 estimators, 60 steps of 4 x 8
     python experiments/tool_gigpo_vs_grpo.py --seeds 0 --max_steps 2  # a quick look
+
+The warm start (built once, reused while ``warmup/sft_model`` exists) takes 4-5 minutes on one CPU thread,
+each run of 60 steps 5-8 more (load 10-15).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from rich.console import Console
 
 from grouprl.job.evaluate import evaluate
 from grouprl.job.run import run_training
-from grouprl.job.tool_sft import tool_sft
+from grouprl.job.tool_sft import sft_conversations
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.policy.loading import load_policy
 from grouprl.policy.tiny import init_tiny
@@ -51,17 +54,20 @@ def held_out_success(cfg, model_dir: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max_steps", type=int, default=6)
-    parser.add_argument("--batch_size", type=int, default=2)
-    parser.add_argument("--num_generations", type=int, default=4)
-    parser.add_argument("--n_eval", type=int, default=8)
-    parser.add_argument("--sft_steps", type=int, default=150)
+    parser.add_argument("--max_steps", type=int, default=60)
+    parser.add_argument("--batch_size", type=int, default=4)
+    parser.add_argument("--num_generations", type=int, default=8)
+    parser.add_argument("--n_eval", type=int, default=500)
+    parser.add_argument("--sft_steps", type=int, default=None, help="the recipe's sft_steps unless given")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadiest on a shared machine)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "tool_gigpo_vs_grpo"))
     args = parser.parse_args()
     console, out = Console(), Path(args.out)
+    torch.set_num_threads(args.threads)
     common = {"max_steps": args.max_steps, "batch_size": args.batch_size, "num_generations": args.num_generations,
-              "n_eval": args.n_eval, "device": "cpu"}
-    cfg = build_config(RECIPE, {**common, "output_dir": str(out / "warmup")})
+              "n_eval": args.n_eval, "device": "cpu", "num_threads": args.threads}
+    sft = {"sft_steps": args.sft_steps} if args.sft_steps else {}
+    cfg = build_config(RECIPE, {**common, "output_dir": str(out / "warmup"), "seed": 0, **sft})
     task = load_task(cfg)
     sft_model = out / "warmup" / "sft_model"
     results: dict = {"recipe": str(RECIPE.relative_to(ROOT)), "settings": vars(args), "runs": [],
@@ -70,10 +76,13 @@ def main() -> None:
         start = time.perf_counter()
         tiny = init_tiny(task.tokenizer_corpus(), out / "warmup" / "tiny_model", cfg.model.tiny_hidden_size,
                          cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0,
-                         max_positions=task.tiny_max_positions)
-        tool_sft(str(tiny), task, episode_settings(cfg, task), sft_model, args.sft_steps, cfg.train.sft_learning_rate,
-                 cfg.train.sft_batch_size, 0, cfg.train.sft_demo_episodes, console=console)
-        results["sft_seconds"] = time.perf_counter() - start
+                         tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
+        # the recipe's warm start: up to sft_steps, stopped at the first check (every 50 steps, 32 sampled
+        # training conversations) reaching sft_target_accuracy, so RL starts from a partial imitation
+        sft_conversations(cfg, task, Scorer.from_config(cfg, task), str(tiny), episode_settings(cfg, task), console)
+        (out / "warmup" / "sft_info.json").write_text(json.dumps({"sft_seconds": time.perf_counter() - start,
+                                                                  "load_average": os.getloadavg()}))
+    results["sft"] = json.loads((out / "warmup" / "sft_info.json").read_text())
     results["before"] = held_out_success(cfg, str(sft_model))
     console.log(f"before RL (SFT model), held-out greedy: {results['before']}")
     for seed in args.seeds:
