@@ -65,7 +65,7 @@ def test_full_disk_at_a_checkpoint_then_resume(tiny_arithmetic_dir, small_disk):
 def test_file_size_limit_during_a_log_append(tiny_arithmetic_dir, tmp_path):
     """The limit is hit by step 3's rollout records (config.json and two steps' records fit)."""
     out = tmp_path / "run"
-    proc = _train(tiny_arithmetic_dir, out, limit=6500)
+    proc = _train(tiny_arithmetic_dir, out, limit=8500)  # two steps of records: ~7.0 KB; three: ~10.5 KB
     assert proc.returncode == 1, proc.stderr[-3000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("grouprl: run stopped: File too large") and "Traceback" not in proc.stderr
