@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ __all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "Sampling
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              device: torch.device, prefill_once: bool = True, turn_cache=None) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
-    consecutive identical prompts (a group's K copies) are prefilled once (``_shared_prefill``); with a
+    consecutive identical prompts (a group's K copies) are prefilled once (``prefill.shared_prefill``); with a
     ``turn_cache`` (``rollout/turn_cache.py``), a prompt that extends an earlier call's prompt and
     completion prefills only its new tail (conversation turns)."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
@@ -37,43 +38,6 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
 
             return generate_with_turn_cache(model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once)
         return _generate(model, tokenizer, prompt_ids, params, device, prefill_once)
-
-
-def _left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    return ids, mask
-
-
-def _shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.device):
-    """Prefill each distinct prompt once and fork its KV cache to its copies.
-
-    HF ``generate`` would prefill all K copies of a group's prompt. Instead: run the unique prompts
-    (all but their last token) through the model into a ``DynamicCache``, then index the cache's
-    batch dimension so that row i holds its prompt's keys and values; ``generate`` then processes
-    only the last prompt token and decodes as usual. Position ids are the ones ``generate`` derives
-    from the left-padded mask, so the result is the same computation (greedy outputs are identical;
-    tests/rollout/test_generation.py). Returns None when there is nothing to share.
-    """
-    from transformers import DynamicCache
-
-    unique: dict[tuple[int, ...], int] = {}
-    rows = [unique.setdefault(tuple(p), len(unique)) for p in chunk]
-    if len(unique) == len(chunk) or min(len(p) for p in chunk) < 2:
-        return None
-    ids, mask = _left_pad([list(p) for p in unique], pad)
-    ids, mask = ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-    cache = DynamicCache(config=model.config)
-    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], past_key_values=cache,
-          use_cache=True, logits_to_keep=1)
-    index = torch.tensor(rows, device=device)
-    cache.batch_select_indices(index)
-    return ids[index], mask[index], cache
 
 
 def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
@@ -91,11 +55,11 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
             kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
         else:
             kwargs.update(temperature=None, top_p=None, top_k=None)
-        shared = _shared_prefill(model, chunk, pad, device) if prefill_once else None
+        shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
         if shared is not None:
             ids, mask, kwargs["past_key_values"] = shared
         else:
-            ids, mask = _left_pad(chunk, pad)
+            ids, mask = left_pad(chunk, pad)
         width = ids.shape[1]
         seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
         rows, cut = [], []

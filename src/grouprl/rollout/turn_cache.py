@@ -11,7 +11,7 @@ is laid out as ``[left pad][cached ids][pad][tail]``: the kept keys/values are c
 zero-padded cache of the widest length, the holes are masked out, and position ids follow the
 attention mask (cumsum), so every real token keeps the position it was encoded at. The tail is
 prefilled into that cache, then ``generate`` decodes as usual (the same pattern as
-``generation._shared_prefill``). Greedy outputs equal the re-encoding path token for token
+``prefill.shared_prefill``). Greedy outputs equal the re-encoding path token for token
 (tests/rollout/test_turn_cache.py): only the order of floating-point sums differs.
 
 The kept caches are valid for one set of weights: they are dropped whenever a parameter changed
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
 
 
@@ -110,8 +111,6 @@ def _layout(chunk: list[list[int]], hits: list[_Entry | None], pad: int):
 def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
                              device: torch.device, store: TurnCache, prefill_once: bool = True) -> list[Completion]:
     """``generation.generate``'s contract, reusing ``store``'s kept caches and refilling it with this call's."""
-    from grouprl.rollout.generation import _left_pad, _shared_prefill
-
     version = parameters_version(model)
     if version != store.weights_version:
         store.entries, store.weights_version = [], version
@@ -141,11 +140,11 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
                       past_key_values=cache, use_cache=True, logits_to_keep=1)
             kwargs["past_key_values"] = cache
         else:
-            shared = _shared_prefill(model, chunk, pad, device) if prefill_once else None
+            shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
             if shared is not None:
                 ids, mask, kwargs["past_key_values"] = shared
             else:
-                ids, mask = _left_pad(chunk, pad)
+                ids, mask = left_pad(chunk, pad)
         store.stats.prompt_tokens += sum(len(p) for p in chunk)
         store.stats.reused_tokens += sum(len(h.ids) for h in hits if h is not None)
         width = ids.shape[1]
