@@ -40,7 +40,7 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
                             settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in rows], pool=pool)
     with scorer.eval_mode():
         verdicts = scorer.score(episodes).verdicts
-    result = outcome_metrics(episodes, verdicts, scorer.keys + [r.name for r in scorer.learned], task.multi_step)
+    result = outcome_metrics(episodes, verdicts, scorer.part_keys, task.multi_step)
     groups = [verdicts[g * k:(g + 1) * k] for g in range(len(rows))]
     result[f"pass@{k}"] = sum(pass_at_k(k, sum(v.correct for v in grp), k) for grp in groups) / max(len(rows), 1)
     result.update({"n": len(episodes), "n_prompts": len(rows)})

@@ -70,12 +70,6 @@ class Scores:
         return cls(torch.tensor([v.score for v in verdicts], dtype=torch.float64), list(verdicts), parts or {},
                    dict(metrics or {}))
 
-    def select(self, indices: list[int], metrics: dict[str, float] | None = None) -> "Scores":
-        """The verdicts (and parts) of these episodes, in this order."""
-        return Scores.of([self.verdicts[i] for i in indices],
-                         {key: [ps[i] for i in indices] for key, ps in self.parts.items()},
-                         self.metrics if metrics is None else metrics)
-
 
 def unique_keys(names: list[str]) -> list[str]:
     """Names as keys; a name given twice gets '#2', '#3', ..."""
@@ -269,17 +263,17 @@ class Scorer:
 
     def _verdict(self, i: int, ep: Episode, parts: dict[str, list[RewardPart]]) -> Verdict:
         mine = {key: parts[key][i] for key in self.keys}
+        env_rewards = [step.env_reward - self._penalty(step) for step in ep.steps]
         verdict = Verdict(parts={key: part.score for key, part in mine.items()},
                           errors=[part.error for part in mine.values() if part.error],
                           reasons={key: part.reason for key, part in mine.items() if part.reason},
-                          step_rewards=[step.env_reward - self._penalty(step) for step in ep.steps])
+                          step_rewards=list(env_rewards))
         for key, part in mine.items():
             if part.step_outputs:
                 align_step_rewards(verdict.step_rewards, part.step_outputs, self.weights[key], self.default_step_reward)
             elif part.score is not None and ep.steps:
                 verdict.step_rewards[-1] += self.weights[key] * part.score
-        verdict.score = weighted_score(verdict.parts, self.weights) + sum(s.env_reward - self._penalty(s)
-                                                                          for s in ep.steps)
+        verdict.score = weighted_score(verdict.parts, self.weights) + sum(env_rewards)
         answer = ep.steps[-1].action_text if ep.steps else ""
         if self.judge is None:
             verdict.correct = ep.success
@@ -289,6 +283,11 @@ class Scorer:
             verdict.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
         verdict.prediction = self.predict(answer) if self.predict is not None else None
         return verdict
+
+    @property
+    def part_keys(self) -> list[str]:
+        """Every key a verdict's ``parts`` may hold: the reward functions', then the learned rewards'."""
+        return self.keys + [r.name for r in self.learned]
 
     def _penalty(self, step) -> float:
         return step.penalty if self.penalty_in_rewards else 0.0

@@ -214,7 +214,7 @@ class Trainer:
                 record.scores,
                 record.advantages,
                 self.cfg.rollout.num_generations,
-                self.scorer.keys + [r.name for r in self.scorer.learned],
+                self.scorer.part_keys,
                 self.task.multi_step,
             ),
             **record.scores.metrics,
