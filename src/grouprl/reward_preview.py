@@ -26,6 +26,7 @@ from grouprl.records import Episode, Step
 from grouprl.rewards import registry
 from grouprl.rewards.builtin.gsm8k import extract_gold
 from grouprl.rewards.kit import conversation
+from grouprl.user_code import short_name
 
 __all__ = ["preview", "list_rewards", "load_samples", "add_rewards_parser", "cmd_rewards_list",
            "cmd_rewards_preview", "SampleError"]
@@ -190,7 +191,7 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     table.add_column("#", justify="right")
     table.add_column("completion", overflow="fold")
     for key in keys:
-        table.add_column(key.rsplit(":", 1)[-1] if ":" in key else key, justify="right")
+        table.add_column(short_name(key), justify="right")
     if weights is not None:
         table.add_column("total", justify="right")
     for row in rows:

@@ -1,7 +1,8 @@
 """User code named in a recipe: ``path/to/file.py:function`` or ``package.module:function``.
 
-Rewards, advantage estimators and GiGPO state keys are all named this way. A file is executed
-when it is named (under a private module name derived from its path), a module through the normal import system.
+Every plug-in table (``registry.py``), GiGPO's state keys and environments from a file are named this
+way, and this module is the one place that reads such a name (:func:`code_ref`). A file is executed when
+it is named (under a private module name derived from its path), a module through the normal import system.
 """
 
 from __future__ import annotations
@@ -9,14 +10,51 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 
+@dataclass(frozen=True)
+class CodeRef:
+    """What ``path/to/file.py:function`` or ``package.module:function`` names."""
+
+    where: str  # the file's path or the module's dotted name
+    function: str
+
+    @property
+    def is_file(self) -> bool:
+        """A file to execute (``.py`` or a path with a folder), not a module to import."""
+        return self.is_source or "/" in self.where
+
+    @property
+    def is_source(self) -> bool:
+        """A ``.py`` source file: the only kind of file the sandbox can run without importing it here."""
+        return self.where.endswith(".py")
+
+
+def code_ref(spec: str) -> CodeRef | None:
+    """The file or module and the function ``spec`` names; None for a plain name (no ``where:``)."""
+    where, colon, function = spec.rpartition(":")
+    return CodeRef(where, function) if colon and where else None
+
+
+def names_code(spec: str) -> bool:
+    """``spec`` names user code: ``where:function`` or a bare Python file (``path/to/file.py``)."""
+    return code_ref(spec) is not None or CodeRef(spec, "").is_source
+
+
+def short_name(spec: str) -> str:
+    """The function's name of ``where:function`` (for metric keys and table columns), else ``spec``."""
+    ref = code_ref(spec)
+    return ref.function if ref else spec
+
+
 def import_callable(spec: str, what: str = "reward") -> Callable[..., Any]:
     """The callable ``spec`` names; ``KeyError`` naming the ``what``, the file/module and the function."""
-    where, _, attr = spec.rpartition(":")
-    if where.endswith(".py") or "/" in where:
+    ref = code_ref(spec) or CodeRef("", spec)  # no 'where:': an import of module '' fails, naming it
+    where, attr = ref.where, ref.function
+    if ref.is_file:
         path = Path(where)
         if not path.is_file():
             raise KeyError(f"{what} '{spec}': no such file {path}")

@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import torch
 
-from grouprl.algos.registry import Registry, check_options
+from grouprl.registry import Registry, check_options
 
 EPS = 1e-4  # as TRL: (r - mean) / (std + 1e-4)
 
@@ -62,10 +62,10 @@ def declare(name: str, fn: AdvantageFn) -> Estimator:
     return Estimator(name, fn, "steps" in names, options, "parts" in names)
 
 
-ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", declare)
-ADVANTAGES = ESTIMATORS.entries  # name -> Estimator
+ESTIMATORS: Registry[Estimator] = Registry("advantage estimator", declare, config_key="advantage")
+ADVANTAGES = ESTIMATORS  # name -> Estimator
 register = ESTIMATORS.register  # @register("name") on a function of the declared form
-get_estimator = ESTIMATORS.get  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
+get_estimator = ESTIMATORS.resolve  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
 
 
 @dataclass

@@ -23,6 +23,8 @@ from collections.abc import Callable
 
 import torch
 
+from grouprl.registry import Registry
+
 
 def importance_weights(
     old_logps: torch.Tensor,
@@ -80,15 +82,14 @@ def sequence_masked_weights(old_logps, sampler_logps, mask, cap: float = 2.0):
     return importance_weights(old_logps, sampler_logps, mask, cap, "sequence", "mask")
 
 
-SAMPLING_CORRECTIONS: dict[str, Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = {
-    "token_truncate": token_truncated_weights,
-    "token_mask": token_masked_weights,
-    "sequence_truncate": sequence_truncated_weights,
-    "sequence_mask": sequence_masked_weights,
-}
-
-
-def sampling_correction(name: str) -> Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]:
-    if name not in SAMPLING_CORRECTIONS:
-        raise ValueError(f"sampling correction must be one of {sorted(SAMPLING_CORRECTIONS)}, got {name!r}")
-    return SAMPLING_CORRECTIONS[name]
+# Built-ins only: the config's ``sampling_correction`` is one of these four or ``none`` (a Literal there).
+SAMPLING_CORRECTIONS: Registry[Callable[..., tuple[torch.Tensor, dict[str, torch.Tensor]]]] = Registry(
+    "sampling correction", takes_code=False
+)
+SAMPLING_CORRECTIONS.update(
+    token_truncate=token_truncated_weights,
+    token_mask=token_masked_weights,
+    sequence_truncate=sequence_truncated_weights,
+    sequence_mask=sequence_masked_weights,
+)
+sampling_correction = SAMPLING_CORRECTIONS.resolve  # the weights function of a name; UnknownName lists the four

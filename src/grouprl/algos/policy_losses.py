@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from grouprl.algos.registry import Registry, check_options
+from grouprl.registry import Registry, check_options
 
 LossFn = Callable[..., Any]
 POSITIONAL = ("logps", "old_logps", "advantages", "mask")
@@ -70,10 +70,10 @@ def declare_loss(name: str, fn: LossFn) -> Loss:
     return Loss(name, fn, names[4:])
 
 
-POLICY_LOSSES: Registry[Loss] = Registry("loss", declare_loss)
-LOSSES = POLICY_LOSSES.entries  # name -> Loss
+POLICY_LOSSES: Registry[Loss] = Registry("loss", declare_loss, config_key="loss")
+LOSSES = POLICY_LOSSES  # name -> Loss
 register_loss = POLICY_LOSSES.register  # @register_loss("name") on a function of the declared form
-get_loss = POLICY_LOSSES.get  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
+get_loss = POLICY_LOSSES.resolve  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
 
 
 def _per_token(advantages: torch.Tensor) -> torch.Tensor:

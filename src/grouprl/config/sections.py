@@ -95,7 +95,8 @@ class RolloutConfig(Section):
     generation_backend: str = Field(
         "hf",
         description="generation engine (BACKENDS): hf = transformers generate, vllm = a colocated engine, "
-        "vllm_server = a `grouprl vllm-serve` process",
+        "vllm_server = a `grouprl vllm-serve` process, or your own factory 'path/to/file.py:make_backend' / "
+        "'package.module:make_backend' ((policy, cfg) -> backend)",
     )
     temperature: float = Field(1.0, gt=0, description="sampling temperature (also scales logits in the loss)")
     top_p: float = Field(1.0, gt=0, le=1, description="nucleus sampling")

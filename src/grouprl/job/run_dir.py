@@ -27,6 +27,7 @@ from typing import Any, Iterator
 from grouprl.config import Config, ConfigError
 from grouprl.observe.jsonl import truncate_to_step
 from grouprl.train.checkpoint import DamagedCheckpoint, check_checkpoint
+from grouprl.user_code import code_ref
 
 log = logging.getLogger(__name__)
 
@@ -168,7 +169,8 @@ def paths_read(cfg: Config) -> Iterator[tuple[str, Path]]:
             for v in value:
                 yield from walk(key, v)
         elif isinstance(value, str) and value and key != "output_dir" and "\n" not in value and len(value) < 4096:
-            for candidate in {value, value.rsplit(":", 1)[0]}:
+            ref = code_ref(value)
+            for candidate in {value, ref.where if ref else value}:
                 try:
                     path = Path(candidate).expanduser()
                     if path.exists():

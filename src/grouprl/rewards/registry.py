@@ -16,32 +16,32 @@ from grouprl.rewards.builtin.text import BUILTIN_TEXT
 from grouprl.rewards.builtin.gsm8k import gsm8k_final
 from grouprl.rewards.builtin.slate_accuracy import slate_accuracy, slate_click, slate_opinion
 from grouprl.rewards.trl_signature import as_typed_reward, takes_trl_signature
-from grouprl.user_code import import_callable
+from grouprl.registry import Registry
+from grouprl.user_code import short_name
 
 RewardFn = Callable[..., "float | None"]
 
-REWARDS: dict[str, RewardFn] = {
-    "gsm8k_final": gsm8k_final,
-    "arithmetic_exact": arithmetic_exact,
-    "arithmetic_digits": arithmetic_digits,
-    "arithmetic_last_number": arithmetic_last_number,
-    "slate_accuracy": slate_accuracy,
-    "slate_click": slate_click,
-    "slate_opinion": slate_opinion,
-}
+
+def declare_reward(name: str, fn: RewardFn) -> RewardFn:
+    """TRL / open-r1's signature (completions, **columns) -> list runs as a typed batch reward."""
+    return as_typed_reward(fn, short_name(name)) if takes_trl_signature(fn) else fn
+
+
+# Not checked by run_config: 'rewards:' also names reward models and judges (rewards/learned/model_rewards.py);
+# every name is resolved where the scorer is built, before any model loads.
+REWARDS: Registry[RewardFn] = Registry("reward", declare_reward)
+REWARDS.update(
+    gsm8k_final=gsm8k_final,
+    arithmetic_exact=arithmetic_exact,
+    arithmetic_digits=arithmetic_digits,
+    arithmetic_last_number=arithmetic_last_number,
+    slate_accuracy=slate_accuracy,
+    slate_click=slate_click,
+    slate_opinion=slate_opinion,
+)
 REWARDS.update(BUILTIN_TEXT)
 REWARDS.update(BUILTIN_STRUCTURED)
-
-
-def get_reward(name: str) -> RewardFn:
-    if name in REWARDS:
-        return REWARDS[name]
-    if ":" in name:
-        fn = import_callable(name, "reward")
-        # TRL / open-r1 signature (completions, **columns) -> list: run as a typed batch reward.
-        return as_typed_reward(fn, name.rpartition(":")[2]) if takes_trl_signature(fn) else fn
-    raise KeyError(f"unknown reward '{name}'; known: {sorted(REWARDS)} or 'path/to/file.py:function' "
-                   "or 'package.module:function'")
+get_reward = REWARDS.resolve  # a built-in by name, or 'path/to/file.py:function' / 'package.module:function'
 
 
 def is_typed(fn: RewardFn) -> bool:

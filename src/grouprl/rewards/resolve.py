@@ -7,12 +7,13 @@ import functools
 
 from grouprl.rewards.kit import with_options
 from grouprl.rewards.registry import get_reward, is_typed
+from grouprl.user_code import code_ref
 
 
 def sandboxed_file(name: str, sandbox_user_rewards: bool) -> str | None:
     """The file of a 'path/to/file.py:function' reward that must run in the sandbox, else None."""
-    where = name.rpartition(":")[0]
-    return where if sandbox_user_rewards and where.endswith(".py") else None
+    ref = code_ref(name)
+    return ref.where if sandbox_user_rewards and ref is not None and ref.is_source else None
 
 
 def resolve_reward(name: str, sandbox_user_rewards: bool = False):

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from grouprl.registry import Registry
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
 
@@ -117,16 +118,23 @@ def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
     return HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once, turn_cache)
 
 
-BACKENDS: dict[str, BackendFactory] = {
-    "hf": _hf_backend,
-    "vllm": _vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py
-    "vllm_server": _vllm_server_backend,  # a `grouprl vllm-serve` process; rollout/backends/vllm_client.py
-}
+# A factory (policy, cfg) -> backend: built-ins import their engine inside it; a user's is named
+# 'path/to/file.py:make_backend' or 'package.module:make_backend'.
+BACKENDS: Registry[BackendFactory] = Registry("generation backend", config_key="generation_backend",
+                                              code_form="make_backend")
+BACKENDS.update(
+    hf=_hf_backend,
+    vllm=_vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py
+    vllm_server=_vllm_server_backend,  # a `grouprl vllm-serve` process; rollout/backends/vllm_client.py
+)
 
 
 def make_backend(policy, cfg: "Config") -> GenerationBackend:
     """The backend ``generation_backend`` names, built for ``policy``."""
-    name = cfg.rollout.generation_backend
-    if name not in BACKENDS:
-        raise KeyError(f"config key 'generation_backend': unknown backend '{name}'; known: {sorted(BACKENDS)}")
-    return BACKENDS[name](policy, cfg)
+    try:
+        factory = BACKENDS.resolve(cfg.rollout.generation_backend)
+    except KeyError as err:  # an unknown name, or a user's file or module that fails to import
+        from grouprl.config import ConfigError
+
+        raise ConfigError(f"config key 'generation_backend': {err.args[0] if err.args else err}") from None
+    return factory(policy, cfg)

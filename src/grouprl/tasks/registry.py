@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from grouprl.config import Config, ConfigError, Section, register_section
+from grouprl.registry import Registry
 from grouprl.tasks.interface import Task
-from grouprl.user_code import import_callable
+from grouprl.user_code import CodeRef, import_callable
 
 TaskBuilder = Callable[[Config], Any]
 
@@ -39,31 +40,32 @@ class TaskSpec:
     max_new_tokens: int  # the default completion cap per step (``max_new_tokens`` empty)
 
 
-TASKS: dict[str, TaskSpec] = {}
+FILE_TASK_MAX_NEW_TOKENS = 256  # the completion cap of a task from a file when max_new_tokens is empty
+
+
+def declare_task(name: str, build: TaskBuilder, max_new_tokens: int = FILE_TASK_MAX_NEW_TOKENS,
+                 section: tuple[str, type[Section]] | None = None) -> TaskSpec:
+    """Task ``name`` built by ``build(cfg) -> Task``, with its completion cap (and its config section, if any)."""
+    if section is not None:
+        register_section(*section)
+    return TaskSpec(name, build, max_new_tokens)
+
+
+def _file_task(name: str, ref: CodeRef) -> TaskSpec:
+    """A task from a file is imported when it is built, not when a config naming it is checked."""
+    return declare_task(name, functools.partial(_task_from_file, name))
+
+
+TASKS: Registry[TaskSpec] = Registry("task", declare_task, config_key="task", load=_file_task, code_form="make_task")
 
 
 def register_task(name: str, max_new_tokens: int,
                   section: tuple[str, type[Section]] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
     """Register ``build(cfg) -> Task`` as task ``name`` (and its config section, if any)."""
-    def wrap(build: TaskBuilder) -> TaskBuilder:
-        if section is not None:
-            register_section(*section)
-        TASKS[name] = TaskSpec(name, build, max_new_tokens)
-        return build
-
-    return wrap
+    return TASKS.register(name, max_new_tokens=max_new_tokens, section=section)
 
 
-FILE_TASK_MAX_NEW_TOKENS = 256  # the completion cap of a task from a file when max_new_tokens is empty
-
-
-def task_spec(name: str) -> TaskSpec:
-    """A registered task, or one from a file: ``path/to/file.py:make_task`` / ``package.module:make_task``."""
-    if name in TASKS:
-        return TASKS[name]
-    if ":" in name:
-        return TaskSpec(name, functools.partial(_task_from_file, name), FILE_TASK_MAX_NEW_TOKENS)
-    raise KeyError(f"unknown task '{name}'; known: {sorted(TASKS)}")
+task_spec = TASKS.resolve  # a registered task, or 'path/to/file.py:make_task' / 'package.module:make_task'
 
 
 def _task_from_file(spec: str, cfg: Config) -> Task:

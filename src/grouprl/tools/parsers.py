@@ -25,6 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from grouprl.registry import Registry
+
 
 @dataclass
 class ToolCall:
@@ -145,17 +147,14 @@ class ToolParser:
     format_calls: Callable[[list[ToolCall]], str]
 
 
-PARSERS: dict[str, ToolParser] = {
-    "hermes": ToolParser("hermes", parse_hermes, format_hermes),
-    "mistral": ToolParser("mistral", parse_mistral, format_mistral),
-    "llama3_json": ToolParser("llama3_json", parse_llama3_json, format_llama3_json),
-}
-
-
-def get_parser(name: str) -> ToolParser:
-    if name not in PARSERS:
-        raise KeyError(f"config key 'tool_parser': unknown parser '{name}'; known: {', '.join(sorted(PARSERS))}")
-    return PARSERS[name]
+# Built-ins only: a parser is two functions (read a turn, write calls for demonstrations), not one.
+PARSERS: Registry[ToolParser] = Registry("parser", config_key="tool_parser", takes_code=False)
+PARSERS.update(
+    hermes=ToolParser("hermes", parse_hermes, format_hermes),
+    mistral=ToolParser("mistral", parse_mistral, format_mistral),
+    llama3_json=ToolParser("llama3_json", parse_llama3_json, format_llama3_json),
+)
+get_parser = PARSERS.resolve  # the parser of a name; UnknownName lists the known ones
 
 
 def parse_turn(text: str, parser: str | ToolParser = "hermes", turn_index: int = 0) -> ParsedTurn:

@@ -13,35 +13,47 @@ where it cannot read the host.
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
+from grouprl.registry import Registry
 from grouprl.tools import builtin
 from grouprl.tools.python_tool import python
 from grouprl.tools.schema import Tool, make_tool
-from grouprl.user_code import import_callable
+from grouprl.user_code import code_ref
 
-BUILTIN_TOOLS: dict[str, Callable[[], Tool]] = {
-    "calculator": lambda: make_tool(builtin.calculator),
-    "lookup": lambda: make_tool(builtin.lookup),
-    "python": lambda: make_tool(python, sandboxed=True, stateful=True),
-}
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool's function and where it runs; the ``Tool`` (schema from the signature) is made per run."""
+
+    fn: Callable[..., Any]
+    sandboxed: bool = False  # always in the sandbox (``python``: code the model writes)
+    stateful: bool = False  # one state per episode
+    from_file: bool = False  # a user's file: in the sandbox when ``tool_sandbox`` is on
+    source: str = "builtin"  # "builtin" or the name it was given ('path/to/file.py:function')
+
+
+def declare_tool(name: str, fn: Callable[..., Any], sandboxed: bool = False, stateful: bool = False) -> ToolSpec:
+    ref = code_ref(name)
+    return ToolSpec(fn, sandboxed, stateful, from_file=ref is not None and ref.is_file,
+                    source=name if ref else "builtin")
+
+
+TOOLS: Registry[ToolSpec] = Registry("tool", declare_tool, config_key="tools")
+TOOLS.register("calculator")(builtin.calculator)
+TOOLS.register("lookup")(builtin.lookup)
+TOOLS.register("python", sandboxed=True, stateful=True)(python)
 
 
 def resolve_tool(spec: str, sandbox_user_tools: bool = False) -> Tool:
     """The tool ``spec`` names; ``KeyError`` with one line naming the spec and what was expected."""
-    if spec in BUILTIN_TOOLS:
-        return BUILTIN_TOOLS[spec]()
-    if ":" not in spec:
-        raise KeyError(f"config key 'tools': unknown tool '{spec}'; built-ins: {', '.join(sorted(BUILTIN_TOOLS))}, "
-                       "or 'path/to/file.py:function' / 'package.module:function'")
-    fn = import_callable(spec, "tool")
-    where = spec.rpartition(":")[0]
-    from_file = where.endswith(".py") or "/" in where
     try:
-        tool = make_tool(fn, sandboxed=sandbox_user_tools and from_file, source=spec)
-    except ValueError as err:
-        raise KeyError(f"config key 'tools': {err}") from None
-    return tool
+        entry = TOOLS.resolve(spec)
+        return make_tool(entry.fn, sandboxed=entry.sandboxed or (sandbox_user_tools and entry.from_file),
+                         stateful=entry.stateful, source=entry.source)
+    except (KeyError, ValueError) as err:  # an unknown name, a file that fails, a function without a schema
+        raise KeyError(f"config key 'tools': {err.args[0] if err.args else err}") from None
 
 
 def resolve_tools(specs: list[str], sandbox_user_tools: bool = False) -> list[Tool]:

@@ -12,6 +12,7 @@ import secrets
 from pathlib import Path
 
 from grouprl.rewards.sandbox.runner import run_in_sandbox
+from grouprl.user_code import CodeRef, code_ref
 
 CALL = r'''
 import json as _json, sys as _sys
@@ -25,8 +26,8 @@ class SandboxedFileTool:
     """Calls ``function`` of the file at ``path`` in a new sandbox per call."""
 
     def __init__(self, spec: str, timeout_s: float = 10.0, memory_mb: int = 512, backend: str = "auto"):
-        where, _, self.function = spec.rpartition(":")
-        self.source = Path(where).read_text()
+        ref = code_ref(spec) or CodeRef(spec, "")  # the tool's source: 'path/to/file.py:function'
+        self.function, self.source = ref.function, Path(ref.where).read_text()
         self.timeout_s, self.memory_mb, self.backend = timeout_s, memory_mb, backend
 
     def __call__(self, arguments: dict) -> tuple[str, str | None]:

@@ -8,6 +8,7 @@ import torch
 from grouprl.records import Episode, Verdict
 from grouprl.rewards.scorer import Scores
 from grouprl.tools.metrics import tool_metrics
+from grouprl.user_code import short_name
 
 
 def outcome_metrics(
@@ -36,7 +37,7 @@ def outcome_metrics(
     for key in reward_keys:
         vals = torch.tensor([v.parts[key] for v in verdicts if v.parts.get(key) is not None], dtype=torch.float64)
         if vals.numel():
-            short = key.rsplit(":", 1)[-1]  # 'path/to/file.py:fn' -> 'fn'
+            short = short_name(key)  # 'path/to/file.py:fn' -> 'fn'
             m[f"rewards/{short}/mean"] = float(vals.mean())
             m[f"rewards/{short}/std"] = float(vals.std()) if vals.numel() > 1 else 0.0
     return m

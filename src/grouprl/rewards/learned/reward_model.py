@@ -33,6 +33,7 @@ import torch
 from grouprl.config import ConfigError
 from grouprl.records import EvaluateResult, MetricResult
 from grouprl.rewards.kit import reward_function
+from grouprl.user_code import names_code
 
 NORMALIZE = ("none", "sigmoid", "softmax", "standard")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -42,7 +43,7 @@ PLAIN_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ messag
 
 def looks_like_model(name: str) -> bool:
     """A local folder with a ``config.json``, or a hub id ``owner/name`` (not a file, not ``module:fn``)."""
-    if ":" in name or name.endswith(".py"):
+    if names_code(name):
         return False
     return (Path(name) / "config.json").is_file() or (HUB_ID.match(name) is not None and not Path(name).exists())
 

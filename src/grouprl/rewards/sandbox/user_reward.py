@@ -24,6 +24,7 @@ from grouprl.records import EvaluateResult
 from grouprl.rewards.sandbox.bwrap import GROUPRL_MOUNT
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.sandbox.runner import run_in_sandbox
+from grouprl.user_code import CodeRef, code_ref
 
 MARK = "__GROUPRL_RESULTS__"
 DRIVER = (Path(__file__).with_name("programs") / "user_reward.py").read_text(encoding="utf-8")
@@ -38,14 +39,13 @@ def refuse_unsandboxed(name: str, builtin_names) -> None:
     there). A ``.pyc``, ``.so``, any other file, or a ``package.module:function`` outside grouprl
     would be imported in-process, so it is refused (``KeyError`` naming the reward).
     """
-    if name in builtin_names:
+    ref = code_ref(name)
+    if name in builtin_names or ref is None:
+        return  # a built-in, or not a user reward spec (the registry reports unknown names)
+    where = ref.where
+    if ref.is_source and Path(where).is_file():
         return
-    where = name.rpartition(":")[0]
-    if not where:
-        return  # not a user reward spec; the registry reports unknown names
-    if where.endswith(".py") and Path(where).is_file():
-        return
-    if where.endswith(".py"):
+    if ref.is_source:
         raise KeyError(f"reward '{name}': no such reward file '{where}' (found nothing; expected "
                        "'path/to/file.py:function')")
     if "/" not in where and not Path(where).exists() and where.split(".")[0] == "grouprl":
@@ -98,7 +98,8 @@ def user_reward_in_sandbox(spec: str, memory_mb: int = 1024) -> Callable:
     """A batch ``@reward_function`` that runs ``path/to/file.py:function`` in the sandbox, each sample
     with its own time budget (the scorer passes ``reward_timeout`` as ``sample_timeout``). The file is
     checked here, before any model loads (``KeyError`` naming the file and line)."""
-    where, _, name = spec.rpartition(":")
+    ref = code_ref(spec) or CodeRef("", spec)
+    where, name = ref.where, ref.function
     path = Path(where)
     if not path.is_file():
         raise KeyError(f"reward '{spec}': no such reward file '{where}' (sandboxed rewards name 'path/to/file.py:function')")
