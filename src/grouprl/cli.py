@@ -226,6 +226,17 @@ def config_fields_help() -> str:
     return "\n".join(lines)
 
 
+def cmd_list(args: argparse.Namespace) -> int:
+    """One line per plug-in table (registry.py): its kind, the config key that names it, its names."""
+    from grouprl.run_config import plugin_registries
+
+    for table in plugin_registries():
+        key = f" ({table.config_key})" if table.config_key else ""
+        code = f"; or path/to/file.py:{table.code_form}, package.module:{table.code_form}" if table.takes_code else ""
+        print(f"{table.kind}{key}: {', '.join(sorted(table))}{code}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     import grouprl.tasks  # noqa: F401 - registers the tasks (and their config sections) before flags are made
 
@@ -313,6 +324,10 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("--num_heads", type=int, default=4, help="attention heads (default: 4)")
     im.add_argument("--seed", type=int, default=0, help="init seed (default: 0)")
     im.set_defaults(func=cmd_init_model)
+
+    ls = sub.add_parser("list", help="the built-in names of every plug-in (estimators, losses, tasks, rewards, "
+                                     "tools, backends, parsers, sampling corrections)")
+    ls.set_defaults(func=cmd_list)
 
     from grouprl.generate.cli import add_generate_parser
     from grouprl.reward_preview import add_rewards_parser

@@ -114,7 +114,7 @@ class Registry(MutableMapping[str, T]):
         """The one unknown-name error: the kind, the name given, the known names (and the user-code forms)."""
         own = self.code_form
         code = f", or 'path/to/file.py:{own}' / 'package.module:{own}'" if self.takes_code else ""
-        return UnknownName(f"unknown {self.kind} '{name}'; known: {', '.join(sorted(self._entries))}{code}")
+        return UnknownName(f"unknown {self.kind} '{name}'; known: {', '.join(map(repr, sorted(self._entries)))}{code}")
 
     def _import_and_declare(self, name: str, ref: CodeRef) -> T:
         return self.declare(name, import_callable(name, self.kind))

@@ -114,5 +114,5 @@ def test_task_from_a_file(tmp_path):
     assert task.name == "counting" and len(task.train_rows) == 4 and task.reward_names == ["arithmetic_exact"]
     with pytest.raises(ConfigError, match=r"make_task\(cfg\) returned dict; expected a grouprl.tasks.interface.Task"):
         load_task(build_config(None, {"task": f"{tmp_path / 'counting.py'}:make_dict"}, environ={}))
-    with pytest.raises(ConfigError, match="config key 'task' \\(section task\\): unknown task 'no_such_task'; known: arithmetic"):
+    with pytest.raises(ConfigError, match="config key 'task' \\(section task\\): unknown task 'no_such_task'; known: 'arithmetic'"):
         build_config(None, {"task": "no_such_task"}, environ={})

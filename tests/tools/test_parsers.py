@@ -58,5 +58,5 @@ def test_each_writer_is_read_back_by_its_parser(name):
 
 
 def test_unknown_parser_is_named():
-    with pytest.raises(KeyError, match="unknown parser 'qwen'; known: hermes, llama3_json, mistral"):
+    with pytest.raises(KeyError, match="unknown parser 'qwen'; known: 'hermes', 'llama3_json', 'mistral'"):
         parse_turn("x", "qwen")
