@@ -12,9 +12,11 @@ from grouprl.algos.policy_losses import get_loss
 from grouprl.config import ConfigError
 from grouprl.registry import Registry, UnknownName
 from grouprl.rewards.registry import get_reward
+from grouprl.rollout.generation import BACKENDS
 from grouprl.run_config import build_config, plugin_registries
 from grouprl.tasks.registry import task_spec
 from grouprl.tools.parsers import get_parser
+from grouprl.tools.registry import resolve_tool
 
 KINDS = {"advantage estimator", "loss", "sampling correction", "reward", "tool", "parser", "task", "generation backend"}
 
@@ -63,6 +65,8 @@ def test_a_name_a_file_and_a_module_resolve_through_the_same_lookup(code):
     assert isinstance(estimator, Estimator) and estimator.options == ("margin",)
     assert get_estimator("grpo") is ESTIMATORS["grpo"]
     assert get_reward("grouprl.rewards.builtin.arithmetic:arithmetic_exact")("12", "12") == 1.0
+    assert BACKENDS.resolve("grouprl.rollout.generation:_hf_backend") is BACKENDS["hf"]
+    assert resolve_tool("grouprl.tools.builtin:lookup").fn("mile") == "1 mile = 5280 feet"
 
 
 def test_user_code_is_imported_on_resolve_not_on_check(tmp_path):
