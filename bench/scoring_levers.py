@@ -64,7 +64,7 @@ def packed_completion_logps(model, batch, temperature=1.0, with_entropy=False):
     mask, positions restarting per sample. Same tokens as padded minus the padding."""
     import torch
 
-    from grouprl.algos.losses import entropy_from_logits, selective_log_softmax
+    from grouprl.policy.logprobs import entropy_from_logits, selective_log_softmax
 
     ids, pos, seg, pred, tgt, where = [], [], [], [], [], []
     pl = batch.prompt_mask.sum(-1).tolist()
@@ -95,7 +95,7 @@ def packed_completion_logps(model, batch, temperature=1.0, with_entropy=False):
 def worker(args) -> dict:
     import torch
 
-    from grouprl.algos.losses import policy_loss
+    from grouprl.algos.loss import policy_loss
     from grouprl.policy.grouped_scoring import grouped_completion_logps, shared_prefix_logps
     from grouprl.policy.scoring import completion_logps
 

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from grouprl.algos.advantages import ADVANTAGES, EPS, compute_advantages, group_stats
-from grouprl.algos.losses import entropy_from_logits, policy_loss, selective_log_softmax
+from grouprl.algos.loss import policy_loss
+from grouprl.policy.logprobs import entropy_from_logits, selective_log_softmax
 
 
 def adv(name, scores, groups, **kw):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grouprl.algos.importance import sampling_correction, token_truncated_weights
-from grouprl.algos.losses import policy_loss
+from grouprl.algos.loss import policy_loss
 
 
 def test_weights_are_capped_ratios_on_masked_tokens():

@@ -7,10 +7,10 @@ import math
 import pytest
 import torch
 
-from grouprl.algos.aggregation import aggregate_loss, kl_penalty, micro_batch_weight
+from grouprl.algos.loss import aggregate_loss, kl_penalty, micro_batch_weight
 from grouprl.algos.entropy import EntropyBonus, entropy_bonus
 from grouprl.algos.importance import sampling_correction
-from grouprl.algos.losses import policy_loss, policy_objective
+from grouprl.algos.loss import policy_loss, policy_objective
 from grouprl.algos.policy_losses import LOSSES, get_loss
 
 LOG = math.log
@@ -206,7 +206,7 @@ def test_importance_modes():
 
 
 def test_truncate_logits_keeps_what_top_k_and_top_p_keep():
-    from grouprl.algos.losses import selective_log_softmax, truncate_logits
+    from grouprl.policy.logprobs import selective_log_softmax, truncate_logits
 
     probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]])
     logits = probs.log()
@@ -226,7 +226,7 @@ def test_truncate_logits_keeps_what_top_k_and_top_p_keep():
 
 
 def test_truncated_scoring_gradient_and_entropy_are_finite():
-    from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+    from grouprl.policy.logprobs import scored_entropy, selective_log_softmax, truncate_logits
 
     logits = torch.randn(6, 11, generator=torch.Generator().manual_seed(0), requires_grad=True)
     ids = torch.arange(6)

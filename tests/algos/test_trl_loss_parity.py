@@ -1,5 +1,5 @@
 """Every loss grouprl and TRL 1.16 both have, on the same random inputs: TRL's own loss code
-(``GRPOTrainer._compute_loss``) against ``grouprl.algos.losses.policy_objective``, value and gradient.
+(``GRPOTrainer._compute_loss``) against ``grouprl.algos.loss.policy_objective``, value and gradient.
 
 TRL's loss method reads its log-probs and entropies from the model; here the trainer is a real
 ``GRPOTrainer`` (tiny Qwen2, built once) whose ``_get_per_token_logps_and_entropies`` returns the
@@ -24,7 +24,7 @@ datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
 from grouprl.algos.entropy import EntropyBonus, entropy_bonus  # noqa: E402
-from grouprl.algos.losses import policy_objective  # noqa: E402
+from grouprl.algos.loss import policy_objective  # noqa: E402
 from grouprl.algos.policy_losses import get_loss  # noqa: E402
 from grouprl.policy.loading import load_tokenizer  # noqa: E402
 from grouprl.policy.tiny import init_tiny  # noqa: E402

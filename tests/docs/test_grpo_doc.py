@@ -8,8 +8,8 @@ from pathlib import Path
 
 import torch
 
-from grouprl.algos.aggregation import AGGREGATIONS
-from grouprl.algos.losses import policy_objective
+from grouprl.algos.loss import AGGREGATIONS
+from grouprl.algos.loss import policy_objective
 from grouprl.algos.policy_losses import LOSSES, declare_loss
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "grpo.md"

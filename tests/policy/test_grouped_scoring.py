@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from grouprl.algos.losses import policy_loss
+from grouprl.algos.loss import policy_loss
 from grouprl.policy.grouped_scoring import (build_layout, grouped_completion_logps, shared_prefix_logps,
                                             supports_grouped_scoring)
 from grouprl.policy.scoring import completion_logps, pack

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import grouprl.policy.lm_head as lm_head
-from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+from grouprl.policy.logprobs import scored_entropy, selective_log_softmax, truncate_logits
 from grouprl.data.chat_format import render_prompt_ids
 from grouprl.policy.grouped_scoring import grouped_completion_logps
 from grouprl.policy.scoring import completion_logps, pack

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from grouprl.policy.tiny import build_tokenizer
-from grouprl.rewards.step_rewards import episode_messages
+from grouprl.rewards.reward_calls import episode_messages
 from grouprl.rollout.conversation import ConversationSettings, interaction_key, run_conversations, tool_state
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend

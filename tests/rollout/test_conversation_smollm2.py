@@ -5,7 +5,7 @@ and the packed sequence reads back as the template's rendering of the whole conv
 from __future__ import annotations
 
 from grouprl.policy.loading import load_tokenizer
-from grouprl.rewards.step_rewards import episode_messages
+from grouprl.rewards.reward_calls import episode_messages
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend

@@ -26,7 +26,7 @@ trl = pytest.importorskip("trl")
 datasets = pytest.importorskip("datasets")
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
-from grouprl.algos.losses import policy_loss  # noqa: E402
+from grouprl.algos.loss import policy_loss  # noqa: E402
 from grouprl.run_config import build_config  # noqa: E402
 from grouprl.policy.loading import load_policy, load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
@@ -335,7 +335,7 @@ def test_one_step_matches_trl(case, results):
     assert moved > 0.5 * LR, f"{case}: TRL did not update the parameters ({moved:.2e})"
     assert upd_diff < 1e-5, f"{case}: parameter update max abs diff {upd_diff:.3e}"
 
-    # Loss: TRL's summed micro-batch losses == the full-batch loss of grouprl.algos.losses.policy_loss.
+    # Loss: TRL's summed micro-batch losses == the full-batch loss of grouprl.algos.loss.policy_loss.
     assert ours["full_loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)
 
 

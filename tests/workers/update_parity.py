@@ -36,7 +36,7 @@ CASES = {  # name: config overrides
 
 def episodes_for(groups: list[int], tokenizer) -> tuple[list[Episode], Scores]:
     out, verdicts = [], []
-    for local, g in enumerate(groups):
+    for g in groups:
         messages = [{"role": "user", "content": QUESTIONS[g]}]
         prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
@@ -47,7 +47,8 @@ def episodes_for(groups: list[int], tokenizer) -> tuple[list[Episode], Scores]:
                 ids = ids + [tokenizer.eos_token_id]
             step = Step(prompt_text=prompt, prompt_ids=prompt_ids, action_text=text, action_ids=ids,
                         truncated=TRUNCATED[g][k], anchor_state=None)
-            out.append(Episode(group_id=local, index_in_group=k, row={"question": QUESTIONS[g]}, steps=[step]))
+            # groups numbered across processes where born (as Trainer.rollout numbers them)
+            out.append(Episode(group_id=g, index_in_group=k, row={"question": QUESTIONS[g]}, steps=[step]))
             verdicts.append(Verdict(score=REWARDS[g][k], step_rewards=[REWARDS[g][k]]))
     return out, Scores.of(verdicts)
 

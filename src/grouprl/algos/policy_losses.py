@@ -13,7 +13,7 @@ Its keyword parameters are its options (``loss_options`` in the recipe); an opti
 declare is an error naming it (no ``**kwargs``: a typo must not pass silently). How the terms
 become one number (``loss_type``: grpo, bnpo, dapo, dr_grpo), the KL penalty, the sampling
 correction's weights and the entropy bonus are applied around any loss by
-:func:`grouprl.algos.losses.policy_objective`, so a new loss only writes its surrogate.
+:func:`grouprl.algos.loss.policy_objective`, so a new loss only writes its surrogate.
 """
 
 from __future__ import annotations

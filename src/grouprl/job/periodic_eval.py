@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.config import ConfigError
-from grouprl.job.evaluate import evaluate
 from grouprl.train.run_state import BestCheckpoint, StepView
 from grouprl.rollout.generation import SamplingParams
 from grouprl.train.parallel import broadcast_object
@@ -46,21 +45,12 @@ def eval_subset(rows: list[dict[str, Any]], max_samples: int | None, seed: int) 
     return [rows[i] for i in picked]
 
 
-def evaluate_groups(view: StepView, rows: list[dict[str, Any]], k: int, params: SamplingParams,
-                    out_path: Path | None = None) -> dict[str, float]:
-    """The one evaluation (``job/evaluate.py``) with the run's backend, scorer and episode settings:
-    its measures under ``eval/``."""
-    result = evaluate(view.backend, view.tokenizer, view.task, rows, params, view.scorer, out_path, view.settings,
-                      k=k)
-    return {f"eval/{name}": value for name, value in result.items()}
-
-
 class PeriodicEval(TrainObserver):
     """The observer: ``after_step`` evaluates every ``eval_steps`` and tracks the best checkpoint."""
 
-    def __init__(self, cfg, sink):
+    def __init__(self, cfg, sink, eval_rows: list[dict[str, Any]]):
         evaluation = cfg.eval
-        self.cfg, self.sink = cfg, sink
+        self.cfg, self.sink, self.eval_rows = cfg, sink, eval_rows
         self.every = evaluation.eval_steps if evaluation.eval_strategy == "steps" else 0
         self.k = evaluation.num_generations_eval
         self.metric = evaluation.metric_for_best_model if evaluation.metric_for_best_model.startswith("eval/") \
@@ -78,13 +68,14 @@ class PeriodicEval(TrainObserver):
         if not self.every or step % self.every:
             return
         if self.rows is None:
-            self.rows = eval_subset(view.task.eval_rows, self.cfg.eval.max_eval_samples, self.cfg.train.seed)
+            self.rows = eval_subset(self.eval_rows, self.cfg.eval.max_eval_samples, self.cfg.train.seed)
         if not self.rows:
             log.warning("eval_steps: the task has no held-out rows (dataset_test_split / test_split_size); skipped")
             self.every = 0
             return
-        result = evaluate_groups(view, self.rows, self.k, self.params(),
-                                 view.out / "eval" / f"step_{step:06d}.jsonl" if view.is_main else None)
+        out_path = view.out / "eval" / f"step_{step:06d}.jsonl" if view.is_main else None
+        result = {f"eval/{name}": value for name, value in view.evaluate(self.rows, self.k, self.params(),
+                                                                          out_path).items()}
         # Several processes sample different answers: process 0's result decides the best step
         # everywhere, so every process takes part in the (collective) checkpoint of that step or none does.
         result = broadcast_object(result)

@@ -158,7 +158,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     settings = episode_settings(cfg, task)
     measure = "success rate" if task.multi_step else "accuracy"
 
-    trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel)
+    trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel, evaluate=evaluate)
     trainer.run_state.base_model = base_model
     seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
     if resume:
@@ -173,7 +173,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
                        flat_dict(cfg), logging_steps=cfg.logging.logging_steps, console=console,
                        entity=cfg.logging.wandb_entity, group=cfg.logging.wandb_run_group) if main else NullSink()
     try:
-        trainer.observers += observers(cfg, sink)
+        trainer.observers += observers(cfg, sink, task.eval_rows, task.multi_step)
         trainer.train(sink)
         after = None
         if eval_rows:

@@ -3,6 +3,8 @@ and the observers (evaluation every eval_steps, checkpoint rotation, hub pushes)
 
 from __future__ import annotations
 
+from typing import Any
+
 import logging
 
 from grouprl.config import Config, ConfigError
@@ -24,18 +26,23 @@ def prepare_tokenizer(cfg: Config, tokenizer) -> None:
     apply_chat_template(tokenizer, cfg.prompts.chat_template)
 
 
-def observers(cfg: Config, sink) -> list[TrainObserver]:
-    """Evaluation first (it may save the best step), then hub pushes, then rotation (which spares
-    checkpoints still uploading). Several processes: every one evaluates (generation is collective
-    under FSDP), process 0 alone pushes and rotates."""
+def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bool) -> list[TrainObserver]:
+    """The step logs first, then evaluation (it may save the best step), then hub pushes, then rotation
+    (which spares checkpoints still uploading). Several processes: every one evaluates (generation is
+    collective under FSDP), process 0 alone writes logs, pushes and rotates."""
     from grouprl.job.checkpoint_observers import CheckpointRotation, HubPushObserver
-    from grouprl.train.parallel import process_info
     from grouprl.job.periodic_eval import PeriodicEval
+    from grouprl.job.rollout_logs import RolloutLogs
+    from grouprl.train.parallel import process_info
 
     found: list[TrainObserver] = []
+    main = process_info().is_main
+    if main and (cfg.logging.log_rollouts or cfg.logging.save_trajectories_every):
+        found.append(RolloutLogs(cfg.train.output_dir, cfg.logging.log_rollouts, cfg.logging.save_trajectories_every,
+                                 multi_step))
     if cfg.eval.eval_strategy == "steps":
-        found.append(PeriodicEval(cfg, sink))
-    if not process_info().is_main:
+        found.append(PeriodicEval(cfg, sink, eval_rows))
+    if not main:
         return found
     if cfg.logging.num_completions_to_print:  # the behaviour changing, in the terminal
         from grouprl.job.completion_samples import CompletionSamples

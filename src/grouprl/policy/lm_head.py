@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+from grouprl.policy.logprobs import scored_entropy, selective_log_softmax, truncate_logits
 
 LM_HEAD_CHUNK = 512  # rows per chunk: 512 x 49,152 float32 logits = 100 MB (151k vocabulary: 310 MB)
 _AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # config keys that change logits

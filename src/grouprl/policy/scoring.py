@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from grouprl.algos.losses import scored_entropy, selective_log_softmax, truncate_logits
+from grouprl.policy.logprobs import scored_entropy, selective_log_softmax, truncate_logits
 from grouprl.policy.lm_head import head_scores, supports_chunked_head
 
 

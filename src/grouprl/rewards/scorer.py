@@ -1,57 +1,32 @@
-"""The scorer: one object, built once from the config, that scores episodes for training,
-evaluation and ``grouprl rewards preview`` alike (one failure rule, one error format).
+"""The scorer: one object, built once from the config, that scores episodes for training, evaluation and
+``grouprl rewards preview`` alike (one failure rule, one error format).
 
-Episode score (no mixer)::
+The score phase runs straight through three rooms, each entered once per batch:
 
-    B = sum_f w_f * score_f + sum_t (env_reward_t - penalty_t)
-    R = B + sum_l w_l * D_l                 (D_l: learned reward l's score)
-    R = mixer.mix(B, sum_l w_l * D_l)       (with a mixer)
+    rewards/reward_calls.py   every reward function on every episode, under its time budget -> RewardParts
+    rewards/verdicts.py       step-output checks, step rewards, the episode score, correctness, the error
+                              budget, then the learned rewards and the mixer -> one Verdict per episode
+    rewards/scorer.py         (here) the judges' counters and the ``Scores`` record
 
-(with ``invalid_penalty: on_step`` the penalties are left out of B and r_t, and the advantage
-phase charges each to its invalid step's advantage instead, as verl-agent does).
-Step rewards: ``r_t = env_reward_t - penalty_t``, plus, per reward function f, either
-``w_f * base_reward`` on the steps its ``step_outputs`` name (``w_f * default_step_reward`` on
-the others) or, when it gives no step outputs, ``w_f * score_f`` on the last step; the learned
-part ``R - B`` goes on the last step too, so without step outputs ``sum_t r_t = R``.
-
-Failure rule: a reward is called on the whole batch; if that call raises, it is called sample
-by sample, so only the failing samples lose it. A failed sample keeps ``None`` for that reward
-and an error ``"<reward>: <ExceptionType>: <message>"``; the batch stops (``RewardFailure``)
-only when more than ``max_error_fraction`` of its samples failed.
+The equations of the episode score and the step rewards are in ``rewards/verdicts.py``.
 """
 
 from __future__ import annotations
 
 import contextlib
-import logging
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
 
-from grouprl.config import ConfigError
 from grouprl.records import Episode, Verdict
-from grouprl.rewards.guard import RewardFailure, RewardTimeout, call_with_timeout, finite_score, map_with_timeout
-from grouprl.rewards.kit import RewardFunctionError, score_batch
-from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
 from grouprl.rewards.learned.model_rewards import build_reward, split_learned
+from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
+from grouprl.rewards.registry import normalized_weights
 from grouprl.rewards.resolve import resolve_reward
-from grouprl.rewards.step_rewards import align_step_rewards, check_step_outputs, episode_messages
-from grouprl.rewards.registry import is_typed, normalized_weights, weighted_score
-
-log = logging.getLogger(__name__)
-
-
-@dataclass
-class RewardPart:
-    """One reward function's verdict on one episode."""
-
-    score: float | None = None  # None: no opinion, or failed (then ``error`` says why)
-    error: str | None = None
-    step_outputs: list | None = None
-    reason: str | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)  # typed rewards' named sub-scores
+from grouprl.rewards.reward_calls import RewardPart, RewardTypeError, call_rewards, unique_keys  # noqa: F401
+from grouprl.rewards.verdicts import VerdictRules, assemble_verdicts
 
 
 @dataclass
@@ -69,103 +44,6 @@ class Scores:
            metrics: dict[str, float] | None = None) -> "Scores":
         return cls(torch.tensor([v.score for v in verdicts], dtype=torch.float64), list(verdicts), parts or {},
                    dict(metrics or {}))
-
-
-def unique_keys(names: list[str]) -> list[str]:
-    """Names as keys; a name given twice gets '#2', '#3', ..."""
-    seen: dict[str, int] = {}
-    keys = []
-    for n in names:
-        seen[n] = seen.get(n, 0) + 1
-        keys.append(n if seen[n] == 1 else f"{n}#{seen[n]}")
-    return keys
-
-
-def _error(key: str, err: BaseException) -> str:
-    return f"{key}: {type(err).__name__}: {err}"
-
-
-class RewardTypeError(ConfigError):
-    """A reward returned something that is not a number: its author's bug, reported as bad input."""
-
-
-def _typed_part(key: str, episode: Episode, result) -> RewardPart:
-    error = result.error and f"{key}: {result.error}"
-    if error is None and result.is_score_valid:
-        error = finite_score(key, result.score)[1]  # NaN / inf: an error of this sample, never a score
-    if result.step_outputs and error is None:
-        error = check_step_outputs(key, episode, result.step_outputs)
-    valid = result.is_score_valid and error is None
-    metrics = {k: {"score": m.score, "is_score_valid": m.is_score_valid, "reason": m.reason}
-               for k, m in result.metrics.items()}
-    return RewardPart(float(result.score) if valid else None, error, result.step_outputs if valid else None,
-                      result.reason, metrics)
-
-
-# A per-sample budget for a whole batch also pays for one sandbox start-up and the file's imports.
-BATCH_STARTUP_S = 15.0
-
-
-def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
-    """A pointwise reward: one call per sample, each with its own budget (an endless program costs its
-    own sample). A batch reward: one call for the batch, under one budget, or under ``timeout`` per
-    sample when it bounds each sample itself (``budget="per_sample"``: sandboxed user rewards)."""
-    per_sample = getattr(fn, "budget", "per_call") == "per_sample"
-
-    def columns_of(batch: list[Episode]) -> dict[str, list]:
-        rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in batch]
-        columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
-        columns["group_ids"] = [ep.group_id for ep in batch]  # group-level rewards (length) need the groups
-        if per_sample:
-            columns["sample_timeout"] = timeout or None
-        return columns
-
-    def call(batch: list[Episode]):
-        budget = timeout * len(batch) + BATCH_STARTUP_S if per_sample and timeout else timeout
-        return call_with_timeout(score_batch, budget, fn, [episode_messages(ep) for ep in batch],
-                                 [ep.row.get("ground_truth") for ep in batch], name=key, **columns_of(batch))
-
-    if fn.reward_mode == "pointwise":
-        calls = [((fn, [episode_messages(ep)], [ep.row.get("ground_truth")]), columns_of([ep])) for ep in episodes]
-        out = []
-        for ep, (value, err) in zip(episodes, map_with_timeout(score_batch, timeout, calls, name=key)):
-            try:
-                out.append(RewardPart(error=_error(key, err)) if err is not None else _typed_part(key, ep, value[0]))
-            except Exception as bad:  # noqa: BLE001 - a malformed result is this sample's error
-                out.append(RewardPart(error=_error(key, bad)))
-        return out
-    try:
-        return [_typed_part(key, ep, r) for ep, r in zip(episodes, call(episodes))]
-    except (RewardTimeout, RewardFunctionError) as err:  # the call's error: a stuck reward, a wrong count or type
-        return [RewardPart(error=_error(key, err)) for _ in episodes]
-    except Exception as err:  # noqa: BLE001 - find the failing samples one by one below
-        if len(episodes) == 1:
-            return [RewardPart(error=_error(key, err))]
-    out = []
-    for ep in episodes:
-        try:
-            out.append(_typed_part(key, ep, call([ep])[0]))
-        except Exception as err:  # noqa: BLE001 - one failing sample must not fail the others
-            out.append(RewardPart(error=_error(key, err)))
-    return out
-
-
-def _plain_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
-    """One call per episode, each with the time budget; after a timeout the rest of the batch is
-    not tried (a stuck reward costs one budget per batch, not one per sample)."""
-    calls = [((ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth")),
-              {k: v for k, v in ep.row.items() if k != "ground_truth"}) for ep in episodes]
-    out: list[RewardPart] = []
-    for ep, (value, err) in zip(episodes, map_with_timeout(fn, timeout, calls, name=key)):
-        if err is not None:
-            out.append(RewardPart(error=_error(key, err)))
-            continue
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise RewardTypeError(f"reward '{key}' returned {type(value).__name__} {value!r:.60} for a sample "
-                                  f"(group {ep.group_id}); expected a float or None")
-        score, error = finite_score(key, value)
-        out.append(RewardPart(score, error))
-    return out
 
 
 class Scorer:
@@ -202,6 +80,8 @@ class Scorer:
         self._io_pool: ThreadPoolExecutor | None = None  # the judges' thread, made on first use
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
         self.penalty_in_rewards = penalty_in_rewards  # False: invalid_penalty on_step (charged in the advantage)
+        self.rules = VerdictRules(self.weights, default_step_reward, penalty_in_rewards, self.judge, self.judge_key,
+                                  predict, max_error_fraction)
 
     @classmethod
     def from_config(cls, cfg, task, learned: list[LearnedReward] | None = None,
@@ -222,104 +102,24 @@ class Scorer:
                    predict=getattr(task, "predict", None), run_dir=cfg.train.output_dir)
 
     # --- scoring ---------------------------------------------------------------------------
-    def reward_parts(self, episodes: list[Episode]) -> dict[str, list[RewardPart]]:
-        t = self.reward_timeout
-
-        def parts(key: str, fn) -> list[RewardPart]:
-            return _typed_parts(key, fn, episodes, t) if is_typed(fn) else _plain_parts(key, fn, episodes, t)
-
-        # Rewards that wait on a server (judges) run in their own thread while the others compute here.
-        waiting = [key for key, fn in self.fns.items() if getattr(fn, "waits_on_network", False)]
-        if not waiting or len(self.fns) == 1:
-            return {key: parts(key, fn) for key, fn in self.fns.items()}
-        # One pool kept for the run: its threads (and the reward worker each keeps, guard.py) serve every batch.
-        self._io_pool = self._io_pool or ThreadPoolExecutor(len(waiting), "reward-io")
-        pending = {key: self._io_pool.submit(parts, key, self.fns[key]) for key in waiting}
-        done = {key: parts(key, fn) for key, fn in self.fns.items() if key not in pending}
-        done.update({key: future.result() for key, future in pending.items()})
-        return {key: done[key] for key in self.keys}
-
     def score(self, episodes: list[Episode]) -> Scores:
-        """Score a batch: one :class:`Verdict` per episode (score, step rewards, each reward's part,
-        errors, reasons, prediction, correct); the episodes are only read. Learned rewards then update once."""
-        parts = self.reward_parts(episodes)
-        verdicts = [self._verdict(i, ep, parts) for i, ep in enumerate(episodes)]
-        failed = sum(bool(v.errors) for v in verdicts)
-        fraction = failed / max(len(episodes), 1)
-        if failed:
-            log.warning("reward errors on %d of %d samples, e.g. %s", failed, len(episodes),
-                        next(e for v in verdicts for e in v.errors))
-        if fraction > self.max_error_fraction:
-            raise RewardFailure(f"{failed} of {len(episodes)} samples failed in reward functions "
-                                f"(> max_reward_error_fraction={self.max_error_fraction}); first error: "
-                                f"{next(e for v in verdicts for e in v.errors)}")
-        metrics = {"reward_errors": float(failed), "reward_error_fraction": fraction}
+        """Score a batch: one :class:`Verdict` per episode (score, step rewards, each reward's part, errors,
+        reasons, prediction, correct); the episodes are only read. Learned rewards then update once."""
+        waiting = sum(bool(getattr(fn, "waits_on_network", False)) for fn in self.fns.values())
+        if waiting and len(self.fns) > 1 and self._io_pool is None:  # one pool for the run: its threads serve
+            self._io_pool = ThreadPoolExecutor(waiting, "reward-io")  # every batch (and keep their workers)
+        parts = call_rewards(self.fns, episodes, self.reward_timeout, self._io_pool)
+        verdicts, parts, metrics = assemble_verdicts(episodes, parts, self.rules, self.learned, self.learned_weights,
+                                                     self.mixer, self._evaluating)
         for key, fn in self.fns.items():  # a judge's calls, cache hits, latency, tokens since the last batch
             if hasattr(fn, "drain_metrics"):
                 metrics.update({f"{key}/{name}": value for name, value in fn.drain_metrics().items()})
-        if self.learned:
-            metrics.update(self._add_learned(episodes, verdicts))
         return Scores.of(verdicts, parts, metrics)
-
-    def _verdict(self, i: int, ep: Episode, parts: dict[str, list[RewardPart]]) -> Verdict:
-        mine = {key: parts[key][i] for key in self.keys}
-        env_rewards = [step.env_reward - self._penalty(step) for step in ep.steps]
-        verdict = Verdict(parts={key: part.score for key, part in mine.items()},
-                          errors=[part.error for part in mine.values() if part.error],
-                          reasons={key: part.reason for key, part in mine.items() if part.reason},
-                          step_rewards=list(env_rewards))
-        for key, part in mine.items():
-            if part.step_outputs:
-                align_step_rewards(verdict.step_rewards, part.step_outputs, self.weights[key], self.default_step_reward)
-            elif part.score is not None and ep.steps:
-                verdict.step_rewards[-1] += self.weights[key] * part.score
-        verdict.score = weighted_score(verdict.parts, self.weights) + sum(env_rewards)
-        answer = ep.steps[-1].action_text if ep.steps else ""
-        if self.judge is None:
-            verdict.correct = ep.success
-        elif self.judge_key is not None:  # the judge is one of the rewards (typed or TRL too): its 1.0
-            verdict.correct = verdict.parts[self.judge_key] == 1.0
-        else:
-            verdict.correct = (not is_typed(self.judge)) and self.judge(answer, ep.row.get("ground_truth")) == 1.0
-        verdict.prediction = self.predict(answer) if self.predict is not None else None
-        return verdict
 
     @property
     def part_keys(self) -> list[str]:
         """Every key a verdict's ``parts`` may hold: the reward functions', then the learned rewards'."""
         return self.keys + [r.name for r in self.learned]
-
-    def _penalty(self, step) -> float:
-        return step.penalty if self.penalty_in_rewards else 0.0
-
-    def _add_learned(self, episodes: list[Episode], verdicts: list[Verdict]) -> dict[str, float]:
-        """Score with every learned reward, mix into the verdicts' scores, then update each once."""
-        base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
-        learned = torch.zeros_like(base)
-        for reward, weight in zip(self.learned, self.learned_weights):
-            values = torch.tensor(reward.score(episodes), dtype=torch.float32)
-            if values.shape != base.shape:
-                raise ValueError(f"learned reward '{reward.name}': {values.numel()} scores for {base.numel()} episodes")
-            for verdict, v in zip(verdicts, values.tolist()):
-                verdict.parts[reward.name] = v
-            learned += weight * values
-        final = self.mixer.mix(base, learned) if self.mixer is not None else base + learned
-        for verdict, b, r in zip(verdicts, base.tolist(), final.tolist()):
-            verdict.score = r
-            if verdict.step_rewards:
-                verdict.step_rewards[-1] += r - b
-        metrics: dict[str, float] = {}
-        if self._evaluating:  # scored only; evaluation may run on one process, so no gathers either
-            return metrics
-        # A frozen learner (GAIL_EVAL_MODE=1, GAIL_TRAIN=0) skips its step inside update() but still
-        # reports its metrics, so a frozen run logs alpha, beta and the discriminator every step too.
-        for reward in self.learned:
-            metrics.update(reward.update(episodes))
-        if self.mixer is not None:
-            # This process's B and D: the mixer gathers every process's itself (as the discriminator gathers
-            # its examples), so it stays identical everywhere.
-            metrics.update(self.mixer.update(base, learned))
-        return metrics
 
     # --- modes and state -------------------------------------------------------------------
     @contextlib.contextmanager

@@ -130,14 +130,15 @@ class _Live:
 
 def run_conversations(factories: list[EnvFactory], rows: list[dict[str, Any]], group_size: int,
                       backend: GenerationBackend, tokenizer, params: SamplingParams, settings: ConversationSettings,
-                      seeds: list[int | None] | None = None, pool: EnvPool | None = None) -> list[Episode]:
+                      seeds: list[int | None] | None = None, pool: EnvPool | None = None,
+                      first_group: int = 0) -> list[Episode]:
     """``group_size`` conversation episodes per group, grouped and in order (``run_episodes``' contract)."""
     pool = pool or LocalEnvPool()
     parser = get_parser(settings.parser)
     ensure_tool_template(tokenizer, settings.chat_template)  # installed on the tokenizer: saved with checkpoints
     n_groups = len(factories)
     seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [Episode(group_id=g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
+    episodes = [Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
                 for g in range(n_groups) for k in range(group_size)]
     observations, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],
                                             [seeds[g] for g in range(n_groups) for _ in range(group_size)])

@@ -74,19 +74,23 @@ def run_episodes(
     settings: EpisodeSettings | ConversationSettings = SINGLE_TURN,
     seeds: list[int | None] | None = None,
     pool: EnvPool | None = None,
+    first_group: int = 0,
 ) -> list[Episode]:
     """Roll out ``group_size`` episodes per group; returns them grouped and in order.
 
     ``factories[g]`` builds group g's environment, ``seeds[g]`` resets it, ``rows[g]`` is the
-    task row its episodes carry (ground truth for reward functions). Conversation settings hand
-    the rollout to ``rollout/conversation.py``.
+    task row its episodes carry (ground truth for reward functions). Group g's episodes are born
+    with ``group_id = first_group + g``: the trainer numbers a step's groups across every process
+    and round here, so nothing renumbers episodes later. Conversation settings hand the rollout to
+    ``rollout/conversation.py``.
     """
     if isinstance(settings, ConversationSettings):
-        return run_conversations(factories, rows, group_size, backend, tokenizer, params, settings, seeds, pool)
+        return run_conversations(factories, rows, group_size, backend, tokenizer, params, settings, seeds, pool,
+                                 first_group)
     pool = pool or LocalEnvPool()
     n_groups = len(factories)
     seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [Episode(group_id=g, index_in_group=k, row=rows[g], seed=seeds[g])
+    episodes = [Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g])
                 for g in range(n_groups) for k in range(group_size)]
     observations: list[Observation | None]
     observations, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],

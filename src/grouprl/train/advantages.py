@@ -81,6 +81,34 @@ def compute_advantage_record(
     follows verl-agent's flow, see ``gigpo_parts``); an episode-level one's advantage is lowered by it,
     A_t <- A_t - p_t."""
     groups = torch.tensor([ep.group_id for ep in episodes])
+    tensors = step_tensors(episodes, step_rewards, algorithm, state_key, penalty_on_step)
+    # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
+    # advantage becomes 0 -- nothing is learned, silently.
+    out = checked_output(
+        estimator,
+        run_estimator(estimator, scores.to(torch.float64), groups, tensors, parts, **options),
+        scores,
+        len(tensors.episode),
+    )
+    record = advantage_record(estimator, out, tensors, algorithm.gamma)
+    if penalty_on_step and not estimator.step_level:
+        assert tensors.penalty is not None  # built whenever the penalty goes on the step
+        record.episode_advantage = record.episode_advantage - tensors.penalty
+        record.advantage = record.advantage - tensors.penalty
+    if log.isEnabledFor(logging.DEBUG):
+        log_groups(episodes, scores, record)
+    return record
+
+
+def step_tensors(
+    episodes: list[Episode],
+    step_rewards: list[list[float]],
+    algorithm,
+    state_key: Callable | None,
+    penalty_on_step: bool,
+) -> StepTensors:
+    """Every step of the batch as tensors: its episode, reward, anchor group (same group, same state) and,
+    with the penalty on the step, its invalid-action penalty."""
     steps = [(e, s) for e, ep in enumerate(episodes) for s in ep.steps]
     if [len(r) for r in step_rewards] != [len(ep.steps) for ep in episodes]:
         raise ValueError("step_rewards must hold one reward per step of each episode, in the episodes' order")
@@ -91,22 +119,18 @@ def compute_advantage_record(
         algorithm.similarity_threshold,
         state_key,
     )
-    tensors = StepTensors(
+    return StepTensors(
         episode=torch.tensor([e for e, _ in steps], dtype=torch.long),
         rewards=torch.tensor([r for rewards in step_rewards for r in rewards], dtype=torch.float64),
         anchor=torch.tensor(anchors, dtype=torch.long),
         penalty=torch.tensor([s.penalty for _, s in steps], dtype=torch.float64) if penalty_on_step else None,
     )
-    # float64 throughout: with float32 a score of 1e30 overflows the group variance (1e60) and every
-    # advantage becomes 0 -- nothing is learned, silently.
-    out = checked_output(
-        estimator,
-        run_estimator(estimator, scores.to(torch.float64), groups, tensors, parts, **options),
-        scores,
-        len(steps),
-    )
-    # An episode-level estimator gives one value per episode (broadcast to its steps), a step-level one
-    # a value per step or a record of parts (gigpo); a part it leaves out takes its plain default.
+
+
+def advantage_record(estimator: Estimator, out: Any, tensors: StepTensors, gamma: float) -> AdvantageRecord:
+    """The record from the estimator's checked output. An episode-level estimator gives one value per episode
+    (broadcast to its steps), a step-level one a value per step or a record of parts (gigpo); a part it
+    leaves out takes its plain default."""
     if not estimator.step_level:
         advantage, parts = out[tensors.episode], None
     elif isinstance(out, torch.Tensor):
@@ -117,22 +141,15 @@ def compute_advantage_record(
     episode_advantage = getattr(parts, "episode_advantage", None)
     step_advantage = getattr(parts, "step_advantage", None)
     anchor_size = getattr(parts, "anchor_size", None)
-    record = AdvantageRecord(
+    return AdvantageRecord(
         tensors.episode,
-        discounted_returns(tensors.rewards, tensors.episode, algorithm.gamma) if returns is None else returns,
+        discounted_returns(tensors.rewards, tensors.episode, gamma) if returns is None else returns,
         advantage if episode_advantage is None else episode_advantage,
-        torch.zeros(len(steps), dtype=torch.float64) if step_advantage is None else step_advantage,
+        torch.zeros(len(tensors.episode), dtype=torch.float64) if step_advantage is None else step_advantage,
         advantage,
         tensors.anchor,
         torch.bincount(tensors.anchor)[tensors.anchor] if anchor_size is None else anchor_size,
     )
-    if penalty_on_step and not estimator.step_level:
-        assert tensors.penalty is not None  # built whenever the penalty goes on the step
-        record.episode_advantage = record.episode_advantage - tensors.penalty
-        record.advantage = record.advantage - tensors.penalty
-    if log.isEnabledFor(logging.DEBUG):
-        log_groups(episodes, scores, record)
-    return record
 
 
 class EstimatorOutputError(ConfigError):

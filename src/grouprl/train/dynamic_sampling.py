@@ -82,9 +82,8 @@ class DynamicSampler:
             metrics["dynamic_sampling/groups_kept"] = 0.0
             return batch, Scores(scores.episode, scores.verdicts, scores.parts, metrics)
         episodes, verdicts = [], []
-        for g, group in enumerate(kept[:n]):
+        for group in kept[:n]:  # group ids stay as born: unique across a step's rounds
             for ep, verdict in group:
-                ep.group_id = g
                 episodes.append(ep)
                 verdicts.append(verdict)
         mine = shard_slice(n, self.parallel.info)

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import get_scheduler
 
 from grouprl.algos.importance import sampling_correction
 from grouprl.algos.entropy import entropy_bonus
-from grouprl.algos.losses import micro_batch_weight, policy_objective
+from grouprl.algos.loss import micro_batch_weight, policy_objective
 from grouprl.config import Config, ConfigError
 from grouprl.policy.grouped_scoring import (
     auto_grouped_logps,
@@ -29,7 +31,7 @@ from grouprl.policy.grouped_scoring import (
     supports_grouped_scoring,
 )
 from grouprl.policy.loading import Policy
-from grouprl.policy.scoring import completion_logps, pack
+from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
 from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.parallel import SINGLE, DataParallel
@@ -38,6 +40,35 @@ from grouprl.train.step_samples import StepSamples
 log = logging.getLogger(__name__)
 
 UpdateStats = dict[str, float]  # loss, grad_norm, entropy, clip ratios, kl: means over the update
+
+
+@dataclass
+class UpdateBatch:
+    """One update's samples on the device, split into micro-batches, with the whole batch's counts."""
+
+    tokens: TokenBatch
+    advantages: torch.Tensor  # (N,) or (N, T)
+    sampler_logps: torch.Tensor | None  # the engine's log-probs when a sampling correction applies
+    micro: list[slice]
+    n_all: float  # every process's samples
+    total_tokens: float  # every process's completion tokens
+    n_micro: float  # every process's micro-batches
+    score: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, batch, temperature, ...) -> logps
+    support: tuple[int, float] | None  # (top_k, top_p) the sampler kept, or None
+
+
+@dataclass
+class EntropyTally:
+    """The masked token entropy of one optimizer step, for the adaptive entropy bonus."""
+
+    total: float = 0.0
+    tokens: float = 0.0
+
+    def add(self, total: float, tokens: float) -> None:
+        self.total, self.tokens = self.total + total, self.tokens + tokens
+
+    def batch_mean(self, parallel: DataParallel) -> float:
+        return parallel.total(self.total) / max(parallel.total(self.tokens), 1.0)
 
 
 class NonFiniteUpdates(RuntimeError):
@@ -128,104 +159,147 @@ class Learner:
         return self.scheduler.get_last_lr()[0]
 
     def update(self, samples: StepSamples) -> UpdateStats:
-        """Statistics are means over the processes (grad_norm is the same everywhere)."""
-        algorithm, train, parallel = self.cfg.algorithm, self.cfg.train, self.parallel
-        model, device = self.policy.model, self.policy.device
-        batch, adv = samples.batch.to(device), samples.advantages.to(device)
-        score, speed = self.score_completions, self.cfg.speed
-        if batch.completion_attention is not None:  # conversations: attended != trained; the plain forward
-            score = completion_logps
-        sampler = samples.sampler_logps
-        if sampler is not None and speed.sampling_correction == "none":
-            sampler = None
-        correct = None if sampler is None else sampling_correction(speed.sampling_correction)
-        n = len(batch)
-        n_all = parallel.total(n)  # the whole batch's samples and tokens (one process: n and its tokens)
-        total_tokens = parallel.total(float(batch.completion_mask.sum()))
-        world = parallel.info.world_size
-        accum = parallel.micro_batches(n, train.gradient_accumulation_steps)
-        bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
-        micro = [slice(bounds[i], bounds[i + 1]) for i in range(accum)]
-        temperature, rollout = self.cfg.rollout.temperature, self.cfg.rollout
-        # top-k / top-p sampling: pi and pi_old renormalised over the tokens the sampler kept, as the engine's
-        # log-probs are (the reference stays the full distribution, as NeMo-RL and prime-rl keep it)
-        support = (rollout.top_k, rollout.top_p) if rollout.top_k > 0 or rollout.top_p < 1 else None
-        # pi_old: only needed as a separate pass when the batch is reused (mu > 1); for mu = 1
-        # pi_old = pi_theta and ratio = 1, so the detached current log-probs serve (no extra forward).
-        old = ref = None
-        with torch.no_grad():
-            if algorithm.num_iterations > 1:
-                old = torch.cat([score(model, batch.slice(m), temperature, support=support)[0] for m in micro])
-            if algorithm.beta > 0:
-                with self.policy.reference_context():
-                    reference = self.policy.reference_model()
-                    ref = torch.cat([score(reference, batch.slice(m), temperature)[0] for m in micro])
+        """One update, as CleanRL's: pi_old and the reference once, then ``num_iterations`` optimizer steps,
+        each over the micro-batches. Statistics are means over the processes (grad_norm is the same
+        everywhere)."""
+        batch = self.update_batch(samples)
+        old, ref = self.old_and_reference_logps(batch)
         stats: dict[str, list[float]] = {}
-        bonus = self.entropy_bonus
-        n_micro = parallel.total(float(accum))  # every process's micro-batches (bnpo averages over them)
         self.model.train()
-        for _ in range(algorithm.num_iterations):
+        for _ in range(self.cfg.algorithm.num_iterations):
             self.nonfinite = None
-            coef = bonus.applied_coef()  # fixed for the whole optimizer step
-            entropy_sum = entropy_tokens = 0.0
-            for i, m in enumerate(micro):
-                part = batch.slice(m)
-                with parallel.accumulate(self.model, sync=i == len(micro) - 1):
-                    logps, entropy = score(
-                        self.model, part, temperature, with_entropy="grad" if coef else True, support=support
-                    )
-                    assert entropy is not None  # asked for (with_entropy)
-                    pi_old = logps.detach() if old is None else old[m]
-                    weights, is_stats = (
-                        (None, {})
-                        if correct is None or sampler is None
-                        else correct(
-                            pi_old, sampler[m].to(device), part.completion_mask, cap=speed.sampling_correction_cap
-                        )
-                    )
-                    loss, s = policy_objective(
-                        self.loss,
-                        logps,
-                        pi_old,
-                        adv[m],
-                        part.completion_mask,
-                        self.loss_options,
-                        algorithm.loss_type,
-                        beta=algorithm.beta,
-                        ref_logps=None if ref is None else ref[m],
-                        kl_estimator=self.cfg.objective.kl_estimator,
-                        max_completion_length=self.cfg.rollout.max_new_tokens,
-                        num_items_in_batch=total_tokens,
-                        token_weights=weights,
-                    )
-                    s.update(is_stats)
-                    # x world: DDP averages the processes' gradients, the batch loss is their sum.
-                    loss = loss * micro_batch_weight(algorithm.loss_type, len(part), n_all, n_micro) * world
-                    if coef:  # - c * the whole batch's mean token entropy, whatever the split
-                        loss = loss + entropy_bonus(entropy, part.completion_mask, coef, total_tokens) * world
-                    if not torch.isfinite(loss):  # NaN/inf never reaches the weights: optimizer_step skips
-                        self.nonfinite = f"loss {float(loss)}"
-                    # Backward even then: under DDP every process must join the gradient all-reduce.
-                    loss.backward()
-                if self.nonfinite:  # its statistics would be NaN too (and NaN is not valid JSON)
-                    continue
-                mask = part.completion_mask.float()
-                entropy_sum += float((entropy.detach() * mask).sum())
-                entropy_tokens += float(mask.sum())
-                s["entropy"] = (entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
-                s["loss"] = loss.detach() * accum / world  # summed over processes: the batch loss
-                for k, v in s.items():
-                    stats.setdefault(k, []).append(float(v))
+            coef = self.entropy_bonus.applied_coef()  # fixed for the whole optimizer step
+            entropy = EntropyTally()
+            for i, m in enumerate(batch.micro):
+                micro_stats = self.micro_step(batch, m, i == len(batch.micro) - 1, old, ref, coef, entropy)
+                for k, v in micro_stats.items():
+                    stats.setdefault(k, []).append(v)
             stats.setdefault("grad_norm", []).append(self.optimizer_step())
-            if bonus.enabled:  # adaptive: toward the target, from the whole batch's entropy of this step
-                bonus.update(parallel.total(entropy_sum) / max(parallel.total(entropy_tokens), 1.0))
+            if self.entropy_bonus.enabled:  # adaptive: toward the target, from the whole batch's entropy
+                self.entropy_bonus.update(entropy.batch_mean(self.parallel))
                 stats.setdefault("entropy_coef", []).append(coef)
+        return self.summarise(stats)
+
+    def update_batch(self, samples: StepSamples) -> UpdateBatch:
+        """The samples on the device, their micro-batches, the whole batch's counts and how to score them."""
+        parallel, speed, rollout = self.parallel, self.cfg.speed, self.cfg.rollout
+        tokens = samples.batch.to(self.policy.device)
+        n = len(tokens)
+        accum = parallel.micro_batches(n, self.cfg.train.gradient_accumulation_steps)
+        bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
+        sampler = None if speed.sampling_correction == "none" else samples.sampler_logps
+        return UpdateBatch(
+            tokens=tokens,
+            advantages=samples.advantages.to(self.policy.device),
+            sampler_logps=None if sampler is None else sampler.to(self.policy.device),
+            micro=[slice(bounds[i], bounds[i + 1]) for i in range(accum)],
+            n_all=parallel.total(n),  # the whole batch's samples and tokens (one process: its own)
+            total_tokens=parallel.total(float(tokens.completion_mask.sum())),
+            n_micro=parallel.total(float(accum)),  # every process's micro-batches (bnpo averages over them)
+            # conversations: attended != trained tokens, the plain forward scores them
+            score=completion_logps if tokens.completion_attention is not None else self.score_completions,
+            # top-k / top-p: pi and pi_old renormalised over the kept tokens, as the engine's log-probs are
+            # (the reference stays the full distribution, as NeMo-RL and prime-rl keep it)
+            support=(rollout.top_k, rollout.top_p) if rollout.top_k > 0 or rollout.top_p < 1 else None,
+        )
+
+    @torch.no_grad()
+    def old_and_reference_logps(self, batch: UpdateBatch) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """pi_old as its own pass only when the batch is reused (mu > 1): for mu = 1, pi_old = pi_theta and the
+        ratio is 1, so the detached current log-probs serve (no extra forward). The reference when beta > 0."""
+        temperature, old, ref = self.cfg.rollout.temperature, None, None
+        if self.cfg.algorithm.num_iterations > 1:
+            old = torch.cat(
+                [batch.score(self.policy.model, batch.tokens.slice(m), temperature, support=batch.support)[0]
+                 for m in batch.micro]
+            )  # fmt: skip
+        if self.cfg.algorithm.beta > 0:
+            with self.policy.reference_context():
+                reference = self.policy.reference_model()
+                ref = torch.cat([batch.score(reference, batch.tokens.slice(m), temperature)[0] for m in batch.micro])
+        return old, ref
+
+    def micro_step(
+        self,
+        batch: UpdateBatch,
+        m: slice,
+        last: bool,
+        old: torch.Tensor | None,
+        ref: torch.Tensor | None,
+        coef: float,
+        entropy: EntropyTally,
+    ) -> dict[str, float]:
+        """Forward, loss and backward of one micro-batch; its statistics (none when its loss is non-finite)."""
+        part, world, speed = batch.tokens.slice(m), self.parallel.info.world_size, self.cfg.speed
+        with self.parallel.accumulate(self.model, sync=last):
+            logps, token_entropy = batch.score(
+                self.model, part, self.cfg.rollout.temperature, with_entropy="grad" if coef else True,
+                support=batch.support,
+            )  # fmt: skip
+            assert token_entropy is not None  # asked for (with_entropy)
+            pi_old = logps.detach() if old is None else old[m]
+            weights, is_stats = None, dict[str, torch.Tensor]()
+            if batch.sampler_logps is not None:  # the engine sampled, not pi_old: sampling_correction's weights
+                correct = sampling_correction(speed.sampling_correction)
+                weights, is_stats = correct(
+                    pi_old, batch.sampler_logps[m], part.completion_mask, cap=speed.sampling_correction_cap
+                )
+            loss, s = self.micro_loss(batch, m, logps, pi_old, None if ref is None else ref[m], weights)
+            if coef:  # - c * the whole batch's mean token entropy, whatever the split
+                loss = loss + entropy_bonus(token_entropy, part.completion_mask, coef, batch.total_tokens) * world
+            if not torch.isfinite(loss):  # NaN/inf never reaches the weights: optimizer_step skips
+                self.nonfinite = f"loss {float(loss)}"
+            # Backward even then: under DDP every process must join the gradient all-reduce.
+            loss.backward()
+        if self.nonfinite:  # its statistics would be NaN too (and NaN is not valid JSON)
+            return {}
+        mask = part.completion_mask.float()
+        entropy.add(float((token_entropy.detach() * mask).sum()), float(mask.sum()))
+        s.update(is_stats)
+        s["entropy"] = (token_entropy.detach() * mask).sum() / mask.sum().clamp(min=1)
+        s["loss"] = loss.detach() * len(batch.micro) / world  # summed over processes: the batch loss
+        return {k: float(v) for k, v in s.items()}
+
+    def micro_loss(
+        self,
+        batch: UpdateBatch,
+        m: slice,
+        logps: torch.Tensor,
+        pi_old: torch.Tensor,
+        ref: torch.Tensor | None,
+        weights: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The registered loss around its objective (``algos/loss.py``), weighted so that the accumulated
+        gradient of every micro-batch and process is the whole batch's."""
+        algorithm, part = self.cfg.algorithm, batch.tokens.slice(m)
+        loss, stats = policy_objective(
+            self.loss,
+            logps,
+            pi_old,
+            batch.advantages[m],
+            part.completion_mask,
+            self.loss_options,
+            algorithm.loss_type,
+            beta=algorithm.beta,
+            ref_logps=ref,
+            kl_estimator=self.cfg.objective.kl_estimator,
+            max_completion_length=self.cfg.rollout.max_new_tokens,
+            num_items_in_batch=batch.total_tokens,
+            token_weights=weights,
+        )
+        # x world: DDP averages the processes' gradients, the batch loss is their sum.
+        weight = micro_batch_weight(algorithm.loss_type, len(part), batch.n_all, batch.n_micro)
+        return loss * weight * self.parallel.info.world_size, stats
+
+    def summarise(self, stats: dict[str, list[float]]) -> UpdateStats:
+        """Means over the update's micro-batches (max of ``*_max``, min of ``*_min``), then over processes;
+        the loss summed over processes."""
         means = {
             k: max(v) if k.endswith("_max") else min(v) if k.endswith("_min") else sum(v) / len(v)
             for k, v in stats.items()
         }
-        loss_sum = parallel.total(means.pop("loss", 0.0))
-        return {**parallel.mean_metrics(means), "loss": loss_sum, "skipped_updates": float(self.skipped_updates)}
+        loss_sum = self.parallel.total(means.pop("loss", 0.0))
+        return {**self.parallel.mean_metrics(means), "loss": loss_sum, "skipped_updates": float(self.skipped_updates)}
 
     def optimizer_step(self) -> float:
         """Clip, step the optimizer and the schedule, clear the gradients; the pre-clip gradient norm.

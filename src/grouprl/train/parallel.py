@@ -310,13 +310,10 @@ class DataParallel:
         """This process's share of the step's rows."""
         return shard(rows, self.info)
 
-    def globalize(
-        self, episodes: list[Episode], groups_per_process: int, attached: Any = None
-    ) -> tuple["GlobalBatch", list[Any]]:
-        """Renumber this process's groups as in the whole batch, then gather every process's episodes
-        (and what is ``attached`` to them, e.g. their verdicts: one value per process, in rank order)."""
-        for ep in episodes:
-            ep.group_id += self.info.rank * groups_per_process
+    def globalize(self, episodes: list[Episode], attached: Any = None) -> tuple["GlobalBatch", list[Any]]:
+        """Every process's episodes, concatenated in rank order (their groups were numbered across the
+        processes where they were born), and what is ``attached`` to them, e.g. their verdicts: one value
+        per process, in rank order."""
         if not self.distributed:
             return GlobalBatch(episodes, 0, len(episodes)), [attached]
         shares = gather_objects((episodes, attached))

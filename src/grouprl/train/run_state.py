@@ -4,8 +4,7 @@
 best checkpoint so far, the hub revisions pushed), typed and saved in every checkpoint's
 ``trainer_state.json`` (under ``extra``). :class:`StepView` is what an observer (``job/observer.py``)
 is handed between steps instead of the trainer: the step, its records, the run state it may update,
-the pieces an evaluation with the current policy needs, and the one thing it may do (save this
-step's checkpoint).
+and the two things it may do: save this step's checkpoint, and evaluate the current policy.
 """
 
 from __future__ import annotations
@@ -45,18 +44,20 @@ class RunState:
         return cls(**{**state, "best": BestCheckpoint(**best) if isinstance(best, dict) else best})
 
 
+# The job's evaluation (job/evaluate.py: evaluate): (backend, tokenizer, task, rows, params, scorer, out_path,
+# settings, k=...) -> measures. The trainer binds it to its own backend, scorer and settings for observers.
+EvaluateFn = Callable[..., dict[str, float]]
+
+
 @dataclass
 class StepView:
-    """An observer's view of the run between steps (never the trainer itself)."""
+    """An observer's view of the run between steps (never the trainer itself): what observers use."""
 
     step: int
     out: Path
     is_main: bool  # process 0: the one that writes files
     run_state: RunState
     record: Any  # the last step's StepRecord (episodes, scores, advantages, ...); None before the first
-    task: Any
-    scorer: Any
-    backend: Any  # the generation backend, holding the current policy's weights
-    tokenizer: Any
-    settings: Any  # the episode settings of training (turns, history, conversation mode)
     checkpoint: Callable[[], Path]  # save this step's checkpoint (collective; once per step)
+    # evaluate(rows, k, params, out_path) -> measures: the one evaluation with the current policy (collective)
+    evaluate: Callable[..., dict[str, float]]

@@ -39,6 +39,23 @@ class RowSampler:
     def next(self, n: int) -> list[dict[str, Any]]:
         return [self.rows[self.next_index()] for _ in range(n)]
 
+    # The curriculum's hooks; the plain order has nothing to observe, report or keep beyond ``position``.
+    def start_step(self, step: int) -> None:
+        """Before a step's first draw."""
+
+    def observe(self, episodes: list[Episode], verdicts: list[Verdict], step: int) -> None:
+        """After each round of a step is scored (every process's episodes)."""
+
+    def metrics(self) -> dict[str, float]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any] | None:
+        """What a checkpoint keeps beyond ``position`` (None: nothing)."""
+        return None
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
 
 class CurriculumSampler(RowSampler):
     """The seeded order, minus the prompts recently solved K/K or 0/K (see the module docstring)."""
@@ -68,12 +85,14 @@ class CurriculumSampler(RowSampler):
         return [self.rows[i] for i in out]
 
     def observe(self, episodes: list[Episode], verdicts: list[Verdict], step: int) -> None:
-        """After a round is scored (every process's episodes, groups numbered as drawn): skip its
-        prompts solved by every or by no member of their group, from the next step on."""
+        """After a round is scored (every process's episodes; the round's groups numbered from its first,
+        in the order drawn): skip its prompts solved by every or by no member of their group, from the
+        next step on."""
         self.now = step
+        first = min((ep.group_id for ep in episodes), default=0)
         outcomes: dict[int, set[bool]] = {}
         for ep, verdict in zip(episodes, verdicts):
-            outcomes.setdefault(ep.group_id, set()).add(bool(verdict.correct))
+            outcomes.setdefault(ep.group_id - first, set()).add(bool(verdict.correct))
         for group, seen in sorted(outcomes.items()):
             if len(seen) == 1 and group < len(self.last_indices) and self.skipped_now() < self.max_skipped:
                 self.skip_until[self.last_indices[group]] = step + 1 + self.skip_steps
@@ -88,7 +107,7 @@ class CurriculumSampler(RowSampler):
             "curriculum/skipped_draws": float(self.skipped_draws),
         }
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self) -> dict[str, Any] | None:
         return {
             "skip_until": {str(i): s for i, s in self.skip_until.items()},
             "now": self.now,

@@ -21,9 +21,7 @@ from typing import Any
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config
-from grouprl.observe.jsonl import JsonlAppender
 from grouprl.observe.sinks import MetricsSink
-from grouprl.observe.step_logs import rollout_records, write_trajectories
 from grouprl.policy.loading import Policy
 from grouprl.records import Episode
 from grouprl.rewards.sandbox import runner as sandbox
@@ -43,7 +41,7 @@ from grouprl.train.checkpoint import (
 from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
 from grouprl.train.dynamic_sampling import DynamicSampler
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
-from grouprl.train.run_state import RunState, StepView
+from grouprl.train.run_state import EvaluateFn, RunState, StepView
 from grouprl.train.sampling import CurriculumSampler, RowSampler
 from grouprl.train.step_metrics import batch_metrics
 from grouprl.user_code import import_callable
@@ -72,9 +70,11 @@ class Trainer:
         console=None,
         observers: list | None = None,
         parallel: DataParallel = SINGLE,
+        evaluate: EvaluateFn | None = None,
     ):
         self.cfg, self.policy, self.task, self.console, self.parallel = cfg, policy, task, console, parallel
         self.observers = list(observers or [])  # job/observer.py: after_step, after_checkpoint, after_train
+        self._evaluate = evaluate  # the job's one evaluation (job/evaluate.py), offered to observers
         self._saved_step = -1
         shard_slice(cfg.rollout.batch_size, parallel.info)  # refuse an uneven split before any work
         self.out = Path(cfg.train.output_dir)
@@ -107,9 +107,13 @@ class Trainer:
         self.last_record: StepRecord | None = None
 
     # --- the five phases, in train_step's order ----------------------------------------------
-    def rollout(self) -> list[Episode]:
-        # Every process draws the same rows (the data position is global) and keeps its share.
-        rows = self.parallel.rows(self.sampler.next(self.cfg.rollout.batch_size))
+    def rollout(self, round_index: int = 0) -> list[Episode]:
+        """This process's share of one batch of groups. Every process draws the same rows (the data position
+        is global) and keeps its share; groups are numbered across the processes and a step's rounds where
+        the episodes are born (``round_index``: a dynamic-sampling round), so nothing renumbers them later."""
+        batch_size = self.cfg.rollout.batch_size
+        rows = self.parallel.rows(self.sampler.next(batch_size))
+        first_group = round_index * batch_size + self.parallel.info.rank * len(rows)
         return run_episodes(
             [self.task.env_factory(row) for row in rows],
             rows,
@@ -120,6 +124,7 @@ class Trainer:
             settings=self.settings,
             seeds=[self.task.seed_of(row) for row in rows],
             pool=self.pool,
+            first_group=first_group,
         )
 
     def score(self, episodes: list[Episode]) -> Scores:
@@ -128,9 +133,7 @@ class Trainer:
     def gather(self, episodes: list[Episode], scores: Scores) -> tuple[GlobalBatch, Scores]:
         """Every process's episodes of this step with their verdicts, and the whole batch's score metrics
         (one process: its own, unchanged)."""
-        batch, shares = self.parallel.globalize(
-            episodes, len(episodes) // self.cfg.rollout.num_generations, (scores.verdicts, scores.parts)
-        )
+        batch, shares = self.parallel.globalize(episodes, (scores.verdicts, scores.parts))
         verdicts = [v for share, _ in shares for v in share]
         parts = {key: [p for _, share in shares for p in share[key]] for key in scores.parts}
         metrics = self.parallel.mean_metrics(scores.metrics)
@@ -175,20 +178,19 @@ class Trainer:
     def collect(self, seconds: dict[str, float]) -> tuple[GlobalBatch, Scores]:
         """Rollout, score and gather one batch; with dynamic sampling, rounds of them until the batch is
         full (``train/dynamic_sampling.py``). The curriculum sees every round's verdicts."""
-        phase = _timer(seconds)
+        phase, rounds = _timer(seconds), [0]
 
         def one_round() -> tuple[GlobalBatch, Scores]:
             with phase("generation_time"):
-                episodes = self.rollout()
+                episodes = self.rollout(rounds[0])
             with phase("score_time"):
                 scores = self.score(episodes)
             batch, scores = self.gather(episodes, scores)
-            if isinstance(self.sampler, CurriculumSampler):
-                self.sampler.observe(batch.episodes, scores.verdicts, self.step)
+            self.sampler.observe(batch.episodes, scores.verdicts, self.step)
+            rounds[0] += 1
             return batch, scores
 
-        if isinstance(self.sampler, CurriculumSampler):
-            self.sampler.start_step(self.step)
+        self.sampler.start_step(self.step)
         return one_round() if self.dynamic is None else self.dynamic.collect(one_round)
 
     def train_step(self) -> StepRecord:
@@ -224,7 +226,7 @@ class Trainer:
             **record.seconds,
             "tokens_per_second": n_tokens / elapsed,
             "learning_rate": self.learner.learning_rate,
-            **(self.sampler.metrics() if isinstance(self.sampler, CurriculumSampler) else {}),
+            **self.sampler.metrics(),
         }
 
     # --- the loop -------------------------------------------------------------------------
@@ -251,7 +253,7 @@ class Trainer:
         objective = state.get("objective", {})  # the adaptive entropy coefficient, the curriculum's skips
         if "entropy_bonus" in objective:
             self.learner.entropy_bonus.load_state_dict(objective["entropy_bonus"])
-        if isinstance(self.sampler, CurriculumSampler) and "curriculum" in objective:
+        if "curriculum" in objective:
             self.sampler.load_state_dict(objective["curriculum"])
 
     def checkpoint(self) -> Path:
@@ -292,78 +294,49 @@ class Trainer:
     def view(self) -> StepView:
         """What observers see (``train/run_state.py``)."""
         return StepView(
-            self.step,
-            self.out,
-            self.parallel.is_main,
-            self.run_state,
-            self.last_record,
-            self.task,
-            self.scorer,
-            self.backend,
-            self.policy.tokenizer,
-            self.settings,
-            self.checkpoint,
+            self.step, self.out, self.parallel.is_main, self.run_state, self.last_record, self.checkpoint, self.evaluate
+        )
+
+    def evaluate(self, rows: list[dict[str, Any]], k: int, params: SamplingParams, out_path: Path | None) -> dict:
+        """The job's evaluation (``job/evaluate.py``) with the current policy, scorer and episode settings."""
+        if self._evaluate is None:
+            raise RuntimeError("this Trainer was built without an evaluation (Trainer(..., evaluate=...))")
+        return self._evaluate(
+            self.backend, self.policy.tokenizer, self.task, rows, params, self.scorer, out_path, self.settings, k=k
         )
 
     def objective_state(self) -> dict[str, Any]:
         state: dict[str, Any] = {"entropy_bonus": self.learner.entropy_bonus.state_dict()}
-        if isinstance(self.sampler, CurriculumSampler):
-            state["curriculum"] = self.sampler.state_dict()
+        curriculum = self.sampler.state_dict()
+        if curriculum is not None:
+            state["curriculum"] = curriculum
         return state
 
     def train(self, sink: MetricsSink) -> list[dict[str, float]]:
+        """Steps until ``max_steps``: each logged, shown to the observers (logs, evaluation, completions, hub,
+        rotation) and, every ``save_steps``, checkpointed after them; then the final checkpoint."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        train = self.cfg.train
-        every = self.cfg.logging.save_trajectories_every
-        main = self.parallel.is_main  # process 0 alone writes
-        log_rollouts = self.cfg.logging.log_rollouts and main
-        rollouts = JsonlAppender(self.out / "rollouts" / "rollouts.jsonl") if log_rollouts else None
-        history = []
-        progress = Progress(
-            TextColumn(self.cfg.algorithm.advantage),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeRemainingColumn(),
-            TextColumn("{task.fields[info]}"),
-            console=sink.console,
-            transient=False,
-        )
-        with progress:
+        train, history = self.cfg.train, []
+        columns = (TextColumn(self.cfg.algorithm.advantage), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+        with Progress(*columns, TextColumn("{task.fields[info]}"), console=sink.console) as progress:
             bar = progress.add_task("train", total=train.max_steps, completed=self.step, info="")
             while self.step < train.max_steps:
                 record = self.train_step()
-                self.last_record = record  # observers see the step's records (job/completion_samples.py)
+                self.last_record = record  # observers see the step's records
                 self.step += 1
                 metrics = self.metrics(record)
                 sink.log(self.step, metrics)
                 history.append({"step": self.step, **metrics})
-                if rollouts is not None:
-                    rollouts.write_many(
-                        rollout_records(
-                            self.step, record.episodes, record.scores.verdicts, record.advantages, self.task.multi_step
-                        )
-                    )
-                if main and every and (self.step % every == 0 or self.step == 1):
-                    write_trajectories(
-                        self.out / "trajectories" / f"step_{self.step:06d}.jsonl",
-                        self.step,
-                        record.episodes,
-                        record.scores.verdicts,
-                        record.advantages,
-                    )
-                progress.update(
-                    bar, completed=self.step, info=f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}"
-                )
-                for observer in self.observers:  # evaluation every eval_steps (may save the best step), ...
+                info = f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}"
+                progress.update(bar, completed=self.step, info=info)
+                for observer in self.observers:  # logs, evaluation every eval_steps (may save the best step), ...
                     observer.after_step(self.view(), self.step, metrics)
                 if train.save_steps and self.step % train.save_steps == 0 and self.step < train.max_steps:
                     self.checkpoint()  # after the evaluation: the checkpoint's run state knows this step's best
-        if rollouts is not None:
-            rollouts.close()
         self.pool.close()
         self.checkpoint()
-        for observer in self.observers:  # hub uploads finish, ...
+        for observer in self.observers:  # logs closed, hub uploads finish, ...
             observer.after_train(self.view())
         return history
 

@@ -37,7 +37,7 @@ from grouprl.rewards.guard import RewardFailure
 from grouprl.rewards.learned.gather import gather_across_processes
 from grouprl.rewards.learned.judge import Judge, settings_from
 from grouprl.rewards.learned.reward_model import SequenceClassifier, pick_device
-from grouprl.rewards.step_rewards import episode_messages
+from grouprl.rewards.reward_calls import episode_messages
 
 
 def _load_student(path: str, device: str, seed: int) -> SequenceClassifier:
