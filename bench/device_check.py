@@ -124,6 +124,8 @@ def run_in_subprocess(name: str, spec: dict, cap: float) -> dict:
             proc.wait()
             error = f"{name} ran past its cap of {cap:.0f} s and was killed"
     out = json.loads(result_file.read_text()) if result_file.is_file() else {"result": None}
+    with open(Path(spec["out"]) / "device_check_workers.log", "a") as logs:  # every worker's output, one file
+        logs.write(f"\n===== {name} (exit: {error or 'ok'}) =====\n" + log_file.read_text(errors="replace"))
     if error or out.get("error"):
         tail = log_file.read_text(errors="replace")[-3000:]
         out["error_line"] = last_line(out["error"]) if out.get("error") else f"{error}: {last_line(tail)}"
@@ -215,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
     isolate = args.isolate if args.isolate != "auto" else ("none" if args.fast and args.device == "cpu" else "process")
     threads = args.threads or max(1, int(os.environ.get("OMP_NUM_THREADS") or (os.cpu_count() or 2) // 2))
     work = Path(tempfile.mkdtemp(prefix="device_check_"))
-    spec = {"device": args.device, "dtype": args.dtype, "fast": args.fast, "work": str(work), "threads": threads}
+    spec = {"device": args.device, "dtype": args.dtype, "fast": args.fast, "work": str(work), "threads": threads,
+            "out": str(out_dir)}
+    (out_dir / "device_check_workers.log").unlink(missing_ok=True)
     env = environment(args.device)
     print(f"device: {env['device_name']} | torch {env['torch']} (CUDA {env['cuda_runtime']}) | transformers "
           f"{env['versions']['transformers']} | trl {env['versions']['trl']} | python {env['python']}", flush=True)
