@@ -110,8 +110,7 @@ def run_in_subprocess(name: str, spec: dict, cap: float) -> dict:
     spec_file.write_text(json.dumps(spec))
     src = str(HERE.parent / "src")
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([src] if src not in paths else [])),
-               TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([src] if src not in paths else [])))
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--spec", str(spec_file),
            "--result", str(result_file)]
     with open(log_file, "w") as log:
@@ -123,7 +122,7 @@ def run_in_subprocess(name: str, spec: dict, cap: float) -> dict:
             os.killpg(proc.pid, signal.SIGKILL)  # the worker and anything it started
             proc.wait()
             error = f"{name} ran past its cap of {cap:.0f} s and was killed"
-    out = json.loads(result_file.read_text()) if result_file.is_file() else {"result": None}
+    out = read_result(result_file)
     with open(Path(spec["out"]) / "device_check_workers.log", "a") as logs:  # every worker's output, one file
         logs.write(f"\n===== {name} (exit: {error or 'ok'}) =====\n" + log_file.read_text(errors="replace"))
     if error or out.get("error"):
@@ -131,6 +130,20 @@ def run_in_subprocess(name: str, spec: dict, cap: float) -> dict:
         out["error_line"] = last_line(out["error"]) if out.get("error") else f"{error}: {last_line(tail)}"
         out["error"] = "\n".join(e for e in (error, out.get("error"), "log tail:\n" + tail) if e)
     return out
+
+
+def read_result(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):  # no result written (the worker died first)
+        return {"result": None}
+
+
+def write_json(path: Path, value) -> None:
+    """Whole or not at all: a worker killed while writing leaves the previous version."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2))
+    os.replace(tmp, path)
 
 
 def last_line(text: str) -> str:
@@ -145,7 +158,7 @@ def worker_main(name: str, spec_file: str, result_file: str) -> int:
     out = Path(result_file)
 
     def report(partial: dict) -> None:
-        out.write_text(json.dumps({"result": partial}))
+        write_json(out, {"result": partial})
 
     try:
         report(PARTS[name](spec, report))
@@ -153,8 +166,7 @@ def worker_main(name: str, spec_file: str, result_file: str) -> int:
     except Exception as err:
         trace = "".join(traceback.format_exception(err))
         print(trace, file=sys.stderr, flush=True)
-        previous = json.loads(out.read_text())["result"] if out.is_file() else None
-        out.write_text(json.dumps({"result": previous, "error": trace[-4000:]}))
+        write_json(out, {"result": read_result(out)["result"], "error": trace[-4000:]})
         return 1
 
 
@@ -173,16 +185,20 @@ def compare(parts: dict) -> dict:
     return out
 
 
-def markdown(record: dict) -> str:
-    from device_check_report import render
-
-    return render(record)
-
-
 def write(record: dict, out_dir: Path) -> None:
-    record["comparison"] = compare(record["parts"])
-    (out_dir / "device_check.json").write_text(json.dumps(record, indent=2))
-    (out_dir / "device_check.md").write_text(markdown(record))
+    """The JSON, then the markdown (a failure to render it never costs the JSON: it is written in its place)."""
+    try:
+        record["comparison"] = compare(record["parts"])
+    except Exception:  # noqa: BLE001
+        record["comparison"] = {"error": traceback.format_exc()}
+    write_json(out_dir / "device_check.json", record)
+    try:
+        from device_check_report import render
+
+        text = render(record)
+    except Exception:  # noqa: BLE001
+        text = "# grouprl GPU check: the table could not be rendered\n\n```\n" + traceback.format_exc() + "```\n"
+    (out_dir / "device_check.md").write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -212,6 +228,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         return worker_main(args.worker, args.spec, args.result)
     start = time.monotonic()
+    # nothing is downloaded (the models are built from configs): never wait on a hub the machine cannot reach
+    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        os.environ.setdefault(var, "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     isolate = args.isolate if args.isolate != "auto" else ("none" if args.fast and args.device == "cpu" else "process")
