@@ -36,11 +36,12 @@ def _scoring(part: dict) -> list[str]:
         b = r["batch"]
         lines += [f"{b['samples']} samples, {b['completion_tokens']} completion tokens; tolerance fp32 "
                   f"{r['tolerance']['fp32']}, bf16 {r['tolerance']['bf16']}", ""]
-    lines += ["| attention | dtype | layout | max diff log-prob | mean diff | max diff entropy | tolerance | "
-              "within | padded log-prob std |", "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["| attention | dtype | layout | max diff log-prob | mean diff | max diff entropy | bf16 vs fp32 (padded) | "
+              "tolerance | within | padded log-prob std |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in r.get("rows", []):
         lines.append(f"| {row['attention']} | {row['dtype']} | {row['layout']} | {row['max_abs_diff_logp']:.2e} | "
-                     f"{row['mean_abs_diff_logp']:.2e} | {row['max_abs_diff_entropy']:.2e} | {row['tolerance']:.2e} | "
+                     f"{row['mean_abs_diff_logp']:.2e} | {row['max_abs_diff_entropy']:.2e} | {_f(row['bf16_floor_vs_fp32'], '{:.2e}')} | "
+                     f"{row['tolerance']:.2e} | "
                      f"{'yes' if row['within_tolerance'] and row['padding_zero'] else 'NO'} | "
                      f"{row['padded_logp_std']:.2f} |")
     return lines
