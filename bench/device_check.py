@@ -64,9 +64,13 @@ def environment(device: str) -> dict:
            "loadavg_at_start": os.getloadavg(), "versions": {n: version(n) for n in VERSIONS},
            "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
     if device.startswith("cuda"):
-        props = torch.cuda.get_device_properties(0)
-        env.update(device_name=torch.cuda.get_device_name(0), gpu_memory_mb=props.total_memory / 2**20,
-                   multiprocessors=props.multi_processor_count, matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+        try:
+            props = torch.cuda.get_device_properties(0)
+            env.update(device_name=torch.cuda.get_device_name(0), gpu_memory_mb=props.total_memory / 2**20,
+                       multiprocessors=props.multi_processor_count,
+                       matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+        except Exception as err:  # noqa: BLE001 -- recorded; each part then fails with its own error
+            env["device_name"] = f"no CUDA device: {type(err).__name__}: {err}"
     else:
         env["device_name"] = f"cpu ({platform.processor() or platform.machine()})"
     return env
