@@ -117,6 +117,10 @@ def summarize_steps(run: dict, warmup: int) -> dict:
         "mean_completion_tokens_per_step": statistics.fmean(completion),
         "peak_gpu_mb": run.get("peak_gpu_mb"), "peak_rss_mb": run.get("peak_rss_mb"),
         "step_times": run["step_times"],
+        # vs_trl_workers.PhaseClock's split. On a GPU only generation is exact (it ends in .tolist(), which waits for
+        # the device); the other phases time kernel launches, their GPU work lands in whichever phase waits next.
+        "median_phase_s": {p: statistics.median(ph.get(p, 0.0) for ph in run["phases"][skip:])
+                           for p in sorted({p for ph in run["phases"][skip:] for p in ph})},
     }
 
 
