@@ -107,7 +107,9 @@ def grouprl_cli(args, out_dir: str) -> dict:
         "loss_type": "dapo", "beta": 0.0, "advantage": "grpo", "scale_rewards": "group",
         "learning_rate": args.lr, "weight_decay": 0.0, "adam_beta2": 0.999, "max_grad_norm": 1.0,
         "gradient_accumulation_steps": 1, "max_steps": args.steps, "lr_scheduler_type": "constant",
-        "torch_dtype": "float32", "device": "cpu", "num_threads": args.threads, "seed": args.seed,
+        # bench/device_check.py sets device and dtype (cuda, bfloat16); bench/vs_trl.py runs on the CPU in fp32
+        "torch_dtype": getattr(args, "dtype", "float32"), "device": getattr(args, "device", "cpu"),
+        "num_threads": args.threads, "seed": args.seed,
         "rewards": ["arithmetic_digits"], "log_rollouts": False, "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
         "generation_backend": args.backend, "grouped_scoring": not args.no_grouped,
         "prefill_once": not getattr(args, "no_prefill_once", False),
@@ -119,7 +121,20 @@ def grouprl_cli(args, out_dir: str) -> dict:
     }
 
 
-def worker_grouprl(args) -> dict:
+def gpu_sync_and_peak_mb(device: str) -> float | None:
+    """Waits for the GPU's queued work (so a step's time is its own), and gives the peak allocated GPU memory
+    (MiB, torch's caching allocator) since the process began; None on the CPU."""
+    import torch
+
+    if not device.startswith("cuda"):
+        return None
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() / 2**20
+
+
+def worker_grouprl(args, report=None) -> dict:
+    """``report`` (optional) gets the results so far after every step (bench/device_check.py keeps them if a
+    later step runs past its time)."""
     import torch
 
     from grouprl.run_config import build_config
@@ -133,7 +148,8 @@ def worker_grouprl(args) -> dict:
     try:
         cfg = build_config(cli=grouprl_cli(args, out), environ={})
         task = load_task(cfg)
-        policy = load_policy(cfg.model, args.model, torch.device("cpu"), need_reference=False)
+        device = getattr(args, "device", "cpu")
+        policy = load_policy(cfg.model, args.model, torch.device(device), need_reference=False)
         trainer = Trainer(cfg, policy, task)
         clock = PhaseClock(policy.model.get_decoder())
         wrap(trainer.backend, "generate", clock, "generation")
@@ -143,6 +159,7 @@ def worker_grouprl(args) -> dict:
         for _ in range(args.steps):
             start, cpu = time.perf_counter(), time.process_time()
             record = trainer.train_step()
+            peak_gpu = gpu_sync_and_peak_mb(device)
             elapsed = time.perf_counter() - start
             res["step_times"].append(elapsed)
             res["cpu_times"].append(time.process_time() - cpu)
@@ -153,7 +170,9 @@ def worker_grouprl(args) -> dict:
             res["tokens"].append(sum(len(s.prompt_ids) for s in steps) + n_comp)
             res["completion_tokens"].append(n_comp)
             res["update_stats"].append({k: v for k, v in record.update.items() if k.startswith("importance")})
-        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb(),
+            if report:
+                report({**res, "peak_gpu_mb": peak_gpu, "peak_rss_mb": peak_rss_mb()})
+        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu,
                 "engine_dtype": _engine_dtype(getattr(trainer.backend, "llm", None))}
     finally:
         shutil.rmtree(out, ignore_errors=True)
@@ -179,7 +198,7 @@ def _trl_vllm_cpu_sync(trainer) -> None:
     vg.sync_weights = sync_weights
 
 
-def worker_trl(args) -> dict:
+def worker_trl(args, report=None) -> dict:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from datasets import Dataset
@@ -204,6 +223,7 @@ def worker_trl(args) -> dict:
                     for c, gt in zip(completions, ground_truth)]
 
         n = args.k * args.prompts
+        device, dtype = getattr(args, "device", "cpu"), getattr(args, "dtype", "float32")
         use_vllm = args.backend == "vllm"
         vllm_kwargs = dict(vllm_mode="colocate", vllm_importance_sampling_correction=True,
                            vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0,
@@ -212,10 +232,11 @@ def worker_trl(args) -> dict:
             output_dir=out, loss_type="dapo", beta=0.0, num_generations=args.k,
             per_device_train_batch_size=n, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
             temperature=1.0, top_p=1.0, top_k=0, learning_rate=args.lr, weight_decay=0.0, lr_scheduler_type="constant",
-            max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=True, bf16=False,
+            max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=device == "cpu",
+            bf16=dtype == "bfloat16",
             gradient_checkpointing=False, use_vllm=use_vllm, report_to="none", logging_steps=1, save_strategy="no",
             disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **vllm_kwargs)
-        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, dtype))
         tokenizer = load_tokenizer(args.model)  # AutoTokenizer picks Qwen2Tokenizer for the char tokenizer
         clock = PhaseClock(model.get_decoder())
         res = defaultdict(list)
@@ -232,6 +253,7 @@ def worker_trl(args) -> dict:
                 return batch
 
             def training_step(self, *a, **kw):
+                gpu_sync_and_peak_mb(device)
                 start, cpu = time.perf_counter(), time.process_time()
                 try:
                     return super().training_step(*a, **kw)
@@ -247,10 +269,13 @@ def worker_trl(args) -> dict:
 
         class StepEnd(TrainerCallback):
             def on_step_end(self, a, state, control, **kw):
+                res["peak_gpu_mb"] = gpu_sync_and_peak_mb(device)
                 elapsed = time.perf_counter() - trainer._bench_start  # training_step .. optimizer step done
                 res["step_times"].append(elapsed)
                 res["cpu_times"].append(time.process_time() - trainer._bench_cpu)
                 res["phases"].append(clock.take(elapsed))
+                if report:
+                    report({**res, "peak_rss_mb": peak_rss_mb()})
 
         trainer.add_callback(StepEnd())
         setup_rss = rss_mb()

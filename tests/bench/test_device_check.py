@@ -1,0 +1,108 @@
+"""bench/device_check.py, the GPU check, runs end to end on the CPU at toy sizes (--fast): every part gives
+numbers and no error, the JSON and the markdown are written; a part past its time cap is killed and recorded
+while the next part still runs (the isolation a lent GPU's run relies on)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "bench" / "device_check.py"
+PARTS = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b"]
+
+
+def run_check(out: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPRL_") and k != "OUT"}
+    env.update(PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--fast", "--out", str(out), *extra],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def numbers_in(value) -> list[float]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in numbers_in(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in numbers_in(v)]
+    return []
+
+
+@pytest.fixture(scope="module")
+def fast_check(tmp_path_factory):
+    out = tmp_path_factory.mktemp("device_check")
+    proc = run_check(out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads((out / "device_check.json").read_text()), (out / "device_check.md").read_text(), proc.stdout
+
+
+def test_every_part_gives_numbers_and_no_error(fast_check):
+    record, _, stdout = fast_check
+    assert list(record["parts"]) == PARTS
+    for name, part in record["parts"].items():
+        assert not part.get("error"), f"{name}: {part.get('error')}"
+        values = numbers_in(part["result"])
+        assert values and all(math.isfinite(v) for v in values), name
+    assert record["environment"]["device_name"].startswith("cpu")
+    assert record["environment"]["versions"]["transformers"] and record["environment"]["torch"]
+    assert "device: cpu" in stdout
+
+
+def test_training_parts_measure_the_same_work_on_both_trainers(fast_check):
+    parts = fast_check[0]["parts"]
+    for model in ("tiny", "qwen05b"):
+        ours, theirs = parts[f"train_{model}"]["result"], parts[f"trl_{model}"]["result"]
+        assert (ours["trainer"], theirs["trainer"]) == ("grouprl", "trl")
+        for key in ("prompts", "k", "max_new_tokens", "steps_timed"):
+            assert ours[key] == theirs[key], (model, key)
+        for r in (ours, theirs):
+            assert r["median_step_s"] > 0 and r["tokens_per_s"] > 0 and r["peak_rss_mb"] > 0
+            assert r["peak_gpu_mb"] is None  # on the CPU: no GPU memory to report
+        # random weights of the Qwen shape never pick eos: every completion runs to the cap on both sides
+        if model == "qwen05b":
+            cap = ours["prompts"] * ours["k"] * ours["max_new_tokens"]
+            assert ours["mean_completion_tokens_per_step"] == theirs["mean_completion_tokens_per_step"] == cap
+    assert set(fast_check[0]["comparison"]) == {"tiny", "qwen05b"}
+
+
+def test_scoring_and_lm_head_parts_check_what_they_claim(fast_check):
+    parts = fast_check[0]["parts"]
+    scoring = parts["scoring"]["result"]
+    rows = {(r["attention"], r["dtype"], r["layout"]) for r in scoring["rows"]}
+    assert len(rows) == 8 and scoring["all_within_tolerance"]
+    assert all(r["padded_logp_std"] > 0.05 for r in scoring["rows"])  # the compared values are informative
+    head = parts["lm_head"]["result"]
+    assert head["completions"] * head["length"] > head["chunk_rows"]  # more rows than one chunk: chunking runs
+    assert set(head["variants"]) == {"chunked", "whole"}
+    assert head["loss_abs_diff"] < 1e-2  # the same batch, the same loss, up to bf16 rounding
+
+
+def test_markdown_has_every_table(fast_check):
+    md = fast_check[1]
+    for heading in ("# grouprl GPU check: cpu", "## Training steps", "## Grouped vs padded scoring",
+                    "## One update's scoring", "## Parts"):
+        assert heading in md
+    assert md.count("| ok |") == len(PARTS)
+
+
+def test_a_part_past_its_cap_is_killed_and_the_next_still_runs(tmp_path):
+    proc = run_check(tmp_path, "--isolate", "process", "--parts", "scoring", "train_tiny", "--cap", "scoring=1")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    parts = json.loads((tmp_path / "device_check.json").read_text())["parts"]
+    assert "ran past its cap of 1 s and was killed" in parts["scoring"]["error"]
+    assert not parts["train_tiny"].get("error") and parts["train_tiny"]["result"]["median_step_s"] > 0
+    assert "scoring: FAILED" in proc.stdout and "train_tiny: ok" in proc.stdout
+
+
+def test_a_bad_cap_is_refused_in_one_line(tmp_path):
+    proc = run_check(tmp_path, "--cap", "nosuchpart=3")
+    assert proc.returncode == 2 and "--cap nosuchpart=3: expected PART=SECONDS" in proc.stderr
