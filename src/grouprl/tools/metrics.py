@@ -1,8 +1,8 @@
 """What a step's conversation episodes did with their tools (metrics.jsonl keys under ``tools/``).
 
 - ``tools/calls_per_episode``: attempted calls (malformed ones included);
-- ``tools/calls_tagged`` and ``tools/calls_bare_json``: well-formed calls per episode read from the
-  parser's markup and, with ``tool_parser: hermes_lenient``, from bare untagged JSON (``ToolCall.form``);
+- ``tools/calls_tagged`` and ``tools/calls_bare_json``: well-formed calls per episode read in the
+  parser's own format and, with ``tool_parser: hermes_lenient``, from bare untagged JSON (``ToolCall.form``);
 - ``tools/invalid_call_rate``: calls that were the model's mistake (malformed, unknown tool, wrong
   arguments) over attempted calls;
 - ``tools/error_rate`` and ``tools/errors/<kind>``: calls the tool itself failed (raised, timeout,
