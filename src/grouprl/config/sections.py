@@ -273,7 +273,8 @@ class ToolsConfig(Section):
     tool_parser: str = Field(
         "hermes",
         description="conversation: how tool calls are read from a turn: hermes "
-        "(<tool_call>{json}</tool_call>, Qwen), mistral ([TOOL_CALLS]), llama3_json",
+        "(<tool_call>{json}</tool_call>, Qwen), hermes_lenient (hermes, or a turn of bare JSON calls "
+        "without the tags, as untrained Qwen2.5 models answer), mistral ([TOOL_CALLS]), llama3_json",
     )
     tool_chat_template: Literal["auto", "qwen25", "own"] = Field(
         "auto",

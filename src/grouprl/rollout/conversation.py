@@ -202,7 +202,7 @@ def _call_tools(step: Step, state: _Live, parsed, settings: ConversationSettings
     outcomes = [state.session.malformed(reason) for reason in parsed.malformed]
     outcomes += [state.session.call(call) for call in parsed.calls]
     state.calls_made += len(outcomes)
-    step.tool_calls = [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in parsed.calls]
+    step.tool_calls = [{"id": c.id, "name": c.name, "arguments": c.arguments, "form": c.form} for c in parsed.calls]
     step.tool_results = [{**o.as_message(), "error": o.error} for o in outcomes]
     invalid = [o for o in outcomes if o.error in INVALID_KINDS]
     if invalid:

@@ -1,6 +1,8 @@
 """What a step's conversation episodes did with their tools (metrics.jsonl keys under ``tools/``).
 
 - ``tools/calls_per_episode``: attempted calls (malformed ones included);
+- ``tools/calls_tagged`` and ``tools/calls_bare_json``: well-formed calls per episode read in the
+  parser's own format and, with ``tool_parser: hermes_lenient``, from bare untagged JSON (``ToolCall.form``);
 - ``tools/invalid_call_rate``: calls that were the model's mistake (malformed, unknown tool, wrong
   arguments) over attempted calls;
 - ``tools/error_rate`` and ``tools/errors/<kind>``: calls the tool itself failed (raised, timeout,
@@ -30,6 +32,8 @@ def tool_metrics(episodes: list[Episode]) -> dict[str, float]:
         "tools/invalid_call_rate": sum(kinds[k] for k in INVALID_KINDS) / per_call,
         "tools/error_rate": sum(kinds[k] for k in ERROR_KINDS if k not in INVALID_KINDS) / per_call,
     }
+    forms = Counter(c.get("form", "tagged") for ep in conversations for s in ep.steps for c in (s.tool_calls or []))
+    metrics.update({"tools/calls_tagged": forms["tagged"] / n, "tools/calls_bare_json": forms["bare_json"] / n})
     metrics.update({f"tools/errors/{k}": float(kinds[k]) for k in ERROR_KINDS})
     ends = Counter(ep.end_reason for ep in conversations)
     metrics.update({f"tools/ended/{r}": ends[r] / n for r in ("answer", "max_tool_calls", "context", "truncated")})

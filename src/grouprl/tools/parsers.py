@@ -11,6 +11,14 @@ the template (``tool_parser`` in the recipe):
 - ``llama3_json`` (Llama 3.1/3.2 JSON tool calling): the whole turn is one JSON object
   ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``; a turn that does not
   start with ``{`` is plain content.
+- ``hermes_lenient``: ``hermes``, and where a turn has no tag at all, a turn that is nothing but JSON
+  call objects (``{"name": ..., "arguments": {...}}``, several one after another, optionally in a
+  ```` ```json ```` fence) is read as those calls. Real Qwen2.5 instruct models often answer a tools
+  prompt this way, without the tags their template asks for. The turn must be only calls and each
+  must carry ``name`` and ``arguments`` (or ``parameters``): other JSON, or a JSON call amid prose, stays
+  content, so a final answer is not mistaken for a call; a bare call that does not decode is content
+  too (nothing marks it as a call). Each call records its ``form`` (``tagged`` or ``bare_json``), which
+  the metrics count apart (``tools/calls_tagged``, ``tools/calls_bare_json``).
 
 A turn with no call is a final answer. A call that is there but cannot be read (bad JSON, no name,
 arguments that are not an object, an unclosed tag) is a *malformed* call: it is answered with an
@@ -33,6 +41,7 @@ class ToolCall:
     name: str
     arguments: Any  # a dict when well formed; checked against the schema before the call
     id: str = ""
+    form: str = "tagged"  # "tagged": in the format's own markup; "bare_json": hermes_lenient's untagged JSON
 
 
 @dataclass
@@ -140,6 +149,42 @@ def format_llama3_json(calls: list[ToolCall]) -> str:
     return json.dumps({"name": calls[0].name, "parameters": calls[0].arguments})
 
 
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+_END_MARKS = re.compile(r"(\s*<\|[a-z_]+\|>)+$")  # an end-of-turn token a backend left in the text
+
+
+def _bare_json_calls(text: str) -> list[ToolCall] | None:
+    """The calls when the whole turn is JSON call objects (in an optional fence), else None."""
+    body = _END_MARKS.sub("", text).strip()
+    fenced = _FENCE.match(body)
+    body = fenced.group(1) if fenced else body
+    calls, pos, decoder = [], 0, json.JSONDecoder()
+    while pos < len(body):
+        if not body.startswith("{", pos):
+            return None
+        try:
+            obj, pos = decoder.raw_decode(body, pos)
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(obj, dict) or not ({"arguments", "parameters"} & obj.keys()):
+            return None
+        call = _call_from_object(obj, "parameters" if "parameters" in obj else "arguments")
+        if isinstance(call, str):
+            return None
+        call.form = "bare_json"
+        calls.append(call)
+        pos = len(body) - len(body[pos:].lstrip())
+    return calls or None
+
+
+def parse_hermes_lenient(text: str) -> ParsedTurn:
+    turn = parse_hermes(text)
+    if turn.has_calls or "<tool_call>" in text:
+        return turn
+    calls = _bare_json_calls(text)
+    return ParsedTurn(content="", calls=calls) if calls else turn
+
+
 @dataclass(frozen=True)
 class ToolParser:
     name: str
@@ -153,6 +198,7 @@ PARSERS.update(
     hermes=ToolParser("hermes", parse_hermes, format_hermes),
     mistral=ToolParser("mistral", parse_mistral, format_mistral),
     llama3_json=ToolParser("llama3_json", parse_llama3_json, format_llama3_json),
+    hermes_lenient=ToolParser("hermes_lenient", parse_hermes_lenient, format_hermes),
 )
 get_parser = PARSERS.resolve  # the parser of a name; UnknownName lists the known ones
 
