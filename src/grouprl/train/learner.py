@@ -34,6 +34,7 @@ from grouprl.records import Episode
 from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.parallel import SINGLE, DataParallel
 from grouprl.train.step_samples import StepSamples
+from grouprl.train.zero_advantage import skip_zero_advantage_update
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ class Learner:
         algorithm, train, parallel = self.cfg.algorithm, self.cfg.train, self.parallel
         model, device = self.policy.model, self.policy.device
         batch, adv = samples.batch.to(device), samples.advantages.to(device)
+        if (skipped := skip_zero_advantage_update(self, adv, batch.completion_mask)) is not None:
+            return skipped  # every advantage zero: AdamW would move the weights on momentum alone
         score, speed = self.score_completions, self.cfg.speed
         if batch.completion_attention is not None:  # conversations: attended != trained; the plain forward
             score = completion_logps
