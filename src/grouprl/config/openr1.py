@@ -63,7 +63,7 @@ SAME_BEHAVIOUR: dict[str, set[Any]] = {
     "logging_first_step": {True, False},  # the first step is always in metrics.jsonl
     "log_level": {"passive", "info", "warning"},  # LOGLEVEL=DEBUG shows grouprl's debug lines
     "remove_unused_columns": {False},  # every column is kept and reaches the rewards
-    "ddp_find_unused_parameters": {False},
+    "ddp_find_unused_parameters": {False, None},
 }
 
 
@@ -234,7 +234,7 @@ VLLM_MODES = {"colocate": "vllm", "server": "vllm_server"}
 
 def _backend(use_vllm: Any, flat: dict[str, Any], origin: str) -> str:
     """use_vllm + vllm_mode -> generation_backend. ``colocate``: the engine in the trainer's process
-    (also when vllm_mode is absent, although TRL's default is server); ``server``: grouprl's
+    (also when vllm_mode is absent: TRL 1.16's default too); ``server``: grouprl's
     ``vllm_server`` backend, whose server is ``grouprl vllm-serve`` (not ``trl vllm-serve``).
     vllm_mode without use_vllm has no effect, as in TRL."""
     mode = flat.get("vllm_mode", "colocate")
