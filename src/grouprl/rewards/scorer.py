@@ -34,6 +34,7 @@ from grouprl.config import ConfigError
 from grouprl.records import Episode, Verdict
 from grouprl.rewards.guard import RewardFailure, RewardTimeout, call_with_timeout, finite_score, map_with_timeout
 from grouprl.rewards.kit import RewardFunctionError, score_batch
+from grouprl.rewards.learned.checked_scores import checked_scores
 from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
 from grouprl.rewards.learned.model_rewards import build_reward, split_learned
 from grouprl.rewards.resolve import resolve_reward
@@ -244,6 +245,7 @@ class Scorer:
         errors, reasons, prediction, correct); the episodes are only read. Learned rewards then update once."""
         parts = self.reward_parts(episodes)
         verdicts = [self._verdict(i, ep, parts) for i, ep in enumerate(episodes)]
+        learned = self._learned_scores(episodes, verdicts) if self.learned else None  # their errors count too
         failed = sum(bool(v.errors) for v in verdicts)
         fraction = failed / max(len(episodes), 1)
         if failed:
@@ -257,8 +259,8 @@ class Scorer:
         for key, fn in self.fns.items():  # a judge's calls, cache hits, latency, tokens since the last batch
             if hasattr(fn, "drain_metrics"):
                 metrics.update({f"{key}/{name}": value for name, value in fn.drain_metrics().items()})
-        if self.learned:
-            metrics.update(self._add_learned(episodes, verdicts))
+        if learned is not None:
+            metrics.update(self._add_learned(episodes, verdicts, *learned))
         return Scores.of(verdicts, parts, metrics)
 
     def _verdict(self, i: int, ep: Episode, parts: dict[str, list[RewardPart]]) -> Verdict:
@@ -292,17 +294,27 @@ class Scorer:
     def _penalty(self, step) -> float:
         return step.penalty if self.penalty_in_rewards else 0.0
 
-    def _add_learned(self, episodes: list[Episode], verdicts: list[Verdict]) -> dict[str, float]:
-        """Score with every learned reward, mix into the verdicts' scores, then update each once."""
-        base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
-        learned = torch.zeros_like(base)
+    def _learned_scores(self, episodes: list[Episode], verdicts: list[Verdict]) -> tuple[torch.Tensor, torch.Tensor]:
+        """sum_l w_l * D_l per episode, and which episodes every learned reward scored without error. A
+        failed (NaN, raised, timed out) or absent D_l counts 0; its error joins the verdict's
+        (``rewards/learned/checked_scores.py``)."""
+        learned = torch.zeros(len(episodes), dtype=torch.float32)
+        valid = torch.ones(len(episodes), dtype=torch.bool)
         for reward, weight in zip(self.learned, self.learned_weights):
-            values = torch.tensor(reward.score(episodes), dtype=torch.float32)
-            if values.shape != base.shape:
-                raise ValueError(f"learned reward '{reward.name}': {values.numel()} scores for {base.numel()} episodes")
-            for verdict, v in zip(verdicts, values.tolist()):
-                verdict.parts[reward.name] = v
-            learned += weight * values
+            scores, errors = checked_scores(reward, episodes, self.reward_timeout)
+            for i, (verdict, score, error) in enumerate(zip(verdicts, scores, errors)):
+                verdict.parts[reward.name] = score
+                if error is not None:
+                    verdict.errors.append(error)
+                    valid[i] = False
+                if score is not None:
+                    learned[i] += weight * score
+        return learned, valid
+
+    def _add_learned(self, episodes: list[Episode], verdicts: list[Verdict], learned: torch.Tensor,
+                     valid: torch.Tensor) -> dict[str, float]:
+        """Mix the learned scores into the verdicts' scores, then update each learned reward once."""
+        base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
         final = self.mixer.mix(base, learned) if self.mixer is not None else base + learned
         for verdict, b, r in zip(verdicts, base.tolist(), final.tolist()):
             verdict.score = r
@@ -318,7 +330,7 @@ class Scorer:
         if self.mixer is not None:
             # This process's B and D: the mixer gathers every process's itself (as the discriminator gathers
             # its examples), so it stays identical everywhere.
-            metrics.update(self.mixer.update(base, learned))
+            metrics.update(self.mixer.update(base[valid], learned[valid]))  # a failed D_l does not steer it
         return metrics
 
     # --- modes and state -------------------------------------------------------------------
