@@ -155,7 +155,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         "vllm_mode": lambda v: _backend(flat.get("use_vllm", False), flat, origin),  # checked; use_vllm applies it
         # null: the dataset's default config (TRL's meaning), as when the key is absent
         "dataset_config": lambda v: None if v is None else put("dataset_config", "dataset_config", v, True),
-        "vllm_max_model_length": lambda v: None if v is None else put("vllm_max_model_length", "vllm_max_model_len", v, True),
+        "vllm_max_model_length": lambda v: (
+            None if v is None else put("vllm_max_model_length", "vllm_max_model_len", v, True)
+        ),
         "do_eval": lambda v: None if v else put("do_eval", "eval_strategy", "no"),
         "hub_strategy": lambda v: _hub_strategy(v, origin, put),
         "per_device_train_batch_size": lambda v: None,  # resolved below: it needs num_generations

@@ -117,8 +117,12 @@ def trl_objective(flat: dict[str, Any], out: dict[str, Any], put, err, is_trl: b
     loss_type, level = flat.get("loss_type"), flat.get("importance_sampling_level", "token")
     options: dict[str, Any] = {}
     if loss_type in NO_LOSS:
-        raise err("loss_type", loss_type, "grouprl has no such loss (its TRL ones: grpo, bnpo, dapo, dr_grpo, cispo, "
-                  "sapo; gspo with importance_sampling_level: sequence)")
+        raise err(
+            "loss_type",
+            loss_type,
+            "grouprl has no such loss (its TRL ones: grpo, bnpo, dapo, dr_grpo, cispo, "
+            "sapo; gspo with importance_sampling_level: sequence)",
+        )
     if loss_type in TRL_LOSS_TYPES:
         loss, aggregation = TRL_LOSS_TYPES[loss_type]
         put("loss_type", "loss", loss)
@@ -130,8 +134,12 @@ def trl_objective(flat: dict[str, Any], out: dict[str, Any], put, err, is_trl: b
         put("loss_type", "loss_type", loss_type)  # an aggregation (checked with the config)
     if level == "sequence":
         if loss_type in TRL_LOSS_TYPES:
-            raise err("importance_sampling_level", level, f"grouprl's {loss_type} weighs each token by its own "
-                      "ratio (token level); drop the key, or use loss_type grpo/dapo for GSPO")
+            raise err(
+                "importance_sampling_level",
+                level,
+                f"grouprl's {loss_type} weighs each token by its own "
+                "ratio (token level); drop the key, or use loss_type grpo/dapo for GSPO",
+            )
         put("importance_sampling_level", "loss", "gspo")
         # TRL clips the sequence ratio at epsilon / epsilon_high (0.2 by default), not at GSPO's 3e-4 / 4e-4
         if "epsilon_low" not in out:
@@ -162,8 +170,12 @@ def _bias_corrected_kl(flat: dict[str, Any], err, is_trl: bool) -> None:
     if not flat.get("beta") or value is False or (value is None and not is_trl):
         return
     shown = value if value is not None else "true (TRL's default)"
-    raise err("use_bias_correction_kl", shown, "TRL weights the KL term by the importance ratio, grouprl does "
-              "not: set use_bias_correction_kl: false for grouprl's KL (TRL's with that setting)")
+    raise err(
+        "use_bias_correction_kl",
+        shown,
+        "TRL weights the KL term by the importance ratio, grouprl does "
+        "not: set use_bias_correction_kl: false for grouprl's KL (TRL's with that setting)",
+    )
 
 
 def _aggregation(flat: dict[str, Any], put, err) -> None:
@@ -199,8 +211,11 @@ def _sampling_correction(flat: dict[str, Any], out: dict[str, Any], put, err) ->
     if not flat.get("use_vllm") and not any(key in flat for key in VLLM_IS_KEYS):
         return
     if flat.get("vllm_importance_sampling_clip_min") is not None:
-        raise err("vllm_importance_sampling_clip_min", flat["vllm_importance_sampling_clip_min"],
-                  "grouprl's sampling correction has no lower bound (only the cap C)")
+        raise err(
+            "vllm_importance_sampling_clip_min",
+            flat["vllm_importance_sampling_clip_min"],
+            "grouprl's sampling correction has no lower bound (only the cap C)",
+        )
     mode, cap = TRL_SAMPLING_CORRECTION
     mode = flat.get("vllm_importance_sampling_mode", mode)
     cap = flat.get("vllm_importance_sampling_clip_max", cap)
