@@ -149,6 +149,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
             None if v == -1 and "num_train_epochs" in flat else put("max_steps", "max_steps", v, True)
         ),
         "epsilon": epsilon,
+        "epsilon_high": lambda v: (
+            None if v is None else put("epsilon_high", "epsilon_high", v, True)
+        ),  # null: epsilon's
         "bf16": lambda v: put("bf16", "torch_dtype", "bfloat16") if v else None,
         "fp16": lambda v: put("fp16", "torch_dtype", "float16") if v else None,
         "use_vllm": lambda v: put("use_vllm", "generation_backend", _backend(v, flat, origin), True),
