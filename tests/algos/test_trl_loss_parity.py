@@ -187,3 +187,156 @@ def test_adaptive_entropy_coefficient_follows_trl(trl_trainer):
     finally:
         trl_trainer.use_adaptive_entropy = False
         trl_trainer.model.eval()
+
+
+# --- recipes in TRL's keys: grouprl's config from the recipe, TRL's trainer from GRPOConfig(**the same keys) ---
+
+RECIPES = {
+    "cispo": {"loss_type": "cispo"},  # TRL caps the weight at epsilon_high = epsilon = 0.2
+    "cispo-epsilon": {"loss_type": "cispo", "epsilon": 1.5},
+    "cispo-epsilon_high": {"loss_type": "cispo", "epsilon": 0.1, "epsilon_high": 1.3},
+    "sequence-grpo": {"loss_type": "grpo", "importance_sampling_level": "sequence"},  # clip 0.2 / 0.2
+    "sequence-dapo": {"importance_sampling_level": "sequence"},  # TRL's default loss_type is dapo, as grouprl's
+    "sequence-epsilon": {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 0.05},
+    "kl-unweighted": {"loss_type": "dapo", "beta": 0.04, "use_bias_correction_kl": False},
+    "vllm": {"loss_type": "dapo", "use_vllm": True},  # sequence_mask above 3.0
+    "vllm-token": {"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
+                   "vllm_importance_sampling_clip_max": 1.2},
+    "all": {"loss_type": "cispo", "epsilon": 1.1, "use_vllm": True, "beta": 0.04, "use_bias_correction_kl": False,
+            "multi_objective_aggregation": "normalize_then_sum", "vllm_importance_sampling_mode": "token_mask",
+            "vllm_importance_sampling_clip_max": 1.3},
+}
+
+
+def recipe_config(tmp_path, keys: dict):
+    import yaml
+
+    from grouprl.run_config import build_config
+
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(keys))
+    return build_config(path, environ={})
+
+
+def trl_args(base, config_class, keys: dict):
+    """The trainer's args with every GRPOConfig field at TRL's own default, then the recipe's keys (a new
+    GRPOConfig would reset accelerate's state under the built trainer)."""
+    import copy
+    import dataclasses
+
+    from transformers import TrainingArguments
+
+    args = copy.copy(base)
+    inherited = {f.name for f in dataclasses.fields(TrainingArguments)}
+    for f in dataclasses.fields(config_class):
+        if f.name not in inherited and f.default is not dataclasses.MISSING:
+            setattr(args, f.name, f.default)
+    for key, value in keys.items():
+        setattr(args, key, value)
+    return args
+
+
+def adopt(trainer, args) -> None:
+    """The trainer, as if built with ``args`` (TRL's own GRPOConfig defaults); vLLM cannot start on CPU, so
+    its switches are copied over rather than passed to the constructor."""
+    trainer.args = args
+    trainer.loss_type, trainer.beta, trainer.importance_sampling_level = args.loss_type, args.beta, \
+        args.importance_sampling_level
+    trainer.epsilon_low = args.epsilon
+    trainer.epsilon_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = args.use_vllm, args.vllm_importance_sampling_correction
+    trainer._entropy_bonus_enabled = False
+    for logged in trainer._metrics.values():
+        logged.clear()
+
+
+def trl_sampling_ratio(args, old, sampler, mask):
+    """TRL's vLLM importance ratio as its GRPOConfig documents the four modes: exp(old - sampler) per token,
+    or of the sum over the sequence; truncated at, or zeroed above, vllm_importance_sampling_clip_max."""
+    diff = (old - sampler) * mask
+    if args.vllm_importance_sampling_mode.startswith("sequence"):
+        diff = diff.sum(-1, keepdim=True)
+    ratio, cap = diff.exp(), args.vllm_importance_sampling_clip_max
+    return ratio.clamp(max=cap) if args.vllm_importance_sampling_mode.endswith("truncate") else \
+        ratio.masked_fill(ratio > cap, 0.0)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_trl_recipe_gives_trls_loss_gradient_and_clip_ratios(trl_trainer, tmp_path, name):
+    from trl import GRPOConfig
+
+    from grouprl.algos.importance import sampling_correction
+    from grouprl.train.objective import resolve_loss
+
+    keys = RECIPES[name]
+    cfg = recipe_config(tmp_path, keys)
+    args = trl_args(trl_trainer.args, GRPOConfig, keys)
+    adopt(trl_trainer, args)
+    logps, old, ref, adv, mask, entropy, sampler = random_inputs(13)
+    is_ratio = trl_sampling_ratio(args, old, sampler, mask) if args.use_vllm else None
+    loss, options = resolve_loss(cfg)
+    correct = cfg.rollout.generation_backend != "hf" and cfg.speed.sampling_correction != "none"
+    weights = sampling_correction(cfg.speed.sampling_correction)(
+        old, sampler, mask, cap=cfg.speed.sampling_correction_cap)[0] if correct else None
+    stats = {}
+
+    def ours(x):
+        value, s = policy_objective(loss, x, old, adv, mask, options, cfg.algorithm.loss_type, beta=cfg.algorithm.beta,
+                                    ref_logps=ref, kl_estimator=cfg.objective.kl_estimator, max_completion_length=T,
+                                    num_items_in_batch=float(mask.sum()), token_weights=weights)
+        stats.update(s)
+        return value
+
+    mine, g_mine = value_and_grad(ours, logps)
+    x = logps.clone().requires_grad_(True)
+    trl_trainer._get_per_token_logps_and_entropies = lambda *a, **k: (x, entropy, None)
+    inputs = {"prompt_ids": torch.ones(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+              "completion_ids": torch.ones(B, T, dtype=torch.long), "completion_mask": mask, "advantages": adv,
+              "old_per_token_logps": old, "ref_per_token_logps": ref, "num_items_in_batch": mask.sum(),
+              "importance_sampling_ratio": is_ratio}
+    theirs_t = trl_trainer._compute_loss(trl_trainer.model, inputs)
+    (g_theirs,) = torch.autograd.grad(theirs_t, x)
+    assert mine == pytest.approx(float(theirs_t), rel=1e-5, abs=1e-7)
+    torch.testing.assert_close(g_mine, g_theirs, rtol=1e-5, atol=1e-8)
+    assert g_mine.abs().sum() > 0
+    logged = {k: v[-1] for mode in trl_trainer._metrics.values() for k, v in mode.items() if "clip_ratio" in k}
+    for key in ("clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "cispo_clip_ratio"):
+        assert (key in stats) == (key in logged), key
+        if key in logged:
+            assert float(stats[key]) == pytest.approx(logged[key], abs=1e-6), key
+    if keys.get("multi_objective_aggregation") == "normalize_then_sum":
+        assert cfg.algorithm.advantage == "gdpo"
+
+
+def test_gdpo_is_trls_normalize_then_sum():
+    """multi_objective_aggregation: normalize_then_sum -> grouprl's gdpo: TRL's advantages (with TRL's nanstd)."""
+    from trl.trainer.utils import nanstd
+
+    from grouprl.algos.advantages import RewardParts, compute_advantages
+
+    gen = torch.Generator().manual_seed(2)
+    per_func = torch.stack([torch.randint(0, 2, (12,), generator=gen).float(), torch.rand(12, generator=gen) * 30], 1)
+    w = torch.tensor([1.0, 0.3])
+    grouped = per_func.view(-1, 4, 2)
+    k = (grouped - grouped.nanmean(1, keepdim=True)) / (nanstd(grouped, dim=1, keepdim=True) + 1e-4)
+    summed = (k.view(-1, 2) * w).nansum(1)
+    trl_adv = (summed - summed.nanmean()) / (nanstd(summed) + 1e-4)
+    parts = RewardParts({"a": per_func[:, 0], "b": per_func[:, 1]}, {"a": 1.0, "b": 0.3})
+    ours = compute_advantages("gdpo", per_func @ w, torch.arange(12) // 4, parts=parts)
+    torch.testing.assert_close(ours, trl_adv, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("keys, named", [
+    ({"loss_type": "cispo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
+    ({"loss_type": "dapo", "beta": 0.04, "use_bias_correction_kl": True}, "use_bias_correction_kl"),
+    ({"max_completion_length": 7, "beta": 0.04}, "use_bias_correction_kl"),  # TRL's default: true
+    ({"use_vllm": True, "vllm_importance_sampling_clip_min": 0.5}, "vllm_importance_sampling_clip_min"),
+    ({"multi_objective_aggregation": "normalize_then_sum", "advantage": "rloo"}, "multi_objective_aggregation"),
+    ({"loss_type": "luspo"}, "loss_type"),
+])
+def test_what_grouprl_cannot_do_as_trl_is_refused_in_one_line(tmp_path, keys, named):
+    from grouprl.config import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        recipe_config(tmp_path, keys)
+    assert f"key '{named}'" in str(info.value) and "\n" not in str(info.value)

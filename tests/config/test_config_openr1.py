@@ -124,8 +124,12 @@ def test_shipped_math_recipe_loads_onto_grouprl_sections():
 
 def test_unknown_key_in_a_recipe_file_fails_naming_it(tmp_path):
     recipe = tmp_path / "config_x.yaml"
-    recipe.write_text(MATH_RECIPE.read_text() + "use_liger_kernel: true\n")
-    with pytest.raises(ConfigError, match="config_x.yaml: key 'use_liger_kernel' \\(value True\\): not a grouprl key"):
+    recipe.write_text(MATH_RECIPE.read_text() + "neftune_noise_alpha: 5\n")
+    with pytest.raises(ConfigError, match="config_x.yaml: key 'neftune_noise_alpha' \\(value 5\\): not a grouprl key"):
+        build_config(recipe, environ={})
+    recipe.write_text(MATH_RECIPE.read_text() + "use_liger_kernel: true\n")  # a TRL key: what grouprl does instead
+    with pytest.raises(ConfigError, match="key 'use_liger_kernel' \\(value True\\): grouprl accepts only False "
+                                          "here: grouprl computes log-probs chunk by chunk without Liger"):
         build_config(recipe, environ={})
     recipe.write_text(MATH_RECIPE.read_text() + "vllm_mode: remote\n")
     with pytest.raises(ConfigError, match="config_x.yaml: key 'vllm_mode' \\(value 'remote'\\): expected one of "
@@ -134,7 +138,7 @@ def test_unknown_key_in_a_recipe_file_fails_naming_it(tmp_path):
 
 
 def test_use_vllm_and_vllm_mode_pick_the_generation_backend():
-    known = KNOWN | {"generation_backend"}
+    known = KNOWN | {"generation_backend", "sampling_correction", "sampling_correction_cap"}
     assert translate_recipe({"use_vllm": True}, known)["generation_backend"] == "vllm"
     assert translate_recipe({"use_vllm": True, "vllm_mode": "colocate"}, known)["generation_backend"] == "vllm"
     assert translate_recipe({"vllm_mode": "server", "use_vllm": True}, known)["generation_backend"] == "vllm_server"
@@ -174,6 +178,7 @@ warmup_ratio: 0.1
 num_train_epochs: 2
 max_steps: -1
 beta: 0.04
+use_bias_correction_kl: false
 epsilon: 0.2
 epsilon_high: 0.28
 loss_type: dapo

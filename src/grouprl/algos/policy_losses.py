@@ -81,8 +81,11 @@ def _per_token(advantages: torch.Tensor) -> torch.Tensor:
 
 
 def _masked_fraction(flags: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    flags = flags.expand_as(mask).to(mask.dtype) if flags.size(-1) == 1 else flags.to(mask.dtype)
-    return (flags * mask).sum() / mask.sum().clamp(min=1.0)
+    """The share of trained tokens flagged; flags of shape (B, 1) (a sequence-level ratio, GSPO): the share
+    of sequences, as TRL counts them."""
+    if flags.size(-1) == 1:
+        return flags.to(mask.dtype).mean()
+    return (flags.to(mask.dtype) * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def clipped_surrogate(
@@ -208,9 +211,11 @@ def cispo(logps, old_logps, advantages, mask, epsilon_max: float = 5.0, epsilon_
     weight = torch.clamp(ratio, min=epsilon_min, max=epsilon_max).detach()
     per_token = -weight * _per_token(advantages) * logps
     with torch.no_grad():
-        stats = {"clip_ratio/high_mean": _masked_fraction(ratio > epsilon_max, mask.to(ratio.dtype))}
+        # TRL's cispo_clip_ratio: the share of trained tokens with A > 0 whose weight was capped
+        adv = _per_token(advantages)
+        stats = {"cispo_clip_ratio": _masked_fraction((ratio > epsilon_max) & (adv > 0), mask.to(ratio.dtype))}
         if epsilon_min is not None:
-            stats["clip_ratio/low_mean"] = _masked_fraction(ratio < epsilon_min, mask.to(ratio.dtype))
+            stats["cispo_clip_ratio_low"] = _masked_fraction((ratio < epsilon_min) & (adv < 0), mask.to(ratio.dtype))
     return per_token, stats
 
 

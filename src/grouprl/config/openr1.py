@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from grouprl.config.base import ConfigError
+from grouprl.config.trl_keys import TRL_OBJECTIVE_KEYS, TRL_ONLY, check_trl_only, trl_keyed, trl_objective
 
 # open-r1 key -> grouprl key, same value.
 RENAMED = {
@@ -25,6 +26,7 @@ RENAMED = {
     "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization",
     "vllm_server_host": "vllm_server_host",
     "vllm_server_port": "vllm_server_port",
+    "vllm_enable_sleep_mode": "vllm_sleep_during_update",
 }
 
 # open-r1's reward_funcs names -> grouprl's reward registry names. Names not listed pass through
@@ -61,7 +63,7 @@ SAME_BEHAVIOUR: dict[str, set[Any]] = {
     "logging_first_step": {True, False},  # the first step is always in metrics.jsonl
     "log_level": {"passive", "info", "warning"},  # LOGLEVEL=DEBUG shows grouprl's debug lines
     "remove_unused_columns": {False},  # every column is kept and reaches the rewards
-    "ddp_find_unused_parameters": {False},
+    "ddp_find_unused_parameters": {False, None},
 }
 
 
@@ -147,12 +149,18 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
             None if v == -1 and "num_train_epochs" in flat else put("max_steps", "max_steps", v, True)
         ),
         "epsilon": epsilon,
+        "epsilon_high": lambda v: (
+            None if v is None else put("epsilon_high", "epsilon_high", v, True)
+        ),  # null: epsilon's
         "bf16": lambda v: put("bf16", "torch_dtype", "bfloat16") if v else None,
         "fp16": lambda v: put("fp16", "torch_dtype", "float16") if v else None,
         "use_vllm": lambda v: put("use_vllm", "generation_backend", _backend(v, flat, origin), True),
         "vllm_mode": lambda v: _backend(flat.get("use_vllm", False), flat, origin),  # checked; use_vllm applies it
         # null: the dataset's default config (TRL's meaning), as when the key is absent
         "dataset_config": lambda v: None if v is None else put("dataset_config", "dataset_config", v, True),
+        "vllm_max_model_length": lambda v: (
+            None if v is None else put("vllm_max_model_length", "vllm_max_model_len", v, True)
+        ),
         "do_eval": lambda v: None if v else put("do_eval", "eval_strategy", "no"),
         "hub_strategy": lambda v: _hub_strategy(v, origin, put),
         "per_device_train_batch_size": lambda v: None,  # resolved below: it needs num_generations
@@ -168,7 +176,9 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         ),
     }
     for key in TRL_OBJECTIVE_KEYS:
-        handlers[key] = lambda v: None  # read together below: they name a loss and its options
+        handlers[key] = lambda v: None  # read together below: they name a loss, its options, its correction
+    if flat.get("loss_type") == "cispo":  # TRL's epsilon / epsilon_high are CISPO's cap (trl_keys.py)
+        handlers["epsilon"] = handlers["epsilon_high"] = lambda v: None
     for key, value in flat.items():
         if key in REWARD_OPTIONS:
             continue
@@ -186,6 +196,8 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
                 )
         elif key in known:
             out[key] = value
+        elif key in TRL_ONLY:
+            check_trl_only(key, value, lambda k, v, why: _err(origin, k, v, why))
         else:
             raise _err(
                 origin,
@@ -203,45 +215,14 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         )
     if "per_device_train_batch_size" in flat:
         _batch_size(flat, out, origin, put)
-    _trl_objective(flat, out, origin, put)
+    is_trl = trl_keyed(flat, known, set(handlers) | set(RENAMED) | set(SAME_BEHAVIOUR) | set(REWARD_OPTIONS))
+    trl_objective(flat, out, lambda s, k, v: put(s, k, v, True), lambda k, v, why: _err(origin, k, v, why), is_trl)
     for key, (_, value) in derived.items():
         out.setdefault(key, value)
     named_data = {"dataset_name", "dataset_name_or_path", "dataset_mixture"} & set(flat)
     if named_data and "task" not in flat and "task" in known:
         out["task"] = "prompt_dataset"  # open-r1 recipes name a dataset, never a task
     return out
-
-
-# TRL's loss keys: loss_type names a loss and an aggregation at once, importance_sampling_level a ratio,
-# delta and sapo_temperature_* are options of the loss (grouprl: loss, loss_options, loss_type).
-TRL_LOSS_TYPES = {"cispo": ("cispo", "dapo"), "sapo": ("sapo", "grpo")}
-TRL_OBJECTIVE_KEYS = ("loss_type", "importance_sampling_level", "delta", "sapo_temperature_pos", "sapo_temperature_neg")
-
-
-def _trl_objective(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> None:
-    loss_type, level = flat.get("loss_type"), flat.get("importance_sampling_level", "token")
-    options: dict[str, Any] = {}
-    if loss_type in TRL_LOSS_TYPES:
-        loss, aggregation = TRL_LOSS_TYPES[loss_type]
-        put("loss_type", "loss", loss, True)
-        put("loss_type", "loss_type", aggregation, True)
-        if loss == "cispo" and "epsilon_high" in flat:  # TRL's epsilon_high is CISPO's upper bound itself
-            options["epsilon_max"] = flat["epsilon_high"]
-    elif loss_type is not None:
-        put("loss_type", "loss_type", loss_type, True)  # an aggregation (checked with the config)
-    if level == "sequence":
-        if loss_type in TRL_LOSS_TYPES:
-            raise _err(origin, "importance_sampling_level", level, f"TRL's loss_type {loss_type} has no sequence level")
-        put("importance_sampling_level", "loss", "gspo", True)
-    elif level != "token":
-        raise _err(origin, "importance_sampling_level", level, "expected 'token' or 'sequence'")
-    if flat.get("delta") is not None:
-        options["delta"] = flat["delta"]
-    for key, option in (("sapo_temperature_pos", "temperature_pos"), ("sapo_temperature_neg", "temperature_neg")):
-        if key in flat:
-            options[option] = flat[key]
-    if options:
-        put("loss_options", "loss_options", {**options, **(out.get("loss_options") or {})}, True)
 
 
 def _optional_feature(key: str, value: Any, known: set[str], put, off: Any = None) -> None:
@@ -258,7 +239,7 @@ VLLM_MODES = {"colocate": "vllm", "server": "vllm_server"}
 
 def _backend(use_vllm: Any, flat: dict[str, Any], origin: str) -> str:
     """use_vllm + vllm_mode -> generation_backend. ``colocate``: the engine in the trainer's process
-    (also when vllm_mode is absent, although TRL's default is server); ``server``: grouprl's
+    (also when vllm_mode is absent: TRL 1.16's default too); ``server``: grouprl's
     ``vllm_server`` backend, whose server is ``grouprl vllm-serve`` (not ``trl vllm-serve``).
     vllm_mode without use_vllm has no effect, as in TRL."""
     mode = flat.get("vllm_mode", "colocate")
@@ -318,3 +299,12 @@ def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> 
             f"multiple of num_generations {generations}",
         )
     put("per_device_train_batch_size", "batch_size", completions // generations, "batch_size" not in out)
+    generation = flat.get("generation_batch_size")
+    if generation is not None and generation != completions:  # TRL: steps_per_generation = generation / completions
+        raise _err(
+            origin,
+            "generation_batch_size",
+            generation,
+            f"TRL would reuse one generation for several optimizer steps ({completions} completions a step); grouprl "
+            "generates every step's batch (its generation_batch_size only chunks generate): use num_iterations",
+        )

@@ -81,7 +81,7 @@ class Scorer:
         self.reward_timeout = reward_timeout  # seconds per reward call (0: none)
         self.penalty_in_rewards = penalty_in_rewards  # False: invalid_penalty on_step (charged in the advantage)
         self.rules = VerdictRules(self.weights, default_step_reward, penalty_in_rewards, self.judge, self.judge_key,
-                                  predict, max_error_fraction)
+                                  predict, max_error_fraction, reward_timeout)
 
     @classmethod
     def from_config(cls, cfg, task, learned: list[LearnedReward] | None = None,

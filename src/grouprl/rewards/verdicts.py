@@ -12,8 +12,9 @@ outputs, ``w_f * score_f`` on the last step; the learned part ``R - B`` goes on 
 without step outputs ``sum_t r_t = R``.
 
 In order: each part's step outputs are checked (one naming no assistant turn makes that part an error),
-each episode's verdict is built, the batch's error budget is enforced, then the learned rewards score,
-are mixed in and update once.
+each episode's verdict is built, the learned rewards score (a NaN, an exception or a timeout is an error
+of the episode, as for a reward function), the batch's error budget is enforced, then the learned scores
+are mixed in and each learned reward updates once.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from grouprl.records import Episode, Verdict
 from grouprl.rewards.guard import RewardFailure
+from grouprl.rewards.learned.checked_scores import checked_scores
 from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
 from grouprl.rewards.registry import is_typed, weighted_score
 from grouprl.rewards.reward_calls import RewardPart
@@ -45,6 +47,7 @@ class VerdictRules:
     judge_key: str | None = None  # set when the judge is one of the rewards: its part is read
     predict: Callable[[str], Any] | None = None  # the task's answer parser
     max_error_fraction: float = 1.0
+    reward_timeout: float = 0.0  # seconds for a learned reward's score call (0: none)
 
 
 def check_step_outputs(name: str, ep: Episode, step_outputs) -> str | None:
@@ -121,19 +124,31 @@ def enforce_error_budget(verdicts: list[Verdict], max_error_fraction: float) -> 
     return {"reward_errors": float(failed), "reward_error_fraction": fraction}
 
 
-def add_learned(episodes: list[Episode], verdicts: list[Verdict], learned: list[LearnedReward],
-                learned_weights: list[float], mixer: RewardMixer | None, evaluating: bool) -> dict[str, float]:
-    """Score with every learned reward, mix into the verdicts' scores (the difference on the last step's
-    reward), then update each once (never while ``evaluating``: scored only, and no gathers either)."""
-    base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
-    total = torch.zeros_like(base)
+def learned_scores(episodes: list[Episode], verdicts: list[Verdict], learned: list[LearnedReward],
+                   learned_weights: list[float], timeout: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """sum_l w_l * D_l per episode, and which episodes every learned reward scored without error. A failed
+    (NaN, raised, timed out) or absent D_l counts 0; its error joins the verdict's, so it counts against the
+    error budget like a reward function's (``rewards/learned/checked_scores.py``)."""
+    total = torch.zeros(len(episodes), dtype=torch.float32)
+    valid = torch.ones(len(episodes), dtype=torch.bool)
     for reward, weight in zip(learned, learned_weights):
-        values = torch.tensor(reward.score(episodes), dtype=torch.float32)
-        if values.shape != base.shape:
-            raise ValueError(f"learned reward '{reward.name}': {values.numel()} scores for {base.numel()} episodes")
-        for verdict, v in zip(verdicts, values.tolist()):
-            verdict.parts[reward.name] = v
-        total += weight * values
+        scores, errors = checked_scores(reward, episodes, timeout)
+        for i, (verdict, score, error) in enumerate(zip(verdicts, scores, errors)):
+            verdict.parts[reward.name] = score
+            if error is not None:
+                verdict.errors.append(error)
+                valid[i] = False
+            if score is not None:
+                total[i] += weight * score
+    return total, valid
+
+
+def add_learned(episodes: list[Episode], verdicts: list[Verdict], learned: list[LearnedReward],
+                total: torch.Tensor, valid: torch.Tensor, mixer: RewardMixer | None,
+                evaluating: bool) -> dict[str, float]:
+    """Mix the learned scores into the verdicts' scores (the difference on the last step's reward), then
+    update each learned reward once (never while ``evaluating``: scored only, and no gathers either)."""
+    base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
     final = mixer.mix(base, total) if mixer is not None else base + total
     for verdict, b, r in zip(verdicts, base.tolist(), final.tolist()):
         verdict.score = r
@@ -146,8 +161,8 @@ def add_learned(episodes: list[Episode], verdicts: list[Verdict], learned: list[
     # metrics, so a frozen run logs alpha, beta and the discriminator every step too.
     for reward in learned:
         metrics.update(reward.update(episodes))
-    if mixer is not None:  # this process's B and D: the mixer gathers every process's itself
-        metrics.update(mixer.update(base, total))
+    if mixer is not None:  # this process's B and D (the mixer gathers every process's); a failed D_l does not steer it
+        metrics.update(mixer.update(base[valid], total[valid]))
     return metrics
 
 
@@ -158,7 +173,8 @@ def assemble_verdicts(episodes: list[Episode], parts: dict[str, list[RewardPart]
     parts = checked_parts(episodes, parts)
     verdicts = [episode_verdict(ep, {key: column[i] for key, column in parts.items()}, rules)
                 for i, ep in enumerate(episodes)]
-    metrics = enforce_error_budget(verdicts, rules.max_error_fraction)
-    if learned:
-        metrics.update(add_learned(episodes, verdicts, learned, learned_weights, mixer, evaluating))
+    scored = learned_scores(episodes, verdicts, learned, learned_weights, rules.reward_timeout) if learned else None
+    metrics = enforce_error_budget(verdicts, rules.max_error_fraction)  # the learned rewards' errors count too
+    if scored is not None:
+        metrics.update(add_learned(episodes, verdicts, learned, *scored, mixer, evaluating))
     return verdicts, parts, metrics

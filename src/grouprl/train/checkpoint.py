@@ -25,6 +25,7 @@ import torch
 
 from grouprl.observe.disk import FULL, device_of, full_disk_errno
 from grouprl.train.parallel import ProcessInfo, ReshardError
+from grouprl.train.resume_settings import apply_config_settings, schedule_of
 
 STATE = "trainer_state.json"
 LEARNED = "learned_rewards.pt"  # {"learned_rewards": scorer.state_dict()}
@@ -70,7 +71,10 @@ def save_checkpoint(
         torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
         states = rng_states if rng_states is not None else [rng_state()]
         write_rng_states(tmp / RNG_FILE, states)
-        (tmp / STATE).write_text(json.dumps({"step": step, "world_size": len(states), **state}, indent=2))
+        schedule = schedule_of(scheduler)  # its shape is not in its state dict (train/resume_settings.py)
+        (tmp / STATE).write_text(
+            json.dumps({"step": step, "world_size": len(states), "schedule": schedule, **state}, indent=2)
+        )
         if scorer is not None and (scorer.learned or scorer.mixer is not None):
             torch.save({"learned_rewards": scorer.state_dict()}, tmp / LEARNED)
     except Exception as err:  # noqa: BLE001 - any writer (torch, safetensors, tokenizers) may fail
@@ -215,14 +219,19 @@ def load_checkpoint(ckpt: str | Path, optimizer, scheduler, scorer=None) -> dict
 
 def load_training_state(ckpt: str | Path, learner, scorer, parallel) -> dict[str, Any]:
     """Optimizer, scheduler and learned state from a checkpoint into the learner; under FSDP each
-    process takes its shard of the full optimizer state (collective)."""
+    process takes its shard of the full optimizer state (collective). The run's config then sets the
+    learning rate, weight decay, betas and schedule (``train/resume_settings.py``)."""
     if not parallel.sharded:
-        return load_checkpoint(ckpt, learner.optimizer, learner.scheduler, scorer)
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+        state = load_checkpoint(ckpt, learner.optimizer, learner.scheduler, scorer)
+    else:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-    state = load_checkpoint(ckpt, _NoOptimizer(), learner.scheduler, scorer)
-    full = torch.load(Path(ckpt) / "optimizer.pt", weights_only=False)
-    set_optimizer_state_dict(learner.model, learner.optimizer, full, options=StateDictOptions(full_state_dict=True))
+        state = load_checkpoint(ckpt, _NoOptimizer(), learner.scheduler, scorer)
+        full = torch.load(Path(ckpt) / "optimizer.pt", weights_only=False)
+        opts = StateDictOptions(full_state_dict=True)
+        set_optimizer_state_dict(learner.model, learner.optimizer, full, options=opts)
+    # the config's lr, weight decay, betas and schedule win over the checkpoint's; each change is logged
+    apply_config_settings(learner.optimizer, learner.scheduler, learner.cfg.train, state.get("schedule", {}), str(ckpt))
     return state
 
 

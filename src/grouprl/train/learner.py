@@ -36,6 +36,7 @@ from grouprl.records import Episode
 from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.parallel import SINGLE, DataParallel
 from grouprl.train.step_samples import StepSamples
+from grouprl.train.zero_advantage import skip_zero_advantage_update
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +164,8 @@ class Learner:
         each over the micro-batches. Statistics are means over the processes (grad_norm is the same
         everywhere)."""
         batch = self.update_batch(samples)
+        if (skipped := skip_zero_advantage_update(self, batch.advantages, batch.tokens.completion_mask)) is not None:
+            return skipped  # every advantage zero: AdamW would move the weights on momentum alone
         old, ref = self.old_and_reference_logps(batch)
         stats: dict[str, list[float]] = {}
         self.model.train()

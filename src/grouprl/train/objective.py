@@ -9,11 +9,13 @@ overridden by the PPO defaults); an option the loss does not declare is an error
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Any
 
 from grouprl.algos.entropy import EntropyBonus
 from grouprl.algos.policy_losses import Loss, get_loss
 from grouprl.config import ConfigError
+from grouprl.train.user_loss import checked_user_loss
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,8 @@ def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
         loss = get_loss(objective.loss)
     except (KeyError, TypeError) as err:
         raise ConfigError(f"config key 'loss' (section objective): {err.args[0] if err.args else err}") from None
+    if ":" in objective.loss:  # a user's loss: every return checked against the contract (train/user_loss.py)
+        loss = replace(loss, fn=checked_user_loss(loss.name, loss.fn))
     options = {
         name: getattr(algorithm, name)
         for name in ALGORITHM_OPTIONS
