@@ -32,7 +32,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from grouprl.rollout.generation import SamplingParams
+from grouprl.rollout.sampling import SamplingParams
 
 
 class BadRequest(ValueError):
