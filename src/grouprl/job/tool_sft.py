@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from grouprl.config import ConfigError
 from grouprl.policy.scoring import completion_logps
 from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
 from grouprl.records import Episode
@@ -31,9 +32,10 @@ from grouprl.train.conversation_samples import pack_conversations
 def expert_traces(task, tokenizer, settings: ConversationSettings, n_episodes: int,
                   max_new_tokens: int = 256) -> list[Episode]:
     """``n_episodes`` expert conversations on the task's SFT rows (seeds RL and evaluation never use)."""
-    from grouprl.tasks.tool_arithmetic import expert_reply
-
-    reply = getattr(task, "expert_reply", None) or expert_reply
+    reply = task.expert_reply
+    if reply is None:
+        raise ConfigError(f"the tool SFT warm start plays a scripted solver; task {task.name!r} has none "
+                          "(Task.expert_reply): set sft_steps: 0, or give the task one")
     rows = task.sft_rows(n_episodes)
     settings = dataclasses.replace(settings, max_conversation_tokens=None)  # the expert's turns are never cut
     episodes = run_conversations([task.env_factory(r) for r in rows], rows, 1, ScriptedBackend(tokenizer, reply),

@@ -21,7 +21,7 @@ import random
 import re
 import string
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from grouprl.config import Config, ConfigError
 from grouprl.records import Observation, StepResult, stable_id
@@ -116,6 +116,7 @@ class ToolArithmeticTask(Task):
     reward_kwargs: dict[str, dict[str, Any]] = field(default_factory=dict)
     correct_reward: str | None = None
     tools: list[str] = field(default_factory=lambda: ["calculator", "lookup"])
+    expert_reply: Callable[[str], str] | None = field(default=expert_reply, repr=False)  # the module's solver
     multi_step = True
     # words, one token per digit: a conversation is ~450 tokens instead of ~1,300 characters, and the model
     # copies numbers digit by digit (char tokens left the 0.3M-parameter model at 0/16 after 200 SFT steps)
