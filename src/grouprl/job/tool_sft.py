@@ -120,7 +120,7 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
             return measure(model, tokenizer)["success_rate"] >= train.sft_target_accuracy
 
     console.log(f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
-                "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when else ""))
+                "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else ""))
     return tool_sft(tiny, task, settings, Path(train.output_dir) / "sft_model", train.sft_steps,
                     train.sft_learning_rate, train.sft_batch_size, train.seed, train.sft_demo_episodes, stop_when,
                     check_every=50, console=console)

@@ -89,7 +89,7 @@ class EngineServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def stop_soon(self) -> None:
         """Stop ``serve_forever`` from any thread (``shutdown`` blocks until it returns, so not on its own)."""
