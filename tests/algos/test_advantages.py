@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from grouprl.algos.advantages import ADVANTAGES, EPS, compute_advantages, group_stats
+from grouprl.algos.advantages import ADVANTAGES, EPS, get_estimator, group_stats, run_estimator
 from grouprl.algos.losses import entropy_from_logits, policy_loss, selective_log_softmax
 
 
 def adv(name, scores, groups, **kw):
-    return compute_advantages(name, torch.tensor(scores, dtype=torch.float32), torch.tensor(groups), **kw)
+    return run_estimator(get_estimator(name), torch.tensor(scores, dtype=torch.float32), torch.tensor(groups), **kw)
 
 
 def close(actual, expected, tol=1e-4):

@@ -59,10 +59,6 @@ def episode_settings(cfg, task) -> EpisodeSettings | ConversationSettings:
                            show_admissible_actions=rollout.show_admissible_actions, **prompts)
 
 
-def render_prompt(tokenizer, messages: list[dict[str, str]]) -> str:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-
-
 def run_episodes(
     factories: list[EnvFactory],
     rows: list[dict[str, Any]],

@@ -132,9 +132,3 @@ def gold_parses(ground_truth, timeout_seconds: float = 5.0) -> bool:
     """Whether math-verify finds an answer in ``ground_truth`` (a gold row is usable)."""
     return judge(None, ground_truth, timeout_seconds).gold is not None
 
-
-def worker_count() -> int:
-    """Live worker processes (a metric, and what tests check after a kill)."""
-    with _lock:
-        return sum(p.poll() is None for p in _all)
-
