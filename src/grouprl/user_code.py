@@ -22,7 +22,7 @@ def import_callable(spec: str, what: str = "reward") -> Callable[..., Any]:
             raise KeyError(f"{what} '{spec}': no such file {path}")
         module_name = f"grouprl_user_{what.replace(' ', '_')}_{abs(hash(str(path.resolve())))}"
         module_spec = importlib.util.spec_from_file_location(module_name, path)
-        if module_spec is None:
+        if module_spec is None or module_spec.loader is None:
             raise KeyError(f"{what} '{spec}': {path} is not a Python file; expected 'path/to/file.py:function'")
         module = importlib.util.module_from_spec(module_spec)
         sys.modules[module_name] = module

@@ -94,8 +94,10 @@ def expert_reply(prompt_text: str, parser_format=None) -> str:
         if not results:
             return write([ToolCall("lookup", {"unit": unit})])
         if len(results) == 1:
-            factor = re.search(r"= (\d+)", results[0]).group(1)
-            return write([ToolCall("calculator", {"expression": f"{n} * {factor}"})])
+            factor = re.search(r"= (\d+)", results[0])
+            if factor is None:
+                raise ValueError(f"expert_reply: the lookup answered {results[0][:80]!r}; expected '1 <unit> = <n> <unit>'")
+            return write([ToolCall("calculator", {"expression": f"{n} * {factor.group(1)}"})])
         return f"Answer: {results[-1].strip()}"
     raise ValueError(f"expert_reply: no tool_arithmetic question in the prompt: {question[:80]!r}")
 
