@@ -397,7 +397,7 @@ def test_train_help_lists_every_field_with_default(capsys, monkeypatch):
 
 
 def test_top_level_help_lists_every_field_with_default(capsys, monkeypatch):
-    # NOTE: fails against the current src: `grouprl --help` only lists the subcommands.
+    # not only `grouprl train --help`: the top-level help lists the subcommands and every field too
     text = _help(["--help"], capsys, monkeypatch)
     for sub in ("train", "eval", "plot", "init-model"):
         assert sub in text

@@ -86,9 +86,9 @@ def arithmetic_task(n: int):
 def test_tiny_tokenizer_round_trips_prompts(tiny_arithmetic_dir):
     """The prompt the policy sees must be the rendered chat text, character for character.
 
-    NOTE: fails against the current src: load_tokenizer() uses AutoTokenizer, which in
-    transformers 5 loads the tiny model's character tokenizer as Qwen2Tokenizer (by the model
-    type) and rebuilds a byte-level pipeline that drops every space and newline.
+    AutoTokenizer alone would not: transformers 5 loads the tiny model's character tokenizer as
+    Qwen2Tokenizer (by the model type) and rebuilds a byte-level pipeline that drops every space and
+    newline (``policy/loading.py:auto_tokenizer`` reads the declared class instead).
     """
     from grouprl.tasks.base import SingleTurnEnv
 
