@@ -31,7 +31,6 @@ from grouprl.policy.loading import load_policy
 from grouprl.policy.tiny import init_tiny
 from grouprl.records import Episode, Observation, Step
 from grouprl.rollout.prompts import build_messages
-from grouprl.rollout.runner import render_prompt
 from grouprl.tasks import load_task
 from grouprl.tasks.envs import GridWorld
 from grouprl.tasks.envs.grid_base import MOVES
@@ -106,7 +105,7 @@ def main() -> None:
         for s in ep.steps:
             if s.observation not in cache:
                 msgs = build_messages(instructions, [], Observation(text=s.observation, anchor_state=None), 0, False)
-                cache[s.observation] = tok(render_prompt(tok, msgs), add_special_tokens=False)["input_ids"]
+                cache[s.observation] = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
             s.prompt_ids = cache[s.observation]
             s.action_ids = tok(s.action_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     trainer = Trainer(cfg, policy, task)

@@ -7,7 +7,7 @@ import statistics
 import pytest
 import torch
 
-from grouprl.algos.advantages import EPS, RewardParts, compute_advantages, get_estimator
+from grouprl.algos.advantages import EPS, RewardParts, get_estimator, run_estimator
 
 
 def test_gdpo_by_hand():
@@ -29,23 +29,23 @@ def test_gdpo_by_hand():
         summed += [0.5 * a + 0.5 * b for a, b in zip(norm(correct, members), norm(length, members))]
     mean, std = statistics.fmean(summed), statistics.stdev(summed)
     expected = [(v - mean) / (std + EPS) for v in summed]
-    got = compute_advantages("gdpo", scores, groups, parts=parts)
+    got = run_estimator(get_estimator("gdpo"), scores, groups, parts=parts)
     assert got.tolist() == pytest.approx(expected, rel=1e-5)
     # the plain sum lets length decide group 0's order; gdpo gives the one correct answer the top advantage
-    plain = compute_advantages("grpo", scores, groups)
+    plain = run_estimator(get_estimator("grpo"), scores, groups)
     assert int(plain[:3].argmax()) == 0 and int(got[:3].argmax()) == 0
     assert float(got[1]) < float(got[2]) and float(plain[2]) > float(plain[1])
-    assert compute_advantages("gdpo", scores, groups, parts=parts, batch_norm=False)[3:].tolist() == pytest.approx(
+    assert run_estimator(get_estimator("gdpo"), scores, groups, parts=parts, batch_norm=False)[3:].tolist() == pytest.approx(
         [0.5 * v for v in norm(correct, [3, 4, 5])], rel=1e-5)
 
 
 def test_gdpo_missing_scores_and_missing_parts():
     nan = float("nan")
     parts = RewardParts({"a": torch.tensor([1.0, 0.0, nan, nan])}, {"a": 1.0})
-    got = compute_advantages("gdpo", torch.zeros(4), torch.tensor([0, 0, 1, 1]), parts=parts)
+    got = run_estimator(get_estimator("gdpo"), torch.zeros(4), torch.tensor([0, 0, 1, 1]), parts=parts)
     assert got[2:].tolist() == [0.0, 0.0] and float(got[0]) > 0 > float(got[1])  # no reward at all: 0
     with pytest.raises(ValueError, match="'gdpo' takes each reward's part"):
-        compute_advantages("gdpo", torch.zeros(4), torch.tensor([0, 0, 1, 1]))
+        run_estimator(get_estimator("gdpo"), torch.zeros(4), torch.tensor([0, 0, 1, 1]))
     assert get_estimator("gdpo").options == ("epsilon", "batch_norm") and get_estimator("gdpo").wants_parts
 
 

@@ -122,8 +122,8 @@ def test_sigkill_mid_write_leaves_no_torn_record(tmp_path, trial):
 def test_reopening_after_a_torn_write_does_not_glue_records(tmp_path):
     """What a resumed run sees after a SIGKILL that cut a write short (see the test above).
 
-    NOTE: fails against the current src: JsonlAppender appends straight after the torn
-    fragment, so the first record of the resumed run is glued to it and lost to every reader.
+    Appending straight after the torn fragment would glue the resumed run's first record to it, and
+    every reader would lose that record.
     """
     path = tmp_path / "log.jsonl"
     with JsonlAppender(path) as sink:

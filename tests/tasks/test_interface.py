@@ -15,6 +15,7 @@ from grouprl.tasks.base import SingleTurnEnv, SingleTurnTask
 from grouprl.tasks.env_task import EnvTask, play
 from grouprl.tasks.envs.gridworld import GridWorld
 from grouprl.tasks.interface import Environment, Task
+from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, expert_reply, rows
 
 # A one-dimensional corridor: walk right from 0 to 3. Its expert always says "right".
 CORRIDOR = textwrap.dedent('''
@@ -71,6 +72,19 @@ def test_hooks_have_defaults_on_every_built_in_task_and_environment():
     grid.reset(1)
     assert isinstance(grid, Environment) and grid.instructions and grid.expert_action() in {
         "up", "down", "left", "right"}
+
+
+def test_a_task_without_a_parser_or_a_solver_says_so_and_the_tool_warm_start_refuses_it():
+    task = SingleTurnTask("t", [], [], None, [], "r")
+    assert task.predict is None and task.expert_reply is None
+    with pytest.raises(NotImplementedError, match="SingleTurnTask.sft_rows"):
+        task.sft_rows(2)
+    from grouprl.job.tool_sft import expert_traces
+
+    with pytest.raises(ConfigError, match="task 't' has none .*sft_steps: 0"):
+        expert_traces(task, None, None, 2)
+    tool_task = ToolArithmeticTask("tool_arithmetic", rows(2), rows(2, 1000))
+    assert tool_task.expert_reply is expert_reply and len(tool_task.sft_rows(3)) == 3
 
 
 def test_an_environment_without_its_own_hooks_gets_the_defaults():

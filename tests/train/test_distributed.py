@@ -26,14 +26,10 @@ def test_shards_are_contiguous_and_uneven_batches_refused(ranks):
     assert "5 groups per step cannot be split evenly over 2 processes" in r0["uneven"]
 
 
-def test_gathered_batch_statistics_equal_the_single_process_ones(ranks):
+def test_reduced_batch_statistics_equal_the_single_process_ones(ranks):
     r0, r1 = ranks[0]
-    torch.manual_seed(123)
-    everything = torch.randn(8, 3)[:, 0]
     for r in (r0, r1):
-        assert r["gathered"] == everything.tolist()  # unequal shares (3 + 5), rank order
-        assert r["batch_std"] == pytest.approx(float(everything.std()), abs=1e-7)
-        assert r["token_sum"] == 8.0
+        assert r["token_sum"] == 8.0  # unequal shares (3 + 5)
         assert r["metrics"] == {"loss": 1.5, "reward": 5.0}
         assert r["uneven_metrics"] == {"grad_norm": 1.5, "loss": 4.0, "ratio_max": 2.0, "ratio_min": 0.5}
         assert r["shared_path"] == "built-by-rank-0"
@@ -75,6 +71,6 @@ def test_single_process_helpers_are_identities():
     one = D.ProcessInfo()
     t = torch.tensor([1.0, 2.0, 4.0])
     assert D.shard([1, 2, 3], one) == [1, 2, 3]
-    assert torch.equal(D.all_gather_cat(t), t) and float(D.all_reduce_sum(t.sum())) == 7.0
+    assert float(D.all_reduce_sum(t.sum())) == 7.0
     assert D.gather_objects("x") == ["x"] and D.mean_metrics({"a": 2.0}) == {"a": 2.0}
     assert D.broadcast_object("y") == "y"

@@ -10,7 +10,7 @@ import pytest
 import torch
 from pydantic import Field
 
-from grouprl.algos.advantages import compute_advantages
+from grouprl.algos.advantages import get_estimator, run_estimator
 from grouprl.cli import main
 from grouprl.config import ConfigError
 from grouprl.run_config import build_config
@@ -52,9 +52,9 @@ def test_user_estimator_from_a_file_trains_two_steps(warm_arithmetic_dir, tmp_pa
 def test_unknown_estimator_option_is_rejected_by_name(warm_arithmetic_dir, tmp_path, capsys):
     scores, groups = torch.tensor([1.0, 0.0]), torch.tensor([0, 0])
     with pytest.raises(ValueError, match="advantage estimator 'grpo': unknown option 'scael'"):
-        compute_advantages("grpo", scores, groups, scael="group")
+        run_estimator(get_estimator("grpo"), scores, groups, scael="group")
     with pytest.raises(ValueError, match="'rloo': unknown option 'gamma'"):
-        compute_advantages("rloo", scores, groups, gamma=0.9)
+        run_estimator(get_estimator("rloo"), scores, groups, gamma=0.9)
     code = main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(tmp_path / "r"),
                  "--advantage_options", "{epsilonn: 0.1}", "--max_steps", "1", "--n_eval", "0"])
     assert code == 2 and "unknown option 'epsilonn'" in capsys.readouterr().err
@@ -309,7 +309,7 @@ def test_user_estimator_from_a_package_module(tmp_path, monkeypatch):
     estimator = get_estimator("my_estimators.signs:sign_advantage")
     assert estimator.options == ("margin",) and not estimator.step_level
     scores, groups = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])
-    assert compute_advantages("my_estimators.signs:sign_advantage", scores, groups, margin=0.1).tolist() == \
+    assert run_estimator(get_estimator("my_estimators.signs:sign_advantage"), scores, groups, margin=0.1).tolist() == \
         [1.0, -1.0, 0.0, 0.0]
     with pytest.raises(ValueError, match="unknown option 'margn'"):
-        compute_advantages("my_estimators.signs:sign_advantage", scores, groups, margn=0.1)
+        run_estimator(get_estimator("my_estimators.signs:sign_advantage"), scores, groups, margn=0.1)

@@ -299,18 +299,6 @@ def run_estimator(
     return estimator.fn(scores, group_ids, **options)
 
 
-def compute_advantages(
-    name: str,
-    scores: torch.Tensor,
-    group_ids: torch.Tensor,
-    steps: StepTensors | None = None,
-    parts: RewardParts | None = None,
-    **options,
-) -> Any:
-    """:func:`run_estimator` for the estimator ``name`` (a registry name or a user's function)."""
-    return run_estimator(get_estimator(name), scores, group_ids, steps, parts, **options)
-
-
 def step_advantages(
     name: str, scores: torch.Tensor, group_ids: torch.Tensor, steps: StepTensors, **options
 ) -> torch.Tensor:

@@ -9,7 +9,6 @@ may nest a field under its section or under the one it came from (``task: {grid_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -166,24 +165,3 @@ class GrailConfig(Section):
 
 # The original launchers' variable names: GAIL_USE, GAIL_LR, ..., PUREACC_ALLOW_BARE_NUMBER.
 GrailConfig.env_aliases = {name.upper(): name for name in GrailConfig.model_fields}
-
-
-def grail_settings(values: dict | None = None, environ: dict[str, str] | None = None) -> GrailConfig:
-    """GRAIL's switches on their own: defaults < ``values`` < the environment (``GAIL_LR=1e-4``)."""
-    import os
-
-    from grouprl.config.base import ConfigError
-
-    env: Mapping[str, str] = os.environ if environ is None else environ
-    merged = {k: v for k, v in (values or {}).items() if k in GrailConfig.model_fields and v is not None}
-    for var, name in GrailConfig.env_aliases.items():
-        if env.get(var, "") != "":
-            try:
-                merged[name] = GrailConfig.model_validate({name: env[var]}).__dict__[name]
-            except ValueError:
-                kind = GrailConfig.model_fields[name].annotation
-                raise ConfigError(
-                    f"environment variable {var}: got {env[var]!r}; expected a "
-                    f"{getattr(kind, '__name__', kind)}{' (0 or 1)' if kind is bool else ''}"
-                ) from None
-    return GrailConfig.model_validate(merged)

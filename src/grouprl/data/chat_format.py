@@ -52,14 +52,16 @@ def check_chat_template(value: str | None, kwargs: dict[str, Any] | None = None)
     rendered = None
     for messages in (conversation, conversation[1:2]):  # some templates refuse a system turn: a user turn must work
         try:
-            rendered, _ = render_jinja_template(conversations=[messages], chat_template=template,
-                                                add_generation_prompt=True, bos_token="", eos_token="",
-                                                **(kwargs or {}))
+            # transformers annotates it -> str; it returns (rendered conversations, generation indices)
+            rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
+                conversations=[messages], chat_template=template, add_generation_prompt=True, bos_token="",
+                eos_token="", **(kwargs or {}))
             if messages[-1]["content"] in rendered[0]:
                 break
             failure, rendered = "the last user message is not in what it renders", None
         except Exception as err:  # noqa: BLE001 - a template is code: any error of its rendering is the template's
-            line = f"line {err.lineno}: " if getattr(err, "lineno", None) else ""
+            lineno = getattr(err, "lineno", None)  # Jinja's syntax errors carry one
+            line = f"line {lineno}: " if lineno else ""
             failure = f"{line}{type(err).__name__}: {err}".replace("\n", " ")
     if rendered is None:
         raise ConfigError(f"config key 'chat_template': {where} cannot render a conversation ({failure[:300]}); "

@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 import re
 import shutil
+from collections.abc import Callable, Set as AbstractSet
+from concurrent.futures import Future
 from pathlib import Path
 
 from grouprl.job.observer import TrainObserver
@@ -32,7 +34,7 @@ def checkpoints(out_dir: str | Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def rotate(out_dir: str | Path, limit: int, keep: set[int] = frozenset()) -> list[Path]:
+def rotate(out_dir: str | Path, limit: int, keep: AbstractSet[int] = frozenset()) -> list[Path]:
     """Delete all but the newest ``limit`` checkpoints, sparing the steps in ``keep`` and the best."""
     found = checkpoints(out_dir)
     spared = {step for step, _ in found[-limit:]} | set(keep)
@@ -50,9 +52,9 @@ def rotate(out_dir: str | Path, limit: int, keep: set[int] = frozenset()) -> lis
 
 
 class CheckpointRotation(TrainObserver):
-    def __init__(self, limit: int, busy=None):
+    def __init__(self, limit: int, busy: Callable[[], set[int]] | None = None):
         self.limit = limit
-        self.busy = busy or (lambda: set())  # steps whose upload is running
+        self.busy = busy or set  # steps whose upload is running
 
     def after_checkpoint(self, view, path: Path) -> None:
         rotate(view.out, self.limit, set(self.busy()))
@@ -69,7 +71,7 @@ class HubPushObserver(TrainObserver):
 
     def __init__(self, pusher, checkpoints_to_branches: bool, final_to_main: bool):
         self.pusher, self.to_branches, self.to_main = pusher, checkpoints_to_branches, final_to_main
-        self._pending: dict[int, object] = {}
+        self._pending: dict[int, Future] = {}
 
     def busy(self) -> set[int]:
         """Steps rotation must spare: uploads still running, and failed ones (the local copy is the only one)."""

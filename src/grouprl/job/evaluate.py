@@ -17,6 +17,7 @@ from typing import Any
 from grouprl.observe.jsonl import JsonlAppender
 from grouprl.observe.step_logs import episode_record
 from grouprl.rewards.scorer import Scorer
+from grouprl.rollout.conversation import ConversationSettings
 from grouprl.rollout.generation import GenerationBackend, HFBackend, SamplingParams
 from grouprl.rollout.runner import SINGLE_TURN, EpisodeSettings, run_episodes
 from grouprl.train.step_metrics import outcome_metrics
@@ -32,7 +33,8 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
-             scorer: Scorer, out_path: str | Path | None = None, settings: EpisodeSettings | None = None,
+             scorer: Scorer, out_path: str | Path | None = None,
+             settings: EpisodeSettings | ConversationSettings | None = None,
              pool=None, k: int = 1) -> dict[str, float]:
     """``k`` episodes per row, scored; the outcome measures, ``pass@k`` and the task's own measures.
     ``out_path``: one record per episode (replaced, never appended to)."""
@@ -53,7 +55,8 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
     return result
 
 
-def check_accuracy(task, scorer, rows, params: SamplingParams, settings: EpisodeSettings | None = None):
+def check_accuracy(task, scorer, rows, params: SamplingParams,
+                   settings: EpisodeSettings | ConversationSettings | None = None):
     """``evaluate`` on a model mid-SFT (the stop rule's measurement)."""
     def measure(model, tokenizer) -> dict[str, float]:
         return evaluate(HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer,

@@ -21,7 +21,7 @@ from rich.console import Console
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config, ConfigError, flat_dict
 from grouprl.observe.disk import DiskFull, disk_full
-from grouprl.observe.sinks import MetricsSink, NullSink
+from grouprl.observe.sinks import MetricsSink, NullSink, Sink
 from grouprl.policy.loading import load_policy, pick_device
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import SamplingParams
@@ -115,7 +115,9 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         torch.set_num_threads(cfg.runtime.num_threads)
     # Checked, not yet changed: a resumed run's checkpoint is read through before any log is cut.
     plan = folder.plan(cfg) if main else None
-    resume = plan.resume if not parallel.distributed else broadcast_object(plan.resume if main else None)
+    resume = plan.resume if plan is not None else None
+    if parallel.distributed:  # the other processes learn it from the main one
+        resume = broadcast_object(resume)
     task = checked_task(cfg)  # data and reward names are checked before any model loads
     try:  # every reward resolved once, before any model loads (a sandboxed file is read, never imported)
         scorer = Scorer.from_config(cfg, task)
@@ -136,7 +138,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     else:
         check_model_path(cfg.model.model_name_or_path)
         packaged = packaged_model_folder(cfg.model.model_name_or_path, parallel, console)
-    if main:  # everything is checked: now the old run's files go, or the resumed run's logs are cut back
+    if plan is not None:  # the main process, everything checked: the old run's files go, or its logs are cut back
         folder.apply(plan)
         (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
     seed_everything(cfg.train.seed)
@@ -147,7 +149,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     else:
         base_model = model_path = packaged or (
             prepare_tiny(cfg, task, scorer, console) if not parallel.distributed
-            else broadcast_object(warm_start_alone(cfg) if main else None))
+            else broadcast_object(warm_start_alone(cfg) if main else ""))  # the others get process 0's path
     device = parallel.device or pick_device(cfg.runtime.device)
     policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
                          reference_path=base_model, revision=None if resume else cfg.model.model_revision,
@@ -169,7 +171,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         trainer.run_state.eval_before = before
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
-    sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
+    sink: Sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
                        flat_dict(cfg), logging_steps=cfg.logging.logging_steps, console=console,
                        entity=cfg.logging.wandb_entity, group=cfg.logging.wandb_run_group) if main else NullSink()
     try:
@@ -186,16 +188,16 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
             from grouprl.observe.plots import plot_rollouts
 
             plot = str(plot_rollouts(rollouts, out / "reward_curve.png"))
-        before = trainer.run_state.eval_before
+        before_rl = trainer.run_state.eval_before  # measured above, or restored from the checkpoint
         summary = {
             "task": task.name,
             "model": model_path,
             "steps": trainer.step,
-            "accuracy_before": before["accuracy"] if before else None,
+            "accuracy_before": before_rl["accuracy"] if before_rl else None,
             "accuracy_after": after["accuracy"] if after else None,
             "n_eval": len(eval_rows),
             "mean_new_tokens_after": after["completions/mean_length"] if after else None,
-            "eval_before": before,
+            "eval_before": before_rl,
             "eval_after": after,
             "wall_seconds": round(time.perf_counter() - start, 1),
             "reward_curve": plot,

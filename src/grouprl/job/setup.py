@@ -3,6 +3,7 @@ and the observers (evaluation every eval_steps, checkpoint rotation, hub pushes)
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import logging
@@ -38,7 +39,7 @@ def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bo
     found: list[TrainObserver] = []
     main = process_info().is_main
     if main and (cfg.logging.log_rollouts or cfg.logging.save_trajectories_every):
-        found.append(RolloutLogs(cfg.train.output_dir, cfg.logging.log_rollouts, cfg.logging.save_trajectories_every,
+        found.append(RolloutLogs(Path(cfg.train.output_dir), cfg.logging.log_rollouts, cfg.logging.save_trajectories_every,
                                  multi_step))
     if cfg.eval.eval_strategy == "steps":
         found.append(PeriodicEval(cfg, sink, eval_rows))

@@ -47,7 +47,7 @@ def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=callbacks)
     trainer.train()
     out = Path(out_dir)
-    trainer.model.save_pretrained(out)
+    model.save_pretrained(out)  # trained in place (no peft_config: SFTTrainer keeps the model it was given)
     tokenizer.save_pretrained(out)
     return out
 

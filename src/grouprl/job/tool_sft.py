@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 import torch
 
+from grouprl.config import ConfigError
 from grouprl.policy.scoring import completion_logps
 from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
 from grouprl.records import Episode
@@ -31,9 +32,10 @@ from grouprl.train.conversation_samples import pack_conversations
 def expert_traces(task, tokenizer, settings: ConversationSettings, n_episodes: int,
                   max_new_tokens: int = 256) -> list[Episode]:
     """``n_episodes`` expert conversations on the task's SFT rows (seeds RL and evaluation never use)."""
-    from grouprl.tasks.tool_arithmetic import expert_reply
-
-    reply = getattr(task, "expert_reply", None) or expert_reply
+    reply = task.expert_reply
+    if reply is None:
+        raise ConfigError(f"the tool SFT warm start plays a scripted solver; task {task.name!r} has none "
+                          "(Task.expert_reply): set sft_steps: 0, or give the task one")
     rows = task.sft_rows(n_episodes)
     settings = dataclasses.replace(settings, max_conversation_tokens=None)  # the expert's turns are never cut
     episodes = run_conversations([task.env_factory(r) for r in rows], rows, 1, ScriptedBackend(tokenizer, reply),
@@ -118,7 +120,7 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
             return measure(model, tokenizer)["success_rate"] >= train.sft_target_accuracy
 
     console.log(f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
-                "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when else ""))
+                "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else ""))
     return tool_sft(tiny, task, settings, Path(train.output_dir) / "sft_model", train.sft_steps,
                     train.sft_learning_rate, train.sft_batch_size, train.seed, train.sft_demo_episodes, stop_when,
                     check_every=50, console=console)

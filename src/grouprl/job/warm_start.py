@@ -17,9 +17,9 @@ from typing import Any
 
 from rich.console import Console
 
-from grouprl.config import Config
+from grouprl.config import Config, ConfigError
 from grouprl.policy.tiny import init_tiny
-from grouprl.rollout.generation import SamplingParams
+from grouprl.rollout.sampling import SamplingParams, max_new_tokens_of
 from grouprl.rollout.prompts import build_messages, format_action
 from grouprl.rollout.conversation import ConversationSettings
 from grouprl.rollout.runner import EpisodeSettings, episode_settings
@@ -51,7 +51,11 @@ def demonstrations(task, rows: list[dict[str, Any]], policy: str, settings: Epis
 
 
 def env_demonstrations(cfg: Config, task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return demonstrations(task, rows, cfg.train.sft_demonstrations, episode_settings(cfg, task), cfg.train.seed)
+    settings = episode_settings(cfg, task)
+    if isinstance(settings, ConversationSettings):
+        raise ConfigError("environment demonstrations play one action a step; with episode_mode: conversation the "
+                          "warm start plays expert conversations (job/tool_sft.py)")
+    return demonstrations(task, rows, cfg.train.sft_demonstrations, settings, cfg.train.seed)
 
 
 def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
@@ -81,7 +85,7 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     sft_rows, check_rows = task.train_rows[:-n_check], task.train_rows[-n_check:]
     stop_when = None
     if train.sft_target_accuracy:
-        params = SamplingParams(max_new_tokens=cfg.rollout.max_new_tokens, greedy=True, batch_size=n_check)
+        params = SamplingParams(max_new_tokens=max_new_tokens_of(cfg), greedy=True, batch_size=n_check)
         measure = check_accuracy(task, scorer, check_rows, params)
 
         def stop_when(model, tokenizer) -> bool:

@@ -72,7 +72,7 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
             mine[r["step"]].append(1.0 if r.get("correct") else 0.0)
     prompt_text = str(next(r.get("prompt", "") for r in rows if r["prompt_id"] == prompt_id))
     # the question without the chat template's markers, for a readable title
-    prompt_text = re.sub(r"<\|[^|]+\|>(system|user|assistant)?", " ", prompt_text).split()
+    prompt_words = re.sub(r"<\|[^|]+\|>(system|user|assistant)?", " ", prompt_text).split()
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     ax1.plot(steps, means, alpha=0.35, label="mean reward")
@@ -86,8 +86,7 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     ax2.set_ylim(-0.05, 1.05)
     ax2.set_xlabel("step")
     ax2.set_ylabel("fraction of group correct")
-    seen = len(mine)
-    ax2.set_title(f"Prompt {prompt_id} ({seen} steps): {' '.join(prompt_text)[-50:]}", fontsize=8)
+    ax2.set_title(f"Prompt {prompt_id} ({len(mine)} steps): {' '.join(prompt_words)[-50:]}", fontsize=8)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 
@@ -94,6 +94,18 @@ class TensorBoardTracker:
 
 
 REPORT_TO = ("none", "wandb", "trackio", "tensorboard")
+
+
+class Sink(Protocol):
+    """What a run logs its metrics to: a :class:`MetricsSink` (process 0) or a :class:`NullSink` (the others)."""
+
+    console: Console
+
+    def log(self, step: int, metrics: dict[str, float]) -> None: ...
+
+    def summary(self, values: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 class MetricsSink:

@@ -91,10 +91,15 @@ def build_layout(batch: TokenBatch) -> GroupedLayout:
     prompts = _rows(batch.prompt_ids, batch.prompt_mask, "prompt", right=False)
     completions = _rows(batch.completion_ids, batch.completion_mask, "completion", right=True)
     groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (p, c) in enumerate(zip(prompts, completions)):
+    for i, (prompt_ids, c) in enumerate(zip(prompts, completions)):
         if c:
-            groups.setdefault(tuple(p), []).append(i)
-    rows, positions, segments, predictor, targets, where = [], [], [], [], [], []
+            groups.setdefault(tuple(prompt_ids), []).append(i)
+    rows: list[list[int]] = []
+    positions: list[list[int]] = []
+    segments: list[list[int]] = []
+    predictor: list[tuple[int, int]] = []  # (row, position) whose logits predict each completion token
+    targets: list[int] = []
+    where: list[tuple[int, int]] = []  # (sample, token) of each completion token
     for g, (prompt, members) in enumerate(groups.items()):
         if not prompt:
             raise ValueError(f"grouped scoring: sample {members[0]} has an empty prompt; the first completion "

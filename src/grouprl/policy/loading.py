@@ -90,7 +90,8 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
 
         model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True, dtype=dtype).to(device)
     else:
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **extra).to(device)
+        # transformers wraps PreTrainedModel.to with functools.wraps, which mypy reads as an unbound call
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **extra).to(device)  # type: ignore[arg-type]
         if cfg.use_peft:
             from peft import LoraConfig, get_peft_model
 
@@ -102,7 +103,7 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
     reference = None
     if need_reference and not hasattr(model, "disable_adapter"):  # with LoRA: the base, adapters off
         reference = AutoModelForCausalLM.from_pretrained(reference_path or path, dtype=dtype, **extra)
-        reference = reference.to(device).eval()
+        reference = reference.to(device).eval()  # type: ignore[arg-type]  # the same wrapped .to
         reference.requires_grad_(False)
     log.info("loaded %s on %s (%s)", path, device, dtype)
     return Policy(model=model, tokenizer=tokenizer, device=device, reference=reference)

@@ -35,8 +35,8 @@ class TokenBatch:
                           None if self.completion_attention is None else self.completion_attention[idx])
 
     def to(self, device: torch.device) -> "TokenBatch":
-        return TokenBatch(*(t.to(device) for t in (self.prompt_ids, self.prompt_mask, self.completion_ids,
-                                                    self.completion_mask)),
+        return TokenBatch(self.prompt_ids.to(device), self.prompt_mask.to(device), self.completion_ids.to(device),
+                          self.completion_mask.to(device),
                           None if self.completion_attention is None else self.completion_attention.to(device))
 
 

@@ -74,8 +74,9 @@ def build_tiny_classifier(corpus: str, out_dir: str | Path, hidden: int = 32, la
     torch.manual_seed(seed)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
                         num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=max_positions,
-                        num_labels=2, pad_token_id=tokenizer.pad_token_id, hidden_dropout_prob=0.0,
+                        pad_token_id=tokenizer.pad_token_id, hidden_dropout_prob=0.0,
                         attention_probs_dropout_prob=0.0)
+    config.num_labels = 2  # PretrainedConfig's setter (id2label/label2id); BertConfig's signature omits it
     model = BertForSequenceClassification(config)
     out = Path(out_dir)
     model.save_pretrained(out)

@@ -12,11 +12,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable, Protocol, cast
 
 from grouprl.records import EvaluateResult, Message
 
 MODES = ("pointwise", "batch")
+
+
+class RewardFunction(Protocol):
+    """What ``@reward_function`` returns: the checked function with its declaration attached."""
+
+    __name__: str
+    reward_mode: str  # "pointwise" or "batch"
+    reward_id: str
+    budget: str  # "per_call" or "per_sample"
+    requirements: list[str]
+    as_trl: Callable[..., Callable[..., list[float | None]]]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 
 class RewardFunctionError(TypeError):
@@ -45,15 +58,19 @@ def _check_result(fn_name: str, value: Any) -> EvaluateResult:
     raise RewardFunctionError(f"reward '{fn_name}' returned {type(value).__name__}; expected EvaluateResult")
 
 
+async def _awaited(value: Awaitable[Any]) -> Any:
+    return await value
+
+
 def _call(fn: Callable, *args, **kwargs) -> Any:
     result = fn(*args, **kwargs)
     if inspect.isawaitable(result):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(result)
+            return asyncio.run(_awaited(result))
         raise RewardFunctionError(f"reward '{fn.__name__}' is async and was called inside a running event loop; "
-                                  "await its `.acall(...)` instead")
+                                  "call it from a thread that runs none (grouprl's scorer does)")
     return result
 
 
@@ -64,7 +81,7 @@ def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: 
     that bounds each sample itself: it gets ``sample_timeout=reward_timeout`` and a call budget of
     ``reward_timeout`` per sample)."""
 
-    def decorate(func: Callable) -> Callable:
+    def decorate(func: Callable) -> RewardFunction:
         name = id or func.__name__
         if mode not in MODES:
             raise RewardFunctionError(f"reward '{name}': mode must be one of {MODES}, got {mode!r}")
@@ -92,17 +109,18 @@ def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: 
                                               "sample, in order")
                 return [_check_result(name, r) for r in results]
 
-        wrapper.reward_mode = mode
-        wrapper.reward_id = name
-        wrapper.budget = budget
-        wrapper.requirements = list(requirements or [])
-        wrapper.as_trl = functools.partial(to_trl, wrapper)
-        return wrapper
+        typed = cast(RewardFunction, wrapper)  # the declaration is attached here
+        typed.reward_mode = mode
+        typed.reward_id = name
+        typed.budget = budget
+        typed.requirements = list(requirements or [])
+        typed.as_trl = functools.partial(to_trl, typed)
+        return typed
 
     return decorate(fn) if fn is not None else decorate
 
 
-def score_batch(fn: Callable, rollouts_messages: list[list[Any]], ground_truths: list[Any] | None = None,
+def score_batch(fn: RewardFunction, rollouts_messages: list[list[Any]], ground_truths: list[Any] | None = None,
                 **kwargs) -> list[EvaluateResult]:
     """Call a typed reward on many samples, whatever its mode."""
     if fn.reward_mode == "batch":
@@ -121,7 +139,7 @@ def conversation(prompt: Any, completion: Any) -> list[dict[str, Any]]:
     return msgs + [{"role": "assistant", "content": str(completion)}]
 
 
-def to_trl(fn: Callable, truth_key: str | None = None) -> Callable[..., list[float | None]]:
+def to_trl(fn: RewardFunction, truth_key: str | None = None) -> Callable[..., list[float | None]]:
     """A TRL ``GRPOTrainer`` reward: ``(prompts, completions, **kwargs) -> list[float | None]``.
 
     The ground truth is the dataset column ``truth_key`` (default: the first of
@@ -139,19 +157,20 @@ def to_trl(fn: Callable, truth_key: str | None = None) -> Callable[..., list[flo
     return trl_reward
 
 
-def with_options(fn: Callable, **options: Any) -> Callable:
+def with_options(fn: RewardFunction, **options: Any) -> RewardFunction:
     """A copy of the typed reward ``fn`` with ``options`` bound (they override same-named kwargs).
 
     The result is itself a ``@reward_function`` (same mode and id), so ``score_batch``,
     ``.as_trl()`` and the pipeline accept it.
     """
-    if fn.reward_mode == "batch":
-        def bound(rollouts_messages, ground_truths=None, **kwargs):
-            return fn(rollouts_messages, ground_truths=ground_truths, **{**kwargs, **options})
-    else:
-        def bound(messages, ground_truth=None, **kwargs):
-            return fn(messages, ground_truth=ground_truth, **{**kwargs, **options})
+    def bound_batch(rollouts_messages, ground_truths=None, **kwargs):
+        return fn(rollouts_messages, ground_truths=ground_truths, **{**kwargs, **options})
+
+    def bound_pointwise(messages, ground_truth=None, **kwargs):
+        return fn(messages, ground_truth=ground_truth, **{**kwargs, **options})
+
+    bound = bound_batch if fn.reward_mode == "batch" else bound_pointwise
     bound.__name__ = fn.__name__
     bound.__doc__ = fn.__doc__
     return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements,
-                           budget=getattr(fn, "budget", "per_call"))
+                           budget=fn.budget)

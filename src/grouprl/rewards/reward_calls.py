@@ -94,7 +94,7 @@ def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[
 
     def columns_of(batch: list[Episode]) -> dict[str, list]:
         rows = [{k: v for k, v in ep.row.items() if k != "ground_truth"} for ep in batch]
-        columns = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
+        columns: dict[str, Any] = {k: [r.get(k) for r in rows] for k in {k for r in rows for k in r}}
         columns["group_ids"] = [ep.group_id for ep in batch]  # group-level rewards (length) need the groups
         if per_sample:
             columns["sample_timeout"] = timeout or None

@@ -69,7 +69,7 @@ class Scorer:
         self.judge_key = correct_reward if correct_reward in self.keys else None
         # The judge is one of the rewards (its score is read), or resolved under the same sandbox rule:
         # with sandbox_user_rewards a user file named here is never imported into this process.
-        self.judge = (self.fns[correct_reward] if self.judge_key is not None
+        self.judge = (self.fns[self.judge_key] if self.judge_key is not None
                       else resolve_reward(correct_reward, sandbox_user_rewards) if correct_reward else None)
         self.predict = predict  # the task's answer parser (``task.predict``): what a completion answered
         self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
@@ -99,7 +99,7 @@ class Scorer:
                    default_step_reward=task_config.default_step_reward, learned=learned,
                    learned_weights=learned_weights, mixer=mixer, reward_timeout=task_config.reward_timeout,
                    penalty_in_rewards=cfg.rollout.invalid_penalty == "in_returns",
-                   predict=getattr(task, "predict", None), run_dir=cfg.train.output_dir)
+                   predict=task.predict, run_dir=cfg.train.output_dir)
 
     # --- scoring ---------------------------------------------------------------------------
     def score(self, episodes: list[Episode]) -> Scores:

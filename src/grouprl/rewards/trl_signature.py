@@ -52,7 +52,7 @@ def _value(name: str, raw: Any) -> tuple[float | None, str | None]:
 
 def as_typed_reward(fn: Callable, name: str | None = None) -> Callable:
     """A batch ``@reward_function`` that calls the TRL-signature ``fn`` with the dataset columns."""
-    rid = name or getattr(fn, "__name__", "trl_reward")
+    rid = name or str(getattr(fn, "__name__", "trl_reward"))
     accepted = inspect.signature(fn).parameters
     takes_var_kw = any(p.kind is p.VAR_KEYWORD for p in accepted.values())
 

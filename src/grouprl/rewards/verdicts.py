@@ -77,7 +77,7 @@ def align_step_rewards(step_rewards: list[float], step_outputs, weight: float = 
 
 def checked_parts(episodes: list[Episode], parts: dict[str, list[RewardPart]]) -> dict[str, list[RewardPart]]:
     """The parts with every invalid ``step_outputs`` turned into that sample's error (score dropped)."""
-    out = {}
+    out: dict[str, list[RewardPart]] = {}
     for key, column in parts.items():
         out[key] = []
         for ep, part in zip(episodes, column):

@@ -218,7 +218,7 @@ def _grow(tokenizer, state: _Live, step: Step, completion, parsed, settings: Con
     if parsed.calls:
         assistant["tool_calls"] = [{"id": c.id, "type": "function",
                                     "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
-    tool_messages = [{k: v for k, v in r.items() if k != "error"} for r in step.tool_results]
+    tool_messages = [{k: v for k, v in r.items() if k != "error"} for r in step.tool_results or []]
     end_of_turn = tokenizer.decode(completion.ids[-1:])
     suffix = continuation_text(tokenizer, state.messages + [assistant], tool_messages, settings, end_of_turn)
     suffix_ids = tokenizer(suffix, add_special_tokens=False)["input_ids"]

@@ -149,7 +149,8 @@ class RayEnvPool:
             self.started_ray = True
         actor = ray.remote(num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0)(EnvWorker)
         self.num_workers = num_workers
-        self.workers = [actor.remote() for _ in range(num_workers)]
+        # actor handles: Ray's types do not model ``handle.method.remote(...)``, so they stay Any
+        self.workers: list[Any] = [actor.remote() for _ in range(num_workers)]
         self.num_envs = 0
 
     def _check_open(self, what: str) -> None:

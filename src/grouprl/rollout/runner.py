@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grouprl.data.chat_format import render_prompt_ids
-from grouprl.records import Episode, Observation, Step
+from grouprl.records import Episode, Step
 from grouprl.rollout.conversation import ConversationSettings, conversation_settings, run_conversations
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
@@ -59,10 +59,6 @@ def episode_settings(cfg, task) -> EpisodeSettings | ConversationSettings:
                            show_admissible_actions=rollout.show_admissible_actions, **prompts)
 
 
-def render_prompt(tokenizer, messages: list[dict[str, str]]) -> str:
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-
-
 def run_episodes(
     factories: list[EnvFactory],
     rows: list[dict[str, Any]],
@@ -92,14 +88,13 @@ def run_episodes(
     seeds = list(seeds) if seeds is not None else [None] * n_groups
     episodes = [Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g])
                 for g in range(n_groups) for k in range(group_size)]
-    observations: list[Observation | None]
-    observations, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],
-                                            [seeds[g] for g in range(n_groups) for _ in range(group_size)])
-    observations = list(observations)
+    started, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],
+                                       [seeds[g] for g in range(n_groups) for _ in range(group_size)])
+    observations = dict(enumerate(started))  # the episodes still running, by index: what each one sees
     history: list[list[tuple[str, str]]] = [[] for _ in episodes]
 
     for _ in range(settings.max_steps):
-        live = [i for i, obs in enumerate(observations) if obs is not None]
+        live = list(observations)
         if not live:
             break
         # Episodes of a group often see the same prompt (always at the first step):
@@ -135,7 +130,10 @@ def run_episodes(
                 step.env_reward, step.env_info = float(result.reward), dict(result.info)
                 if result.done:
                     episodes[i].done = True
-                observations[i] = None if result.done else result.observation
+                if result.done or result.observation is None:  # it ended (an environment without a next view too)
+                    del observations[i]
+                else:
+                    observations[i] = result.observation
             episodes[i].steps.append(step)
             history[i].append((obs.text, comp.text))
     if log.isEnabledFor(logging.DEBUG):  # the counts walk every step: only when they are shown

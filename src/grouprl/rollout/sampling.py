@@ -10,6 +10,16 @@ if TYPE_CHECKING:
     from grouprl.config import Config
 
 
+def max_new_tokens_of(cfg: "Config") -> int:
+    """The rollout's completion cap. The config leaves it empty for the task's default, which
+    ``run_config.check_names`` fills in where the run is assembled."""
+    cap = cfg.rollout.max_new_tokens
+    if cap is None:
+        raise ValueError("rollout.max_new_tokens is unset: build the config with run_config.build_config, which "
+                         "fills in the task's default")
+    return cap
+
+
 @dataclass
 class SamplingParams:
     max_new_tokens: int = 16
@@ -23,14 +33,14 @@ class SamplingParams:
     def for_rollout(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
         """Training rollouts: the rollout section's sampling (``batch_size`` overrides the generate chunk)."""
         rollout = cfg.rollout
-        return cls(max_new_tokens=rollout.max_new_tokens, temperature=rollout.temperature, top_p=rollout.top_p,
+        return cls(max_new_tokens=max_new_tokens_of(cfg), temperature=rollout.temperature, top_p=rollout.top_p,
                    top_k=rollout.top_k, batch_size=batch_size or rollout.generation_batch_size)
 
     @classmethod
     def for_eval(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
         """Held-out evaluation: greedy unless ``eval_greedy`` is off, with eval's own length cap."""
         rollout, evaluation = cfg.rollout, cfg.eval
-        return cls(max_new_tokens=evaluation.eval_max_new_tokens or rollout.max_new_tokens,
+        return cls(max_new_tokens=evaluation.eval_max_new_tokens or max_new_tokens_of(cfg),
                    temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
                    greedy=evaluation.eval_greedy, batch_size=batch_size or evaluation.eval_batch_size)
 

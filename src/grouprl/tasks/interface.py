@@ -59,6 +59,12 @@ class Task:
     # Whether rows carry ``gold_completion`` (SFT warm start of the tiny model); environments play
     # demonstrations instead.
     has_gold_completions: bool = True
+    # What a completion answered, parsed from its text (the scorer records it as the verdict's ``prediction``);
+    # None: the task has no answer parser.
+    predict: Callable[[str], Any] | None = None
+    # A scripted solver for tool conversations, ``reply(prompt_text) -> str``: the tool SFT warm start
+    # (``job/tool_sft.py``) plays it on ``sft_rows(n)``. None: the task has no solver.
+    expert_reply: Callable[[str], str] | None = None
 
     def env_factory(self, row: dict[str, Any]) -> EnvFactory:
         raise NotImplementedError(f"{type(self).__name__}.env_factory")
@@ -69,6 +75,11 @@ class Task:
 
     def tokenizer_corpus(self) -> str:
         raise NotImplementedError(f"{type(self).__name__}.tokenizer_corpus")
+
+    def sft_rows(self, n: int) -> list[dict[str, Any]]:
+        """``n`` rows for the scripted solver's conversations (``expert_reply``), on seeds that training
+        and evaluation never use."""
+        raise NotImplementedError(f"{type(self).__name__}.sft_rows")
 
     def eval_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """The task's own evaluation measures beside accuracy (slates: next click, opinion)."""

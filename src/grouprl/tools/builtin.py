@@ -19,7 +19,7 @@ def calculator(expression: str) -> str:
     Args:
         expression: e.g. "4821 * 97"
     """
-    from grouprl.tasks.envs.calculator import CalcError, safe_eval  # the calculator env's AST walker, never eval
+    from grouprl.tools.arithmetic import CalcError, safe_eval  # an AST walker, never eval
 
     try:
         value = safe_eval(expression)

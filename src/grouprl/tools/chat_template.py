@@ -48,7 +48,7 @@ TOOL_CHAT_TEMPLATE = (
 def declares_tools(template: str | None) -> bool:
     """Whether a chat template renders a ``tools`` argument at all (a template that ignores it would
     hide the tools from the model)."""
-    return bool(template) and "tools" in template
+    return template is not None and "tools" in template
 
 
 def ensure_tool_template(tokenizer, choice: str = "auto") -> None:

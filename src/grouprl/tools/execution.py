@@ -54,7 +54,8 @@ class ToolSession:
     def __init__(self, tools: list[Tool], timeout_s: float = 10.0, sandbox_backend: str = "auto"):
         self.tools = {t.name: t for t in tools}
         self.timeout_s, self.sandbox_backend = timeout_s, sandbox_backend
-        self._runners: dict[str, object] = {}  # tool name -> its sandboxed runner (the interpreter's state)
+        # tool name -> its sandboxed runner (the interpreter's state)
+        self._runners: dict[str, PythonInterpreter | SandboxedFileTool] = {}
 
     def malformed(self, reason: str) -> ToolOutcome:
         return ToolOutcome("", None, f"Error: {reason}", "malformed")
@@ -89,7 +90,7 @@ class ToolSession:
             else:
                 runner = SandboxedFileTool(tool.source, self.timeout_s, backend=self.sandbox_backend)
             self._runners[tool.name] = runner
-        if tool.stateful:
+        if isinstance(runner, PythonInterpreter):  # stateful: per-episode cells
             return runner(**arguments)
         return runner(arguments)
 

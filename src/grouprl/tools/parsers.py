@@ -89,7 +89,10 @@ def parse_hermes(text: str) -> ParsedTurn:
         last = match.end()
         obj, error = _decode(match.group(1))
         call = error or _call_from_object(obj)
-        (turn.malformed if isinstance(call, str) else turn.calls).append(call)
+        if isinstance(call, str):
+            turn.malformed.append(call)
+        else:
+            turn.calls.append(call)
     rest = text[last:]
     if "<tool_call>" in rest:  # opened, never closed (often: cut at max_new_tokens)
         turn.malformed.append("unclosed <tool_call> tag")
@@ -118,7 +121,10 @@ def parse_mistral(text: str) -> ParsedTurn:
         return turn
     for obj in objects if isinstance(objects, list) else [objects]:
         call = _call_from_object(obj)
-        (turn.malformed if isinstance(call, str) else turn.calls).append(call)
+        if isinstance(call, str):
+            turn.malformed.append(call)
+        else:
+            turn.calls.append(call)
     return turn
 
 

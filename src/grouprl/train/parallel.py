@@ -115,24 +115,6 @@ def all_reduce_sum(value: torch.Tensor | float) -> torch.Tensor:
     return t
 
 
-def all_gather_cat(t: torch.Tensor) -> torch.Tensor:
-    """Concatenate every process's tensor along dim 0, in rank order (shares may differ in length).
-
-    Exact: values are copied, never summed, so e.g. the std of the result is the std the single
-    process would compute on the whole batch."""
-    if not _active():
-        return t.clone()
-    world = dist.get_world_size()
-    sizes = [torch.zeros(1, dtype=torch.long) for _ in range(world)]
-    dist.all_gather(sizes, torch.tensor([t.shape[0]], dtype=torch.long))
-    longest = int(max(int(s) for s in sizes))
-    padded = torch.zeros((longest, *t.shape[1:]), dtype=t.dtype)
-    padded[: t.shape[0]] = t
-    parts = [torch.empty_like(padded) for _ in range(world)]
-    dist.all_gather(parts, padded)
-    return torch.cat([p[: int(s)] for p, s in zip(parts, sizes)])
-
-
 def gather_objects(obj: T) -> list[T]:
     """Every process's ``obj`` (picklable), in rank order, on every process."""
     if not _active():

@@ -21,7 +21,7 @@ from typing import Any
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config
-from grouprl.observe.sinks import MetricsSink
+from grouprl.observe.sinks import Sink
 from grouprl.policy.loading import Policy
 from grouprl.records import Episode
 from grouprl.rewards.sandbox import runner as sandbox
@@ -312,7 +312,7 @@ class Trainer:
             state["curriculum"] = curriculum
         return state
 
-    def train(self, sink: MetricsSink) -> list[dict[str, float]]:
+    def train(self, sink: Sink) -> list[dict[str, float]]:
         """Steps until ``max_steps``: each logged, shown to the observers (logs, evaluation, completions, hub,
         rotation) and, every ``save_steps``, checkpointed after them; then the final checkpoint."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn

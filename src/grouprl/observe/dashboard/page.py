@@ -23,7 +23,7 @@ STYLES = ("uPlot.min.css", "style.css")
 
 
 def _asset(name: str) -> str:
-    return resources.files("grouprl.observe.dashboard").joinpath("assets", name).read_text(encoding="utf-8")
+    return resources.files("grouprl.observe.dashboard").joinpath("assets").joinpath(name).read_text(encoding="utf-8")
 
 
 def _script_safe(text: str) -> str:

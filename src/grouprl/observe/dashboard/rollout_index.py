@@ -85,6 +85,7 @@ class RolloutIndex:
 
     def _index_lines(self, data: bytes, base: int) -> None:
         pos = base
+        step: int | None
         for line in data.split(b"\n")[:-1]:  # data ends with a newline: the last piece is empty
             end = pos + len(line) + 1
             m = _LINE_PREFIX.match(line)
@@ -181,7 +182,7 @@ def _record(line: bytes) -> dict[str, Any] | None:
 def _step_and_group(line: bytes) -> tuple[int | None, int | None]:
     row = _record(line)
     step = step_of(row)
-    if step is None:
+    if row is None or step is None:
         return None, None
     return step, row["group"] if isinstance(row.get("group"), int) else None
 

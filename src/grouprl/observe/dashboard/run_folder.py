@@ -13,7 +13,7 @@ import re
 import shlex
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import yaml
 
@@ -193,7 +193,7 @@ def reproduce_commands(config: dict[str, Any] | None, folder: Path, last_checkpo
     return commands
 
 
-def open_runs(dirs: list[str | os.PathLike]) -> list[RunFolder]:
+def open_runs(dirs: Sequence[str | os.PathLike]) -> list[RunFolder]:
     """Run folders named by their last path part, or by more parts where two would share a name."""
     paths = [Path(d).resolve() for d in dirs]
     depth = 1

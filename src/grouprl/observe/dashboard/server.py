@@ -35,7 +35,7 @@ class BadRequest(ValueError):
     pass
 
 
-def _int_arg(query: dict[str, list[str]], name: str, default: int | None = None) -> int | None:
+def _int_arg(query: dict[str, list[str]], name: str, default: int | None = None) -> int:
     values = query.get(name)
     if not values:
         if default is None:
@@ -123,7 +123,7 @@ class DashboardServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}/"
 
     def serve_forever(self) -> None:
         self.httpd.serve_forever(poll_interval=0.2)

@@ -33,9 +33,10 @@ def normalize_number(text: str) -> str | None:
     Pure string work (no ``Decimal``, no ``int``): a 29-digit or a million-digit number is just a
     longer string, never an error."""
     text = str(text).strip()
-    if not re.fullmatch(NUMBER, text, re.ASCII):
+    parts = _NUMBER_PARTS.fullmatch(text) if re.fullmatch(NUMBER, text, re.ASCII) else None
+    if parts is None:
         return None
-    sign, whole, fraction = _NUMBER_PARTS.fullmatch(text).groups()
+    sign, whole, fraction = parts.groups()
     whole = whole.replace(",", "").lstrip("0") or "0"
     fraction = (fraction or "").rstrip("0")
     if whole == "0" and not fraction:  # "-0" and "0.00" are 0

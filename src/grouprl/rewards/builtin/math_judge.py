@@ -56,6 +56,7 @@ def _start() -> subprocess.Popen:
 
 
 def _read_line(proc: subprocess.Popen, timeout_s: float) -> str | None:
+    assert proc.stdout is not None  # _start opens it as a pipe
     deadline = time.monotonic() + timeout_s
     while True:
         left = deadline - time.monotonic()
@@ -65,6 +66,12 @@ def _read_line(proc: subprocess.Popen, timeout_s: float) -> str | None:
         if ready:
             line = proc.stdout.readline()
             return line or None  # '' = the worker died
+
+
+def _send(proc: subprocess.Popen, request: dict) -> None:
+    assert proc.stdin is not None  # _start opens it as a pipe
+    proc.stdin.write(json.dumps(request) + "\n")
+    proc.stdin.flush()
 
 
 def _kill(proc: subprocess.Popen) -> str:
@@ -103,13 +110,11 @@ def judge(completion: str | None, ground_truth, timeout_seconds: float = 5.0) ->
         proc = _start()
     request = {"completion": completion, "gold": str(ground_truth), "timeout": max(1, int(timeout_seconds))}
     try:
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
+        _send(proc, request)
     except OSError:  # died since its last answer: one fresh try
         _kill(proc)
         proc = _start()
-        proc.stdin.write(json.dumps(request) + "\n")
-        proc.stdin.flush()
+        _send(proc, request)
     line = _read_line(proc, budget)
     if line is None:
         _kill(proc)
@@ -126,10 +131,4 @@ def judge(completion: str | None, ground_truth, timeout_seconds: float = 5.0) ->
 def gold_parses(ground_truth, timeout_seconds: float = 5.0) -> bool:
     """Whether math-verify finds an answer in ``ground_truth`` (a gold row is usable)."""
     return judge(None, ground_truth, timeout_seconds).gold is not None
-
-
-def worker_count() -> int:
-    """Live worker processes (a metric, and what tests check after a kill)."""
-    with _lock:
-        return sum(p.poll() is None for p in _all)
 

@@ -38,14 +38,16 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
     """(language, body) of every fenced code block, in order. A linear scan with ``str.find``: the
     regex it replaces (``_FENCE``) took quadratic time on a run of backticks (100k: 38 s)."""
     text = text or ""
-    blocks, pos = [], 0
+    blocks: list[tuple[str, str]] = []
+    pos = 0
     while True:
         start = text.find("```", pos)
         eol = text.find("\n", start) if start >= 0 else -1
         end = text.find("```", eol + 1) if eol >= 0 else -1
         if end < 0:
             return blocks
-        blocks.append((_LANG.match(text, start + 3, eol).group(1).lower(), text[eol + 1:end]))
+        lang = _LANG.match(text, start + 3, eol)  # it always matches (perhaps nothing)
+        blocks.append(((lang.group(1) if lang else "").lower(), text[eol + 1:end]))
         pos = end + 3
 
 
@@ -168,7 +170,8 @@ def _normalize_calls(calls: Any, what: str) -> list[tuple[str, str]]:
     for i, call in enumerate(calls):
         if not isinstance(call, dict):
             raise ValueError(f"{what}[{i}] must be an object, got {type(call).__name__}")
-        fn = call.get("function") if isinstance(call.get("function"), dict) else call
+        function = call.get("function")
+        fn = function if isinstance(function, dict) else call
         name = fn.get("name")
         if not isinstance(name, str):
             raise ValueError(f"{what}[{i}] has no string 'name'")

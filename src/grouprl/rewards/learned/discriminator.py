@@ -121,8 +121,8 @@ class GailDiscriminator:
     def score(self, episodes: list[Episode]) -> list[float]:
         """GAIL_ALPHA * D(chosen item) for parseable in-range choices, 0 for the rest."""
         choices = [valid_choice(ep, self.allow_bare_number) for ep in episodes]
-        scored = [i for i, c in enumerate(choices) if c is not None]
-        probs = self.p_expert([example_for(episodes[i].row, choices[i], 0, self.show_ids) for i in scored])
+        scored = {i: c for i, c in enumerate(choices) if c is not None}
+        probs = self.p_expert([example_for(episodes[i].row, c, 0, self.show_ids) for i, c in scored.items()])
         rewards = [0.0] * len(episodes)
         for i, p in zip(scored, probs.tolist()):
             rewards[i] = self.alpha * p

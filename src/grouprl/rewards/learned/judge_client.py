@@ -107,9 +107,9 @@ class JudgeClient:
 
             async def one(key: str, request: dict[str, Any]) -> None:
                 async with gate:
-                    answers[key] = await self._with_retries(client, request)
-                if answers[key].text is not None:
-                    self.cache.put(key, answers[key].text, answers[key].usage)
+                    answers[key] = reply = await self._with_retries(client, request)
+                if reply.text is not None:
+                    self.cache.put(key, reply.text, reply.usage)
 
             tasks = [asyncio.ensure_future(one(k, r)) for k, r in todo]
             try:

@@ -102,7 +102,9 @@ class SequenceClassifier:
         return {int(i): str(n) for i, n in (self.model.config.id2label or {}).items()}
 
     def render(self, conversation: list[dict[str, Any]]) -> str:
-        return self.tokenizer.apply_chat_template(conversation, chat_template=self.template, tokenize=False)
+        text = self.tokenizer.apply_chat_template(conversation, chat_template=self.template, tokenize=False)
+        assert isinstance(text, str)  # tokenize=False renders one string
+        return text
 
     def encode(self, texts: list[str]) -> tuple[dict[str, torch.Tensor], list[bool]]:
         full = self.tokenizer(texts, add_special_tokens=False)["input_ids"]

@@ -10,7 +10,7 @@ them for every process of the run. We make one below our own cgroup:
 
 When neither works, ``SandboxCgroup.create`` returns None and the sandbox relies on its other
 limits (``docs/security.md`` says which hold where). A process joins by writing its pid to
-``procs_file`` before it execs the sandbox (see ``join_command``).
+its ``procs_files`` (``cgroup.procs``) before it execs the sandbox (see ``join_command``).
 """
 
 from __future__ import annotations

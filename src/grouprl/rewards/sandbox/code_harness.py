@@ -37,6 +37,7 @@ import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterable
 
 MARK = "__GROUPRL_PROBE_VALUES__"
 _V = "__grouprl_v"
@@ -86,7 +87,8 @@ class _Probes(ast.NodeTransformer):
     """Replaces the smallest sub-expressions that need the solution by ``__grouprl_v[i]``."""
 
     def __init__(self, tainted: set[str], first_index: int):
-        self.tainted, self.sources, self.first = tainted, [], first_index
+        self.tainted, self.first = tainted, first_index
+        self.sources: list[str] = []
         self.scope_bound: list[set[str]] = []
 
     def _needs_solution(self, node: ast.AST) -> bool:
@@ -192,9 +194,9 @@ def split_test(source: str, solution: str = "") -> SplitTest:
     # Helper statements the probes depend on run on both sides (they hold no solution values).
     needed = set().union(*(_loaded(s) for kind, s in placed if kind == "child")) if placed else set()
     probes_count = 0
-    child_side: list[tuple[str, str]] = []
+    child_side: list[tuple[str, str | ast.stmt]] = []  # ("eval" | "exec", source) or ("helper", statement)
     for kind, stmt in placed:
-        if kind == "assert":
+        if isinstance(stmt, ast.Assert):  # placed as "assert"
             probes = _Probes(tainted, probes_count)
             check = probes.visit(stmt.test)
             for src in probes.sources:
@@ -208,9 +210,9 @@ def split_test(source: str, solution: str = "") -> SplitTest:
         else:
             out.judge_ops.append(("exec", ast.unparse(stmt), []))
             child_side.append(("helper", stmt))  # resolved below once all needs are known
-    kept: list[tuple[str, str]] = []
+    kept: list[tuple[str, str | ast.stmt]] = []
     for kind, item in reversed(child_side):  # backwards, so a helper's own needs are seen in time
-        if kind != "helper":
+        if isinstance(item, str):  # an eval or exec source; helpers are statements
             kept.append((kind, item))
         elif _bound_names(item) & needed or not _bound_names(item) and _loaded(item) & needed:  # or xs.sort()
             if any(isinstance(n, ast.Assert) for n in ast.walk(item)):
@@ -230,8 +232,9 @@ def _split_unpacking(stmt: ast.stmt) -> list[ast.stmt]:
     if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
             and isinstance(stmt.targets[0], (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List))):
         return [stmt]
-    names, values = stmt.targets[0].elts, stmt.value.elts
-    if (len(names) != len(values) or not all(isinstance(n, ast.Name) for n in names)
+    targets, values = stmt.targets[0].elts, stmt.value.elts
+    names = [n for n in targets if isinstance(n, ast.Name)]
+    if (len(names) != len(values) or len(names) != len(targets)
             or any(isinstance(v, ast.Starred) for v in values)
             or {n.id for n in names} & set().union(*(_loaded(v) for v in values))):
         return [stmt]
@@ -247,10 +250,11 @@ def _read_paths(trees: list[ast.AST], name: str) -> set[tuple]:
         parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Name) and node.id == name and isinstance(node.ctx, ast.Load):
-                path, cur = [], node
-                while isinstance(parent.get(cur), ast.Subscript) and parent[cur].value is cur:
-                    cur = parent[cur]
-                    key = _literal(cur.slice)
+                path: list[int | str | bytes | float | None] = []
+                cur: ast.AST = node
+                while isinstance(up := parent.get(cur), ast.Subscript) and up.value is cur:
+                    cur = up
+                    key = _literal(up.slice)
                     path.append(key if isinstance(key, (int, str, bytes, float)) else None)
                 paths.add(tuple(path))
     return paths
@@ -261,6 +265,8 @@ def _prune(value, paths: set[tuple]):
     ``_NOT_LITERAL`` where it cannot be cut down so (a string read by index, say)."""
     if () in paths:
         return value
+    out: object  # the pruned dict, list or tuple; items: its values
+    items: Iterable[Any]
     if isinstance(value, dict):
         parts = {k: _prune(v, {p[1:] for p in paths if p[0] is None or p[0] == k}) for k, v in value.items()
                  if any(p[0] is None or p[0] == k for p in paths)}

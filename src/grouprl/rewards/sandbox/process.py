@@ -127,6 +127,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _feed_stdin(proc: subprocess.Popen, data: bytes) -> None:
+    assert proc.stdin is not None  # the program is started with stdin=PIPE
     try:
         if data:
             proc.stdin.write(data)
@@ -200,7 +201,8 @@ def execute(cmd: list[str], *, env: dict[str, str], cwd: str | None, stdin: str,
         r.join(timeout=2.0)
     for s in (proc.stdout, proc.stderr):
         try:
-            s.close()
+            if s is not None:
+                s.close()
         except OSError:
             pass
     os.set_blocking(start_r, False)

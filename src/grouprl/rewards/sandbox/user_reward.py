@@ -75,9 +75,11 @@ def _check_file(spec: str, path: Path, source: str, name: str, memory_mb: int) -
     here, never executed), or an import that fails or exits in the sandbox, or no such function."""
     try:
         compile(source, str(path), "exec")
-    except (SyntaxError, ValueError) as err:
-        line = f" line {err.lineno}" if getattr(err, "lineno", None) else ""
-        raise KeyError(f"reward '{spec}': {path}{line}: {type(err).__name__}: {getattr(err, 'msg', err)}") from None
+    except SyntaxError as err:
+        line = f" line {err.lineno}" if err.lineno else ""
+        raise KeyError(f"reward '{spec}': {path}{line}: {type(err).__name__}: {err.msg}") from None
+    except ValueError as err:  # e.g. a null byte in the source
+        raise KeyError(f"reward '{spec}': {path}: ValueError: {err}") from None
     try:
         line, res = _sandboxed_run(source, path, name, [], DEFAULT_SAMPLE_TIMEOUT_S, memory_mb, check_only=True)
     except RuntimeError as err:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -58,9 +59,10 @@ def checkpoint_weights(model) -> list[tuple[str, torch.Tensor]]:
     merged = {}
     for prefix, module in model.named_modules():
         if isinstance(module, LoraLayer) and module.active_adapters:
-            weight = module.get_base_layer().weight.detach()
+            layer: Any = module  # peft declares get_delta_weight on LoraLayer's subclasses (Linear, Embedding, ...)
+            weight = layer.get_base_layer().weight.detach()
             merged[prefix + ".base_layer.weight"] = weight + sum(
-                module.get_delta_weight(a).to(weight.dtype) for a in module.active_adapters if a in module.lora_A)
+                layer.get_delta_weight(a).to(weight.dtype) for a in layer.active_adapters if a in layer.lora_A)
     out = []
     for name, t in model.state_dict().items():
         if "lora_" in name or ".original_module." in name:  # the adapters (inside W now); a replaced copy
@@ -110,8 +112,8 @@ def _sampling(params: SamplingParams, n: int, stops: int | list[int]):
 
 
 def sample(llm, prompt_ids: list[list[int]], params: SamplingParams,
-           eos: int | list[int]) -> list[tuple[list[int], list[float]]]:
-    """(token ids, their sampling log-probs) per prompt, in order. Identical prompts become one request
+           eos: int | list[int]) -> list[tuple[list[int], list[float] | None]]:
+    """(token ids, their sampling log-probs, None where vLLM gave none) per prompt, in order. Identical prompts become one request
     with ``n`` samples: vLLM prefills the prompt once and forks its KV cache, instead of K prefills."""
     runs = group_identical(prompt_ids)
     requests = [{"prompt_token_ids": list(p)} for p, _ in runs]

@@ -32,7 +32,7 @@ import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from grouprl.rollout.generation import SamplingParams
+from grouprl.rollout.sampling import SamplingParams
 
 
 class BadRequest(ValueError):
@@ -89,7 +89,7 @@ class EngineServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host.decode() if isinstance(host, bytes) else host}:{port}"
 
     def stop_soon(self) -> None:
         """Stop ``serve_forever`` from any thread (``shutdown`` blocks until it returns, so not on its own)."""

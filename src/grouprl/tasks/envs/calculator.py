@@ -7,16 +7,13 @@ reward 1.0 when the number equals the answer (compared with
 its last non-empty line (``<action>...</action>`` tags are stripped first), so reasoning may
 come before it. Anything else is invalid: reward 0.0, nothing advances, ``info["invalid"]``.
 
-Expressions are evaluated by an AST walker, never ``eval``: numbers, ``+ - * / // % **``,
+Expressions are evaluated by ``tools/arithmetic.py``'s AST walker, never ``eval``: numbers, ``+ - * / // % **``,
 parentheses and unary signs only; exponents and result sizes are bounded; errors such as a
 division by zero come back as an ``error: ...`` result rather than an exception.
 """
 
 from __future__ import annotations
 
-import ast
-import math
-import operator
 import re
 from typing import Any
 
@@ -24,10 +21,7 @@ from grouprl.records import Observation, StepResult, stable_id
 from grouprl.rewards.builtin.gsm8k import NUMBER, normalize_number
 from grouprl.tasks.envs.grid_base import strip_tags
 from grouprl.tasks.interface import Environment
-
-MAX_EXPRESSION_CHARS = 200
-MAX_EXPONENT = 64
-MAX_MAGNITUDE = 10**100
+from grouprl.tools.arithmetic import CalcError, safe_eval
 
 SYSTEM_PROMPT = (
     "Solve the problem. You have a calculator: to use it, answer with "
@@ -38,57 +32,6 @@ SYSTEM_PROMPT = (
 
 _CALC = re.compile(r"^calc\((.*)\)$", re.DOTALL)
 _FINAL = re.compile(rf"^Final:[ \t]*({NUMBER})$")
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-_UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
-
-
-class CalcError(ValueError):
-    """An expression the calculator refuses or cannot evaluate."""
-
-
-def _check(value: Any) -> int | float:
-    if isinstance(value, complex):
-        raise CalcError("complex result")
-    if isinstance(value, float) and not math.isfinite(value):
-        raise CalcError("result is not finite")
-    if abs(value) > MAX_MAGNITUDE:
-        raise CalcError("result too large")
-    return value
-
-
-def _walk(node: ast.AST) -> int | float:
-    if isinstance(node, ast.Expression):
-        return _walk(node.body)
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return _check(node.value)
-    if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
-        return _UNARY[type(node.op)](_walk(node.operand))
-    if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-        left, right = _walk(node.left), _walk(node.right)
-        if isinstance(node.op, ast.Pow) and abs(right) > MAX_EXPONENT:
-            raise CalcError(f"exponent larger than {MAX_EXPONENT}")
-        try:
-            return _check(_BINARY[type(node.op)](left, right))
-        except ZeroDivisionError:
-            raise CalcError("division by zero") from None
-        except OverflowError:
-            raise CalcError("result too large") from None
-    raise CalcError(f"unsupported expression element: {type(node).__name__}")
-
-
-def safe_eval(expression: str) -> int | float:
-    """The value of an arithmetic expression; raises :class:`CalcError` on anything else."""
-    if len(expression) > MAX_EXPRESSION_CHARS:
-        raise CalcError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
-    try:
-        tree = ast.parse(expression.strip(), mode="eval")
-    except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise CalcError("invalid syntax") from None
-    try:
-        return _walk(tree)
-    except RecursionError:
-        raise CalcError("expression nested too deeply") from None
 
 
 def format_number(value: float) -> str:

@@ -26,18 +26,12 @@ def parse_action(action: str) -> str:
 
 
 class GridMoveEnv(Environment):
-    """Subclasses set ``system_prompt`` and ``board_name`` and implement ``_move``, ``_outcome``,
-    ``render`` and ``anchor_state``; ``reset`` sets ``steps = 0`` and ``done = False``."""
+    """Subclasses set ``system_prompt`` and ``board_name``, set ``instructions`` (the system message's
+    task text: their ``instructions=`` argument, else ``system_prompt``) and implement ``_move``,
+    ``_outcome``, ``render`` and ``anchor_state``; ``reset`` sets ``steps = 0`` and ``done = False``."""
 
     system_prompt = ""
     board_name = "board"
-
-    custom_instructions: str | None = None
-
-    @property
-    def instructions(self) -> str:
-        """The task text the prompt builder puts in the system message (``instructions=`` overrides it)."""
-        return self.custom_instructions or self.system_prompt
 
     max_steps = 0
     steps = 0

@@ -84,7 +84,7 @@ class GridWorld(GridMoveEnv):
 
     def __init__(self, size: int = 4, hole_fraction: float = 0.2, slippery: float = 0.0,
                  max_steps: int | None = None, instructions: str | None = None):
-        self.custom_instructions = instructions
+        self.instructions = instructions or self.system_prompt
         if size < 2:
             raise ValueError("gridworld: size must be at least 2")
         if not 0.0 <= slippery <= 1.0:

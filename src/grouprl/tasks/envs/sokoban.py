@@ -82,7 +82,7 @@ class Sokoban(GridMoveEnv):
 
     def __init__(self, size: int = 6, boxes: int = 1, max_steps: int | None = None,
                  instructions: str | None = None):
-        self.custom_instructions = instructions
+        self.instructions = instructions or self.system_prompt
         if size < 4:
             raise ValueError("sokoban: size must be at least 4")
         if boxes < 1 or 2 * boxes + 1 > (size - 2) ** 2:

@@ -119,9 +119,9 @@ def stance_line(row: dict[str, Any], issue: IssueSpec | None) -> str | None:
 
 
 def _seconds(entry: dict[str, Any], seconds_key: str, ms_key: str) -> float | None:
-    value = as_number(entry.get(seconds_key))
-    if value is None and as_number(entry.get(ms_key)) is not None:
-        value = as_number(entry.get(ms_key)) / 1000.0
+    value, ms = as_number(entry.get(seconds_key)), as_number(entry.get(ms_key))
+    if value is None and ms is not None:
+        value = ms / 1000.0
     return value
 
 
@@ -176,10 +176,11 @@ def survey_sentence(row: dict[str, Any], issue: IssueSpec | None) -> str:
                ("freq_youtube", "YouTube use", text), ("newsint", "news interest", text))
     parts = [f"{label} {fmt(field_value(row, key))}" for key, label, fmt in general
              if field_value(row, key) is not None]
-    for key, label in issue.items if issue else ():
+    items, yes_no = (issue.items, issue.yes_no_items) if issue else ((), ())
+    for key, label in items:
         value = field_value(row, key)
         if value is not None:
-            parts.append(f"{label}: {_plain(value, key in issue.yes_no_items)}")
+            parts.append(f"{label}: {_plain(value, key in yes_no)}")
     return ("; ".join(parts) + ".") if parts else ""
 
 

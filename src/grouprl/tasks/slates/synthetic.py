@@ -204,8 +204,10 @@ def read_rule(row: dict[str, Any]) -> tuple[int, str]:
 
     slants = channel_slants()
     issue = schema.issue_of(row)
-    index_key = issue.index_before
-    stance = 1 if schema.as_number(schema.field_value(row, index_key)) > 0.5 else -1
+    before = schema.as_number(schema.field_value(row, issue.index_before)) if issue else None
+    if before is None:
+        raise ValueError(f"read_rule: row {row.get('id', '?')!r} has no issue with an opinion index before watching")
+    stance = 1 if before > 0.5 else -1
     items = schema.slate_items(row)
     current = Video(row["current_video_id"], row["current_video_title"], row["current_video_channel"],
                     slants[row["current_video_channel"]], 1, 0, 0, 0)

@@ -86,16 +86,16 @@ def arithmetic_task(n: int):
 def test_tiny_tokenizer_round_trips_prompts(tiny_arithmetic_dir):
     """The prompt the policy sees must be the rendered chat text, character for character.
 
-    NOTE: fails against the current src: load_tokenizer() uses AutoTokenizer, which in
-    transformers 5 loads the tiny model's character tokenizer as Qwen2Tokenizer (by the model
-    type) and rebuilds a byte-level pipeline that drops every space and newline.
+    AutoTokenizer alone would not: transformers 5 loads the tiny model's character tokenizer as
+    Qwen2Tokenizer (by the model type) and rebuilds a byte-level pipeline that drops every space and
+    newline (``policy/loading.py:auto_tokenizer`` reads the declared class instead).
     """
-    from grouprl.rollout.runner import render_prompt
     from grouprl.tasks.base import SingleTurnEnv
 
     tok = load_tokenizer(str(tiny_arithmetic_dir))
     task = arithmetic_task(4)
-    text = render_prompt(tok, SingleTurnEnv(task.messages(task.eval_rows[0])).reset().messages)
+    messages = SingleTurnEnv(task.messages(task.eval_rows[0])).reset().messages
+    text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert text.endswith("<|im_start|>assistant\n")
     ids = tok(text, add_special_tokens=False)["input_ids"]
     assert tok.decode(ids) == text

@@ -18,7 +18,7 @@ import pytest
 from grouprl.rewards.sandbox import runner as sandbox
 from grouprl.rewards.sandbox.runner import SandboxFallbackWarning, run_in_sandbox, run_many
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def run(code: str, **kw):

@@ -27,7 +27,7 @@ from grouprl.rewards.sandbox import runner as sandbox
 from grouprl.rewards.sandbox.cgroup import SandboxCgroup
 from grouprl.rewards.sandbox.runner import run_in_sandbox
 
-REPO_SRC = Path(__file__).resolve().parents[2] / "src"
+REPO_SRC = Path(__file__).resolve().parents[3] / "src"
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
@@ -196,7 +196,7 @@ def test_only_system_and_interpreter_are_visible(tmp_path):
         sock.bind(str(planted / "service.sock"))
         os.chmod(planted / "service.sock", 0o777)
         sock.listen(1)
-        project = Path(__file__).resolve().parents[2]
+        project = Path(__file__).resolve().parents[3]
         code = (
             "import os, socket\n"
             f"for p in [{str(planted / 'test.jsonl')!r}, {str(planted / 'token')!r}, "

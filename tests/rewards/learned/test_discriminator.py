@@ -13,7 +13,7 @@ from grouprl.rewards.learned.discriminator_text import choice_cut_rate, example_
 from grouprl.rewards.learned.mixer import LearnableMixer
 from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
 from grouprl.tasks.slates.rows import prepare_rows
-from grouprl.config.task_sections import grail_settings
+from grouprl.config.task_sections import GrailConfig
 from grouprl.tasks.slates.settings import build_discriminator, build_mixer
 from grouprl.tasks.slates.synthetic import generate_issue
 
@@ -74,8 +74,8 @@ def test_bare_numbers_follow_the_accuracy_reward_setting(rows, disc_dir, monkeyp
     monkeypatch.delenv("PUREACC_ALLOW_BARE_NUMBER", raising=False)
     r = rows[0]
     bare = [episode(r, str(wrong(r))), episode(r, str(r["gold_index"]), index=1)]
-    off = build_discriminator(grail_settings({"gail_device": "cpu"}, environ={}), model=str(disc_dir))
-    on = build_discriminator(grail_settings({"gail_device": "cpu", "pureacc_allow_bare_number": True}, environ={}),
+    off = build_discriminator(GrailConfig(gail_device="cpu"), model=str(disc_dir))
+    on = build_discriminator(GrailConfig(gail_device="cpu", pureacc_allow_bare_number=True),
                              model=str(disc_dir))
     assert off.score(bare) == [0.0, 0.0] and all(s > 0 for s in on.score(bare))
     assert [e.label for e in build_examples(bare, allow_bare_number=True)] == [1, 0]
@@ -131,8 +131,7 @@ def test_eval_mode_freezes_both(rows, disc_dir):
 
 
 def test_checkpoint_round_trip(rows, disc_dir, tmp_path):
-    settings = grail_settings({"gail_lr": 1e-3, "gail_replay": 16, "gail_minibatch": 4, "gail_updates": 2,
-                               "gail_device": "cpu"}, environ={})
+    settings = GrailConfig(gail_lr=1e-3, gail_replay=16, gail_minibatch=4, gail_updates=2, gail_device="cpu")
     disc, mixer = build_discriminator(settings, model=str(disc_dir)), build_mixer(settings)
     eps = [episode(r, answer(wrong(r)), group=g) for g, r in enumerate(rows[:6])]
     disc.update(eps)
@@ -150,14 +149,6 @@ def test_checkpoint_round_trip(rows, disc_dir, tmp_path):
     mixer.update(torch.ones(2), torch.zeros(2)), mixer2.update(torch.ones(2), torch.zeros(2))
     assert all(torch.equal(a, b) for a, b in zip(disc.model.state_dict().values(), disc2.model.state_dict().values()))
     assert disc.score(more) == disc2.score(more) and mixer.weights() == mixer2.weights()
-
-
-def test_settings_env_over_config():
-    s = grail_settings({"gail_lr": 1e-4, "gail_use": False, "grail_max_history": 3},
-                       environ={"GAIL_LR": "5e-3", "GRAIL_SHOW_IDS": "1"})
-    assert (s.gail_lr, s.gail_use, s.grail_max_history, s.grail_show_ids) == (5e-3, False, 3, True)
-    with pytest.raises(ValueError, match="GAIL_USE: got 'maybe'"):
-        grail_settings({}, environ={"GAIL_USE": "maybe"})
 
 
 def test_word_tokenizer_round_trips_chat_prompts(rows):
