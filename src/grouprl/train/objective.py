@@ -15,6 +15,7 @@ from typing import Any
 from grouprl.algos.entropy import EntropyBonus
 from grouprl.algos.policy_losses import Loss, get_loss
 from grouprl.config import ConfigError
+from grouprl.user_code import names_code
 from grouprl.train.user_loss import checked_user_loss
 
 log = logging.getLogger(__name__)
@@ -30,7 +31,7 @@ def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
         loss = get_loss(objective.loss)
     except (KeyError, TypeError) as err:
         raise ConfigError(f"config key 'loss' (section objective): {err.args[0] if err.args else err}") from None
-    if ":" in objective.loss:  # a user's loss: every return checked against the contract (train/user_loss.py)
+    if names_code(objective.loss):  # a user's loss: every return checked against the contract (train/user_loss.py)
         loss = replace(loss, fn=checked_user_loss(loss.name, loss.fn))
     options = {
         name: getattr(algorithm, name)
