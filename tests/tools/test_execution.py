@@ -93,3 +93,49 @@ def test_a_users_file_tool_in_the_sandbox(tmp_path):
     assert outcome.error == "raised" and "No such file" in outcome.content
     trusted = ToolSession(resolve_tools([f"{path}:peek"]), timeout_s=10)
     assert trusted.call(ToolCall("peek", {"path": str(tmp_path / "data.txt")})).content == "on the host"
+
+
+def stall(seconds: float) -> str:
+    """Never answer in time.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "late"
+
+
+def test_stalled_in_process_calls_take_no_shared_slot_and_builtins_keep_answering():
+    """Twenty calls to a tool that stalls (more than any worker pool): each is a timeout error, the
+    calculator still answers at once after them, and the stalled calls are counted, up to a bound."""
+    from grouprl.tools.execution import MAX_STALLED_PER_TOOL, stalled_calls
+
+    s = ToolSession(resolve_tools(["calculator"]) + [make_tool(stall)], timeout_s=0.2)
+    for _ in range(20):
+        assert s.call(ToolCall("stall", {"seconds": 30})).error == "timeout"
+    start = time.perf_counter()
+    assert s.call(ToolCall("calculator", {"expression": "6 * 7"})).content == "42"
+    assert time.perf_counter() - start < 0.5
+    assert stalled_calls("stall") == MAX_STALLED_PER_TOOL  # past the bound the tool is not called again
+    refused = s.call(ToolCall("stall", {"seconds": 0}))
+    assert refused.error == "timeout" and "never returned" in refused.content
+
+
+def test_a_process_with_a_stalled_tool_call_exits(tmp_path):
+    """A trainer whose tool hangs forever must still exit when its work is done."""
+    import subprocess
+    import sys
+
+    program = (
+        "import time\n"
+        "from grouprl.tools import ToolCall, ToolSession, make_tool\n"
+        "def hang(x: int) -> str:\n"
+        "    '''Hang.\n\n    Args:\n        x: anything\n    '''\n"
+        "    time.sleep(3600)\n"
+        "s = ToolSession([make_tool(hang)], timeout_s=0.2)\n"
+        "print(s.call(ToolCall('hang', {'x': 1})).error, flush=True)\n"
+    )
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "timeout", done.stderr[-500:]
+    assert time.perf_counter() - start < 30

@@ -5,6 +5,8 @@
   arguments) over attempted calls;
 - ``tools/error_rate`` and ``tools/errors/<kind>``: calls the tool itself failed (raised, timeout,
   sandbox) over attempted calls, and the count of each kind;
+- ``tools/stalled_calls``: in-process calls that overran their timeout and are still running (their
+  threads are abandoned, ``tools/execution.py``);
 - ``tools/ended/<reason>``: the share of episodes that ended on an answer, ``max_tool_calls``, the
   context cap or a turn cut at ``max_new_tokens``.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections import Counter
 
 from grouprl.records import Episode
-from grouprl.tools.execution import ERROR_KINDS, INVALID_KINDS
+from grouprl.tools.execution import ERROR_KINDS, INVALID_KINDS, stalled_calls
 
 
 def tool_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -29,6 +31,7 @@ def tool_metrics(episodes: list[Episode]) -> dict[str, float]:
         "tools/calls_per_episode": calls / n,
         "tools/invalid_call_rate": sum(kinds[k] for k in INVALID_KINDS) / per_call,
         "tools/error_rate": sum(kinds[k] for k in ERROR_KINDS if k not in INVALID_KINDS) / per_call,
+        "tools/stalled_calls": float(stalled_calls()),
     }
     metrics.update({f"tools/errors/{k}": float(kinds[k]) for k in ERROR_KINDS})
     ends = Counter(ep.end_reason for ep in conversations)
