@@ -105,7 +105,7 @@ class ToolSession:
             if tool.stateful:  # the python interpreter: per-episode cells
                 runner = PythonInterpreter(self.timeout_s, backend=self.sandbox_backend)
             else:
-                runner = SandboxedFileTool(tool.source, self.timeout_s, backend=self.sandbox_backend)
+                runner = SandboxedFileTool(tool.source, self.timeout_s)  # a user's file: bwrap or nothing
             self._runners[tool.name] = runner
         if tool.stateful:
             return runner(**arguments)

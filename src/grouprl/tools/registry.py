@@ -6,9 +6,10 @@ A recipe lists its tools like its rewards::
     tool_sandbox: true      # user tools from files run in the bubblewrap sandbox, not in-process
 
 Built-ins are trusted and run in-process, except ``python`` (code the model writes), which always
-runs in the sandbox with per-episode state. A user's tool named by a file runs in-process unless
-``tool_sandbox`` is on; then every call runs the file in a fresh sandbox (``tools/sandboxed.py``),
-where it cannot read the host.
+runs in the sandbox with per-episode state. A user's tool runs in-process unless ``tool_sandbox`` is
+on; then no user code runs in the trainer (as with ``sandbox_user_rewards``): a file's tool is never
+imported here, every call runs the file in a fresh sandbox (``tools/sandboxed.py``), where it cannot
+read the host, and a ``package.module:function`` outside grouprl is refused.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Callable
 
 from grouprl.tools import builtin
 from grouprl.tools.python_tool import python
+from grouprl.tools.sandboxed import sandboxed_user_tool
 from grouprl.tools.schema import Tool, make_tool
 from grouprl.user_code import import_callable
 
@@ -34,11 +36,13 @@ def resolve_tool(spec: str, sandbox_user_tools: bool = False) -> Tool:
     if ":" not in spec:
         raise KeyError(f"config key 'tools': unknown tool '{spec}'; built-ins: {', '.join(sorted(BUILTIN_TOOLS))}, "
                        "or 'path/to/file.py:function' / 'package.module:function'")
-    fn = import_callable(spec, "tool")
     where = spec.rpartition(":")[0]
-    from_file = where.endswith(".py") or "/" in where
+    grouprl_module = "/" not in where and not where.endswith(".py") and where.split(".")[0] == "grouprl"
+    if sandbox_user_tools and not grouprl_module:  # grouprl's own modules are part of the trainer already
+        return sandboxed_user_tool(spec)
+    fn = import_callable(spec, "tool")
     try:
-        tool = make_tool(fn, sandboxed=sandbox_user_tools and from_file, source=spec)
+        tool = make_tool(fn, source=spec)
     except ValueError as err:
         raise KeyError(f"config key 'tools': {err}") from None
     return tool
