@@ -347,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(err, RUN_FAILURES):
             raise  # an internal error: its traceback is the report
         log.debug("traceback of the error below", exc_info=True)
-        print(f"grouprl: run stopped: {err}", file=sys.stderr)  # stopped on purpose: budget, disk, NaN
-        return 1
+        print(f"grouprl: run stopped: {err}", file=sys.stderr)  # stopped on purpose: budget, disk, NaN, SIGTERM
+        return int(getattr(err, "exit_code", 1))
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.data.chat_format import check_chat_template
 from grouprl.job.evaluate import evaluate
+from grouprl.job.preemption import Preemption
 from grouprl.job.run_dir import RunFolder
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.job.warm_start import prepare_tiny, warm_start_alone
@@ -91,10 +92,11 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     """The run, holding its output_dir's lock from before its first write to its end (crash included)."""
     parallel = DataParallel.start()
     folder = RunFolder(cfg.train.output_dir)
+    preemption = Preemption().install()  # SIGTERM: the step in progress, its checkpoint, exit 143
     try:
         if parallel.is_main:  # process 0 alone writes the folder
             folder.lock()
-        return _run(cfg, console, parallel, folder)
+        return _run(cfg, console, parallel, folder, preemption)
     except (DiskFull, CheckpointError):  # already one line naming the device
         raise
     except Exception as err:
@@ -103,10 +105,12 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
             raise
         raise full from err
     finally:
+        preemption.uninstall()
         folder.release()
 
 
-def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder) -> dict[str, Any]:
+def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder,
+         preemption: Preemption) -> dict[str, Any]:
     main = parallel.is_main
     console = (console or Console()) if main else Console(quiet=True)
     start = time.perf_counter()
@@ -159,6 +163,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     measure = "success rate" if task.multi_step else "accuracy"
 
     trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel)
+    trainer.observers.insert(0, preemption)  # first: a SIGTERM saves before an evaluation starts
     trainer.run_state.base_model = base_model
     seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
     if resume:
