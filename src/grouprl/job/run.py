@@ -29,7 +29,9 @@ from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.data.chat_format import check_chat_template
 from grouprl.job.evaluate import evaluate
+from grouprl.job.machine_load import busy_machine_advice
 from grouprl.job.preemption import Preemption
+from grouprl.job.progress import phase_progress
 from grouprl.job.run_dir import RunFolder
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.job.warm_start import prepare_tiny, warm_start_alone
@@ -117,6 +119,9 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     out = folder.out
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
+    advice = busy_machine_advice() if main else None
+    if advice:  # once, at the start: the run's step times are read against it
+        console.log(advice)
     # Checked, not yet changed: a resumed run's checkpoint is read through before any log is cut.
     plan = folder.plan(cfg) if main else None
     resume = plan.resume if not parallel.distributed else broadcast_object(plan.resume if main else None)
@@ -169,8 +174,9 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     if resume:
         trainer.resume(resume)
     elif eval_rows:
-        before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                          out / "eval" / "before.jsonl" if main else None, settings)
+        with phase_progress(console, "evaluating before RL", len(eval_rows)) as progress:
+            before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
+                              out / "eval" / "before.jsonl" if main else None, settings, progress=progress)
         trainer.run_state.eval_before = before
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
@@ -182,8 +188,9 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         trainer.train(sink)
         after = None
         if eval_rows:
-            after = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                             out / "eval" / "after.jsonl" if main else None, settings)
+            with phase_progress(console, "evaluating after RL", len(eval_rows)) as progress:
+                after = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
+                                 out / "eval" / "after.jsonl" if main else None, settings, progress=progress)
             console.log(f"held-out {measure} after RL: {after['accuracy']:.3f} (n={after['n']})")
         plot = None
         rollouts = out / "rollouts" / "rollouts.jsonl"
