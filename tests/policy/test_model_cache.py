@@ -127,11 +127,14 @@ def read_only(folder: Path, command: list[str], environ: dict[str, str]) -> subp
         script = ('mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"')
         return subprocess.run(["unshare", "-m", "sh", "-c", script, str(folder), *command], env=environ,
                               capture_output=True, text=True, timeout=180)
-    folder.chmod(0o555)
+    folders = [folder, *(p for p in folder.rglob("*") if p.is_dir())]
+    for path in folders:
+        path.chmod(0o555)
     try:
         return subprocess.run(command, env=environ, capture_output=True, text=True, timeout=180)
     finally:
-        folder.chmod(0o755)
+        for path in folders:
+            path.chmod(0o755)
 
 
 def test_a_read_only_cache_is_one_line_and_a_finished_folder_in_it_is_still_used(tmp_path):
