@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import time
 from typing import Any, get_args, get_origin
 
 from grouprl.config import ENV_VARS, SECTIONS, ConfigError, parse_value
@@ -92,7 +93,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grouprl.rewards.scorer import Scorer
     from grouprl.rollout.generation import SamplingParams, make_backend
     from grouprl.rollout.runner import episode_settings
+    from rich.console import Console
+
     from grouprl.job.evaluate import evaluate
+    from grouprl.job.progress import phase_progress
     from grouprl.job.run import checked_task
 
     check_eval_args(args)
@@ -101,6 +105,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cli["task"] = args.task or "gsm8k"
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
+    for flag in ("tool_parser", "system_prompt"):  # a tool model's format; the system message of every prompt
+        if getattr(args, flag) is not None:
+            cli[flag] = getattr(args, flag)
     cfg = build_config(args.config, cli)
     task = checked_task(cfg)
     if not task.eval_rows:
@@ -115,8 +122,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
                             temperature=args.temperature,
                             greedy=not args.sample, batch_size=args.batch_size)
     out = args.out or os.path.join(args.model, f"eval_{cfg.task.task}.jsonl")
-    result = evaluate(make_backend(policy, cfg), policy.tokenizer, task, task.eval_rows[: args.n], params,
-                      Scorer.from_config(cfg, task), out, episode_settings(cfg, task))
+    rows, settings, scorer = task.eval_rows[: args.n], episode_settings(cfg, task), Scorer.from_config(cfg, task)
+    backend, start = make_backend(policy, cfg), time.perf_counter()
+    generated = [0]
+    with phase_progress(Console(stderr=True), f"evaluating {os.path.basename(args.model.rstrip('/')) or args.model}",
+                        len(rows)) as show:
+        def progress(done: int, total: int, tokens: int) -> None:
+            generated[0] = tokens
+            show(done, total, tokens)
+
+        result = evaluate(backend, policy.tokenizer, task, rows, params, scorer, out, settings, progress=progress)
+    result["tokens_per_second"] = round(generated[0] / max(time.perf_counter() - start, 1e-9), 1)
     result["per_example"] = out
     print(json.dumps(result, indent=2))
     return 0
@@ -276,7 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     ev.add_argument("--batch_size", type=int, default=64, help="sequences per generate call (default: 64)")
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda or mps (default: auto)")
-    ev.add_argument("--out", default=None, help="per-example JSONL (default: MODEL/eval_TASK.jsonl)")
+    ev.add_argument("--out", default=None, help="per-example JSONL (default: MODEL/eval_TASK.jsonl); a tool "
+                                                "conversation is kept whole (every turn and tool result)")
+    ev.add_argument("--tool_parser", default=None,
+                    help="tool-call format of a conversation task: hermes, mistral, llama3_json (default: the "
+                         "recipe's, else hermes)")
+    ev.add_argument("--system_prompt", default=None, help="system message of every prompt (default: the task's)")
     ev.set_defaults(func=cmd_eval)
 
     pl = sub.add_parser("plot", help="reward curve and one prompt's accuracy from rollouts.jsonl")
@@ -363,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(err, RUN_FAILURES):
             raise  # an internal error: its traceback is the report
         log.debug("traceback of the error below", exc_info=True)
-        print(f"grouprl: run stopped: {err}", file=sys.stderr)  # stopped on purpose: budget, disk, NaN
-        return 1
+        print(f"grouprl: run stopped: {err}", file=sys.stderr)  # stopped on purpose: budget, disk, NaN, SIGTERM
+        return int(getattr(err, "exit_code", 1))
 
 
 if __name__ == "__main__":

@@ -239,7 +239,8 @@ def _first_doc_line(fn: Callable) -> str:
 
 
 def list_rewards(console=None) -> list[tuple[str, str, str, str]]:
-    """Print (and return) the registry: name, kind (plain/typed), mode, first docstring line."""
+    """Print (and return) every reward a recipe can name: the registry's functions (kind plain/typed, mode,
+    first docstring line), then the model and learned rewards (``rewards/learned/model_rewards.py``)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -249,6 +250,9 @@ def list_rewards(console=None) -> list[tuple[str, str, str, str]]:
         typed = registry.is_typed(fn)
         entries.append((name, "typed" if typed else "plain", fn.reward_mode if typed else "-",
                         _first_doc_line(fn)))
+    from grouprl.rewards.learned.model_rewards import MODEL_REWARDS
+
+    entries += [(name, kind, "-", what) for name, (kind, what) in MODEL_REWARDS.items()]
     table = Table(title="grouprl rewards (also: path/to/file.py:function, package.module:function)")
     for col in ("name", "kind", "mode", "description"):
         table.add_column(col, overflow="fold")

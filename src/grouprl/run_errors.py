@@ -1,4 +1,5 @@
-"""Errors that stop a run on purpose, with a message for people (the CLI prints it, exit code 1).
+"""Errors that stop a run on purpose, with a message for people (the CLI prints it, exit code 1, or
+the error's ``exit_code``: 143 for a run stopped by SIGTERM).
 
 Bad input (``ConfigError`` and its kin) exits with code 2 before any model loads where it can;
 anything else is an internal error and keeps its traceback.
@@ -13,6 +14,7 @@ from grouprl.hub.revisions import HubRevisionError
 from grouprl.observe.disk import DiskFull
 from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
+from grouprl.job.preemption import Preempted
 
 RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards, VLLMServerError,
-                HubRevisionError, DiskFull)
+                HubRevisionError, DiskFull, Preempted)

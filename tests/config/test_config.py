@@ -225,6 +225,29 @@ def test_unknown_grouprl_env_var():
     assert "GROUPRL_FOO" in msg and "'foo'" in msg and "'bar'" in msg
 
 
+def test_grouprl_variables_of_other_parts_are_not_config_keys():
+    """GROUPRL_CACHE (the model cache, documented in docs/real_models.md) and every other GROUPRL_*
+    variable that grouprl reads outside the config must not stop `grouprl train`."""
+    from grouprl.config.load import RESERVED_ENV_VARS
+
+    read = set()
+    for path in [*(REPO_ROOT / "src").rglob("*.py"), *(REPO_ROOT / "slurm").glob("*"), *(REPO_ROOT / "docs").glob("*.md")]:
+        for a, b in re.findall(r"\$\{?(GROUPRL_[A-Z_]+)|environ(?:\.get\(|\[)\"(GROUPRL_[A-Z_]+)", path.read_text()):
+            read.add(a or b)
+    assert "GROUPRL_CACHE" in read and "GROUPRL_VENV" in read
+    not_fields = {v for v in read if v[len("GROUPRL_"):].lower() not in FIELD_SECTION}
+    assert not_fields <= set(RESERVED_ENV_VARS), not_fields - set(RESERVED_ENV_VARS)
+    assert build_config(None, None, environ={var: "/tmp/somewhere" for var in RESERVED_ENV_VARS}) == defaults()
+
+
+def test_cli_train_starts_with_grouprl_cache_set(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("GROUPRL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("GROUPRL_FOO", "bar")  # still refused: the run stops before any model loads
+    assert cli.main(["train", "--output_dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "GROUPRL_FOO" in err and "GROUPRL_CACHE" not in err
+
+
 def test_unrelated_env_vars_are_ignored():
     cfg = build_config(None, None, environ={"FOO": "1", "PATH": "/usr/bin", "WANDB_PROJECT": "x"})
     assert cfg == defaults()
@@ -446,3 +469,4 @@ def test_bad_agent_values_are_named(key, value, words):
         build_config(None, {key: value}, environ={})
     for word in words:
         assert word in str(err.value)
+

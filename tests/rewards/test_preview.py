@@ -124,6 +124,25 @@ def test_rewards_list(capsys):
     assert "gsm8k_final" in capsys.readouterr().out
 
 
+def test_rewards_list_shows_the_model_and_learned_rewards_with_their_kind(capsys):
+    """Every reward a recipe can name: judges, the distilled judge, reward models and learned rewards too,
+    and each bare name listed is one the scorer builds as a model reward (not an unknown reward)."""
+    from grouprl.rewards.learned.model_rewards import build_reward
+
+    by_name = {e[0]: e for e in list_rewards()}
+    for name, kind in [("judge", "model (LLM judge)"), ("group_judge", "model (LLM judge)"),
+                       ("distilled_judge", "learned"), ("path/to/model | owner/name", "model (reward model)"),
+                       ("path/to/file.py:make_reward", "learned")]:
+        assert by_name[name][1] == kind, name
+    for name in ("judge", "group_judge", "distilled_judge"):
+        with pytest.raises(Exception) as err:  # no endpoint given: the model reward's own error, not "unknown"
+            build_reward(name, {})
+        assert "unknown reward" not in str(err.value), (name, err.value)
+    assert run_cli(["rewards", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "group_judge" in out and "distilled_judge" in out
+
+
 def test_cli_preview_with_a_recipe_scores_as_training_does(tmp_path):
     """--config: the recipe's rewards with their options and normalised weights (the run's scorer)."""
     from grouprl.rewards.registry import get_reward

@@ -47,6 +47,15 @@ def env_vars() -> dict[str, str]:
 
 ENV_VARS: dict[str, str] = env_vars()  # the built-in sections' table (a registered section adds its own)
 
+# GROUPRL_* variables that are not config fields: read by other parts of grouprl (the model cache, the
+# dashboard's request log, the sandbox's uid locks, the SLURM scripts' venv), so never a config key.
+RESERVED_ENV_VARS: dict[str, str] = {
+    "GROUPRL_CACHE": "the model cache folder (grouprl init-model)",
+    "GROUPRL_DASHBOARD_LOG": "the dashboard's request log",
+    "GROUPRL_SANDBOX_UID_LOCKS": "the sandbox's uid lock folder",
+    "GROUPRL_VENV": "the virtualenv the SLURM scripts activate",
+}
+
 
 def _nest(flat: dict[str, Any], origin: str) -> dict[str, dict[str, Any]]:
     nested: dict[str, dict[str, Any]] = {}
@@ -100,14 +109,15 @@ def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
 def env_overrides(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     """Seed variables (MODEL_NAME, LR, ...), declared aliases (GAIL_USE, ...) and GROUPRL_<FIELD>.
     Seed variables and aliases reach the field's type check as the text they are (pydantic reads
-    "7", "1e-4", "0"/"1"); GROUPRL_<FIELD> is read like a flag (lists and nulls too)."""
+    "7", "1e-4", "0"/"1"); GROUPRL_<FIELD> is read like a flag (lists and nulls too). The variables
+    in ``RESERVED_ENV_VARS`` (GROUPRL_CACHE, ...) belong to other parts of grouprl and are skipped."""
     environ = dict(os.environ if environ is None else environ)
     flat: dict[str, Any] = {}
     for var, field in env_vars().items():
         if environ.get(var, "") != "":
             flat[field] = environ[var]
     for var, value in environ.items():
-        if var.startswith("GROUPRL_") and value != "":
+        if var.startswith("GROUPRL_") and value != "" and var not in RESERVED_ENV_VARS:
             key = var[len("GROUPRL_") :].lower()
             if key not in FIELD_SECTION:
                 raise ConfigError(f"environment variable {var}: unknown key '{key}' (value {value!r})")

@@ -300,8 +300,8 @@ class ToolsConfig(Section):
     )
     tool_sandbox: bool = Field(
         False,
-        description="conversation: run user tools named by a file in the bubblewrap "
-        "sandbox (the python tool always runs there)",
+        description="conversation: no user tool code in the trainer's process: tools named by a .py file "
+        "run in the bubblewrap sandbox, other user forms are refused (the python tool always runs there)",
     )
     tool_anchor: Literal["tool_state", "turn"] = Field(
         "tool_state",

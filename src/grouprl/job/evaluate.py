@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from grouprl.observe.jsonl import JsonlAppender
 from grouprl.observe.step_logs import episode_record
@@ -32,14 +32,27 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+PROGRESS_CHUNKS = 10  # with a progress callback, rows are rolled out in about this many pieces
+
+
 def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
              scorer: Scorer, out_path: str | Path | None = None,
              settings: EpisodeSettings | ConversationSettings | None = None,
-             pool=None, k: int = 1) -> dict[str, float]:
+             pool=None, k: int = 1, progress: Callable[[int, int, int], None] | None = None) -> dict[str, float]:
     """``k`` episodes per row, scored; the outcome measures, ``pass@k`` and the task's own measures.
-    ``out_path``: one record per episode (replaced, never appended to)."""
-    episodes = run_episodes([task.env_factory(row) for row in rows], rows, k, backend, tokenizer, params,
-                            settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in rows], pool=pool)
+    ``out_path``: one record per episode (replaced, never appended to). ``progress(rows done, rows,
+    tokens generated)``: called as pieces of the rows finish (``job/progress.py``)."""
+    chunk = max(1, -(-len(rows) // PROGRESS_CHUNKS)) if progress is not None else max(len(rows), 1)
+    episodes, tokens = [], 0
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        done = run_episodes([task.env_factory(row) for row in part], part, k, backend, tokenizer, params,
+                            settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in part], pool=pool,
+                            first_group=start)  # groups numbered across the pieces where they are born
+        episodes += done
+        if progress is not None:
+            tokens += sum(len(step.action_ids) for ep in done for step in ep.steps)
+            progress(start + len(part), len(rows), tokens)
     with scorer.eval_mode():
         verdicts = scorer.score(episodes).verdicts
     result = outcome_metrics(episodes, verdicts, scorer.part_keys, task.multi_step)

@@ -29,6 +29,9 @@ from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.data.chat_format import check_chat_template
 from grouprl.job.evaluate import evaluate
+from grouprl.job.machine_load import busy_machine_advice
+from grouprl.job.preemption import Preemption
+from grouprl.job.progress import phase_progress
 from grouprl.job.run_dir import RunFolder
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.job.warm_start import prepare_tiny, warm_start_alone
@@ -91,10 +94,11 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
     """The run, holding its output_dir's lock from before its first write to its end (crash included)."""
     parallel = DataParallel.start()
     folder = RunFolder(cfg.train.output_dir)
+    preemption = Preemption().install()  # SIGTERM: the step in progress, its checkpoint, exit 143
     try:
         if parallel.is_main:  # process 0 alone writes the folder
             folder.lock()
-        return _run(cfg, console, parallel, folder)
+        return _run(cfg, console, parallel, folder, preemption)
     except (DiskFull, CheckpointError):  # already one line naming the device
         raise
     except Exception as err:
@@ -103,16 +107,21 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
             raise
         raise full from err
     finally:
+        preemption.uninstall()
         folder.release()
 
 
-def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder) -> dict[str, Any]:
+def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder,
+         preemption: Preemption) -> dict[str, Any]:
     main = parallel.is_main
     console = (console or Console()) if main else Console(quiet=True)
     start = time.perf_counter()
     out = folder.out
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
+    advice = busy_machine_advice() if main else None
+    if advice:  # once, at the start: the run's step times are read against it
+        console.log(advice)
     # Checked, not yet changed: a resumed run's checkpoint is read through before any log is cut.
     plan = folder.plan(cfg) if main else None
     resume = plan.resume if plan is not None else None
@@ -161,13 +170,15 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     measure = "success rate" if task.multi_step else "accuracy"
 
     trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel, evaluate=evaluate)
+    trainer.observers.insert(0, preemption)  # first: a SIGTERM saves before an evaluation starts
     trainer.run_state.base_model = base_model
     seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
     if resume:
         trainer.resume(resume)
     elif eval_rows:
-        before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                          out / "eval" / "before.jsonl" if main else None, settings)
+        with phase_progress(console, "evaluating before RL", len(eval_rows)) as progress:
+            before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
+                              out / "eval" / "before.jsonl" if main else None, settings, progress=progress)
         trainer.run_state.eval_before = before
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
@@ -179,8 +190,9 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         trainer.train(sink)
         after = None
         if eval_rows:
-            after = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                             out / "eval" / "after.jsonl" if main else None, settings)
+            with phase_progress(console, "evaluating after RL", len(eval_rows)) as progress:
+                after = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
+                                 out / "eval" / "after.jsonl" if main else None, settings, progress=progress)
             console.log(f"held-out {measure} after RL: {after['accuracy']:.3f} (n={after['n']})")
         plot = None
         rollouts = out / "rollouts" / "rollouts.jsonl"

@@ -42,6 +42,7 @@ def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_
         use_cpu=not __import__("torch").cuda.is_available(),
         dataloader_num_workers=0,
         disable_tqdm=False,
+        **_checkpointing_option(SFTConfig),
     )
     callbacks = [] if stop_when is None else [_StopWhen(stop_when, tokenizer, check_every)]
     trainer = SFTTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer, callbacks=callbacks)
@@ -50,6 +51,15 @@ def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_
     model.save_pretrained(out)  # trained in place (no peft_config: SFTTrainer keeps the model it was given)
     tokenizer.save_pretrained(out)
     return out
+
+
+def _checkpointing_option(config_class) -> dict:
+    """TRL's default (activation checkpointing on) under the name transformers >= 5.24 reads: left to
+    TRL's ``gradient_checkpointing`` default, transformers warns that the name is deprecated."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(config_class)}
+    return {"activation_checkpointing": True} if "activation_checkpointing" in names else {}
 
 
 def _StopWhen(predicate, tokenizer, every: int):

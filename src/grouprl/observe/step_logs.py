@@ -26,7 +26,21 @@ def episode_record(ep: Episode, verdict: Verdict, multi_step: bool = False) -> d
     }
     if multi_step or len(ep.steps) > 1:
         record.update(actions=[s.action_text for s in ep.steps], valid=[s.valid for s in ep.steps])
+    if ep.conversation and first is not None:
+        record["messages"] = conversation_record(ep)
     return record
+
+
+def conversation_record(ep: Episode) -> list[dict]:
+    """A conversation episode whole: its first prompt's messages, then every turn as the model wrote it
+    (with the calls read from it) followed by the tool messages that answered (each with its error kind)."""
+    messages = [dict(m) for m in ep.steps[0].messages or []]
+    for step in ep.steps:
+        turn: dict = {"role": "assistant", "content": step.action_text}
+        if step.tool_calls:
+            turn["tool_calls"] = step.tool_calls
+        messages += [turn] + [dict(result) for result in step.tool_results or []]
+    return messages
 
 
 def rollout_records(step: int, episodes: list[Episode], verdicts: list[Verdict], advantages,

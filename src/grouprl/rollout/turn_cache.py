@@ -28,6 +28,7 @@ import torch
 
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
+from grouprl.policy.cache_keyword import cache_keyword
 
 
 @dataclass
@@ -137,12 +138,12 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
             if ids.shape[1] - 1 > width:  # prefill the tails but their last token, which generate takes
                 positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
                 model(input_ids=ids[:, width:-1], attention_mask=mask[:, :-1], position_ids=positions[:, width:-1],
-                      past_key_values=cache, use_cache=True, logits_to_keep=1)
-            kwargs["past_key_values"] = cache
+                      **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1)
+            kwargs[cache_keyword(model)] = cache
         else:
             shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
             if shared is not None:
-                ids, mask, kwargs["past_key_values"] = shared
+                ids, mask, kwargs[cache_keyword(model)] = shared
             else:
                 ids, mask = left_pad(chunk, pad)
         store.stats.prompt_tokens += sum(len(p) for p in chunk)

@@ -6,16 +6,20 @@ what the model reads next as the ``tool`` message. Nothing a tool does stops the
 call, an unknown tool, arguments that do not fit the schema, an exception, a timeout or a sandbox
 that cannot start each become an error message and an ``error`` kind that the metrics count.
 
-In-process tools run on a worker thread and are waited for ``timeout_s``; a call that overruns is
-answered with a timeout error and its thread is left to finish on its own (a Python thread cannot
-be killed: a tool that may hang forever belongs in the sandbox, whose timeout kills the process).
+In-process tools run on a thread of their own per call, waited for ``timeout_s``; a call that
+overruns is answered with a timeout error and its thread is abandoned (a Python thread cannot be
+killed) and counted (``stalled_calls``, the metric ``tools/stalled_calls``). Abandoned threads are
+daemons: they hold no slot of a shared pool, so later calls (built-ins included) still run, and they
+never keep the trainer from exiting. A tool with ``MAX_STALLED_PER_TOOL`` calls still running is
+not called again (each further call is a timeout error at once), so a tool that always hangs cannot
+grow threads without bound. A tool that may hang belongs in the sandbox, whose timeout kills it.
 """
 
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+import threading
+from collections import Counter
 from dataclasses import dataclass
 
 from grouprl.tools.parsers import ToolCall
@@ -28,7 +32,17 @@ INVALID_KINDS = ("malformed", "unknown_tool", "bad_arguments")
 ERROR_KINDS = INVALID_KINDS + ("raised", "timeout", "sandbox")
 MAX_RESULT_CHARS = 2000
 
-_WORKERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="grouprl-tool")
+MAX_STALLED_PER_TOOL = 16  # abandoned calls of one tool still running; past it the tool is not called
+
+_STALLED: Counter[str] = Counter()  # tool name -> its calls that overran and are still running
+_STALLED_LOCK = threading.Lock()
+
+
+def stalled_calls(tool_name: str | None = None) -> int:
+    """In-process tool calls (of ``tool_name``, or of any tool) that overran their timeout and have not
+    returned yet, in this process."""
+    with _STALLED_LOCK:
+        return _STALLED[tool_name] if tool_name else sum(_STALLED.values())
 
 
 @dataclass
@@ -73,13 +87,17 @@ class ToolSession:
         return ToolOutcome(call.name, arguments, _cap(content), error, call.id)
 
     def _in_process(self, tool: Tool, arguments: dict) -> tuple[str, str | None]:
-        future = _WORKERS.submit(tool.fn, **arguments)
-        try:
-            value = future.result(timeout=self.timeout_s)
-        except FutureTimeout:
+        with _STALLED_LOCK:
+            stalled = _STALLED[tool.name]
+        if stalled >= MAX_STALLED_PER_TOOL:
+            return (f"Error: tool '{tool.name}' has {stalled} earlier calls that never returned; "
+                    "it is not called again"), "timeout"
+        call = _ThreadCall(tool, arguments)
+        if not call.finished(self.timeout_s):
             return f"Error: timed out after {self.timeout_s:g} s", "timeout"
-        except Exception as err:  # noqa: BLE001 - the tool's own failure is the model's answer, not ours
-            return f"Error: {type(err).__name__}: {err}", "raised"
+        if call.error is not None:  # the tool's own failure is the model's answer, not ours
+            return f"Error: {type(call.error).__name__}: {call.error}", "raised"
+        value = call.value
         return (value if isinstance(value, str) else json.dumps(value, default=str)), None
 
     def _sandboxed(self, tool: Tool, arguments: dict) -> tuple[str, str | None]:
@@ -88,11 +106,44 @@ class ToolSession:
             if tool.stateful:  # the python interpreter: per-episode cells
                 runner = PythonInterpreter(self.timeout_s, backend=self.sandbox_backend)
             else:
-                runner = SandboxedFileTool(tool.source, self.timeout_s, backend=self.sandbox_backend)
+                runner = SandboxedFileTool(tool.source, self.timeout_s)  # a user's file: bwrap or nothing
             self._runners[tool.name] = runner
         if isinstance(runner, PythonInterpreter):  # stateful: per-episode cells
             return runner(**arguments)
         return runner(arguments)
+
+
+class _ThreadCall:
+    """One in-process call on a daemon thread of its own; abandoned (and counted) when it overruns."""
+
+    def __init__(self, tool: Tool, arguments: dict):
+        self.tool, self.arguments = tool, arguments
+        self.value: object = None
+        self.error: BaseException | None = None
+        self.done, self.abandoned = False, False
+        self._finished = threading.Event()
+        threading.Thread(target=self._run, daemon=True, name=f"grouprl-tool-{tool.name}").start()
+
+    def _run(self) -> None:
+        try:
+            self.value = self.tool.fn(**self.arguments)
+        except BaseException as err:  # noqa: BLE001 - SystemExit in a tool is the tool's failure too
+            self.error = err
+        finally:
+            with _STALLED_LOCK:  # done and the stalled count change together (see finished)
+                self.done = True
+                if self.abandoned:
+                    _STALLED[self.tool.name] -= 1
+            self._finished.set()
+
+    def finished(self, timeout_s: float) -> bool:
+        """Whether the call returned within ``timeout_s``; if not, it is abandoned and counted."""
+        self._finished.wait(timeout_s)
+        with _STALLED_LOCK:
+            if not self.done:
+                self.abandoned = True
+                _STALLED[self.tool.name] += 1
+            return self.done
 
 
 def _cap(text: str) -> str:

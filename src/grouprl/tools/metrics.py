@@ -7,6 +7,8 @@
   arguments) over attempted calls;
 - ``tools/error_rate`` and ``tools/errors/<kind>``: calls the tool itself failed (raised, timeout,
   sandbox) over attempted calls, and the count of each kind;
+- ``tools/stalled_calls``: in-process calls that overran their timeout and are still running (their
+  threads are abandoned, ``tools/execution.py``);
 - ``tools/ended/<reason>``: the share of episodes that ended on an answer, ``max_tool_calls``, the
   context cap or a turn cut at ``max_new_tokens``.
 """
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 
 from grouprl.records import Episode
-from grouprl.tools.execution import ERROR_KINDS, INVALID_KINDS
+from grouprl.tools.execution import ERROR_KINDS, INVALID_KINDS, stalled_calls
 
 
 def tool_metrics(episodes: list[Episode]) -> dict[str, float]:
@@ -31,6 +33,7 @@ def tool_metrics(episodes: list[Episode]) -> dict[str, float]:
         "tools/calls_per_episode": calls / n,
         "tools/invalid_call_rate": sum(kinds[k] for k in INVALID_KINDS) / per_call,
         "tools/error_rate": sum(kinds[k] for k in ERROR_KINDS if k not in INVALID_KINDS) / per_call,
+        "tools/stalled_calls": float(stalled_calls()),
     }
     forms = Counter(c.get("form", "tagged") for ep in conversations for s in ep.steps for c in (s.tool_calls or []))
     metrics.update({"tools/calls_tagged": forms["tagged"] / n, "tools/calls_bare_json": forms["bare_json"] / n})

@@ -6,9 +6,10 @@ A recipe lists its tools like its rewards::
     tool_sandbox: true      # user tools from files run in the bubblewrap sandbox, not in-process
 
 Built-ins are trusted and run in-process, except ``python`` (code the model writes), which always
-runs in the sandbox with per-episode state. A user's tool named by a file runs in-process unless
-``tool_sandbox`` is on; then every call runs the file in a fresh sandbox (``tools/sandboxed.py``),
-where it cannot read the host.
+runs in the sandbox with per-episode state. A user's tool runs in-process unless ``tool_sandbox`` is
+on; then no user code runs in the trainer (as with ``sandbox_user_rewards``): a file's tool is never
+imported here, every call runs the file in a fresh sandbox (``tools/sandboxed.py``), where it cannot
+read the host, and a ``package.module:function`` outside grouprl is refused.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable
 from grouprl.registry import Registry
 from grouprl.tools import builtin
 from grouprl.tools.python_tool import python
+from grouprl.tools.sandboxed import sandboxed_user_tool
 from grouprl.tools.schema import Tool, make_tool
 from grouprl.user_code import code_ref
 
@@ -48,6 +50,10 @@ TOOLS.register("python", sandboxed=True, stateful=True)(python)
 
 def resolve_tool(spec: str, sandbox_user_tools: bool = False) -> Tool:
     """The tool ``spec`` names; ``KeyError`` with one line naming the spec and what was expected."""
+    ref = code_ref(spec)
+    grouprl_module = ref is not None and "/" not in ref.where and not ref.is_source and ref.where.split(".")[0] == "grouprl"
+    if sandbox_user_tools and ref is not None and not grouprl_module:  # grouprl's own modules are the trainer's
+        return sandboxed_user_tool(spec)  # never imported here: schema and calls in the sandbox
     try:
         entry = TOOLS.resolve(spec)
         return make_tool(entry.fn, sandboxed=entry.sandboxed or (sandbox_user_tools and entry.from_file),

@@ -20,6 +20,15 @@ from grouprl.rewards.learned.protocol import LearnedReward, RewardMixer
 from grouprl.rewards.resolve import bind_options, resolve_reward
 
 JUDGES = ("judge", "group_judge")
+# What a recipe can name besides the reward functions' registry (``grouprl rewards list`` shows both):
+# the name as written in ``rewards:``, its kind, and what it is.
+MODEL_REWARDS: dict[str, tuple[str, str]] = {
+    "judge": ("model (LLM judge)", "an LLM judge over an OpenAI-compatible endpoint, one call per completion"),
+    "group_judge": ("model (LLM judge)", "one judge call scores the K completions of a group together"),
+    "distilled_judge": ("learned", "a small reward model trained online on a judge's labels"),
+    "path/to/model | owner/name": ("model (reward model)", "a sequence-classifier reward model, its score"),
+    "path/to/file.py:make_reward": ("learned", "a @learned_reward factory: scored, updated each batch, checkpointed"),
+}
 
 
 def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_rewards: bool = False,
