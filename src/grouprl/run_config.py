@@ -49,8 +49,7 @@ def check_names(cfg: Config) -> Config:
             try:
                 registry.check(name)
             except KeyError as err:
-                raise ConfigError(f"invalid configuration:\n  config key '{registry.config_key}' (section {section}): "
-                                  f"{err}") from None
+                raise ConfigError(f"config key '{registry.config_key}' (section {section}): {err}") from None
     if cfg.rollout.max_new_tokens is None:  # bypass validate_assignment: the value is the task's, not the user's
         from grouprl.tasks.registry import task_spec
 

@@ -21,4 +21,4 @@ def test_list_prints_every_table_and_what_is_registered_now(capsys):
     assert "hf, recording_test, vllm, vllm_server; or path/to/file.py:make_backend" in backends
     rewards = next(line for line in lines if line.startswith("reward:"))
     assert all(name in rewards for name in REWARDS)
-    assert next(line for line in lines if line.startswith("parser")).endswith("hermes, llama3_json, mistral")
+    assert next(line for line in lines if line.startswith("parser")).endswith("hermes, hermes_lenient, llama3_json, mistral")

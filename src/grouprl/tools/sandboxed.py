@@ -48,8 +48,9 @@ SCHEMA_TIMEOUT_S = 120.0  # the file's imports and transformers' schema reader, 
 def sandboxed_user_tool(spec: str) -> Tool:
     """The tool ``spec`` names, run in the sandbox and never imported into this process; ``KeyError``
     (one line naming the spec) for a form that would be imported, or a file that cannot be a tool."""
-    where, _, function = spec.rpartition(":")
-    if not where.endswith(".py"):
+    ref = code_ref(spec) or CodeRef(spec, "")
+    where, function = ref.where, ref.function
+    if not ref.is_source:
         raise KeyError(f"config key 'tools': tool '{spec}': tool_sandbox is on, but '{where}' is not a .py "
                        "source file and would be imported into the trainer unsandboxed (refused); expected "
                        "'path/to/file.py:function'")

@@ -24,6 +24,8 @@ import numpy as np
 import torch
 
 from grouprl.observe.disk import FULL, device_of, full_disk_errno
+from grouprl.policy.model_cache import CHECKSUMS, record_checksums
+from grouprl.policy.model_cache import damage as checksum_damage
 from grouprl.train.parallel import ProcessInfo, ReshardError
 from grouprl.train.resume_settings import apply_config_settings, schedule_of
 
@@ -77,6 +79,7 @@ def save_checkpoint(
         )
         if scorer is not None and (scorer.learned or scorer.mixer is not None):
             torch.save({"learned_rewards": scorer.state_dict()}, tmp / LEARNED)
+        record_checksums(tmp)  # last: every file's size and sha256, checked before a resume
     except Exception as err:  # noqa: BLE001 - any writer (torch, safetensors, tokenizers) may fail
         why = _why(err, Path(out_dir))  # before the partial dir goes: removing it frees the space
         shutil.rmtree(tmp, ignore_errors=True)
@@ -120,7 +123,8 @@ def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
     ``DamagedCheckpoint`` naming the first file that is missing, truncated or corrupt.
 
     JSON files must parse; torch's ``.pt``/``.bin`` files are zip archives whose every member must
-    match its CRC; a ``.safetensors`` file's header must parse and its tensors fill the file exactly."""
+    match its CRC; a ``.safetensors`` file's header must parse and its tensors fill the file exactly; and
+    every file must have the size and sha256 recorded in ``checksums.json`` when it was written."""
     ckpt = Path(ckpt)
     if not ckpt.is_dir():
         raise DamagedCheckpoint(f"{ckpt} is not a directory")
@@ -144,6 +148,10 @@ def check_checkpoint(ckpt: str | Path) -> dict[str, Any]:
         why = _damage(path)
         if why:
             raise DamagedCheckpoint(f"{path.relative_to(ckpt.parent)} is damaged ({why})")
+    # A flipped byte where no format checks it (a zip's alignment padding, a float inside a tensor) changes the
+    # file's sha256; checkpoints written before grouprl recorded checksums are read as above only.
+    if (ckpt / CHECKSUMS).is_file() and (why := checksum_damage(ckpt)):
+        raise DamagedCheckpoint(f"{ckpt.name}/{why}")
     state = json.loads((ckpt / STATE).read_text())
     for key in ("step", "data_position"):
         if not isinstance(state, dict) or type(state.get(key)) is not int or state[key] < 0:
