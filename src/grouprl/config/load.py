@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from grouprl.config.base import ConfigError, parse_value
 from grouprl.config.model import EXTRA_SECTIONS, FIELD_SECTION, SECTIONS, Config
 from grouprl.config.openr1 import translate_recipe
+from grouprl.config.redact import redact
 
 # The seed script's environment variables (simple_grpo), then every section's declared aliases
 # (GRAIL's GAIL_USE, ...); any field is also GROUPRL_<FIELD>.
@@ -61,7 +62,10 @@ def _nest(flat: dict[str, Any], origin: str) -> dict[str, dict[str, Any]]:
     nested: dict[str, dict[str, Any]] = {}
     for key, value in flat.items():
         if key not in FIELD_SECTION:
-            raise ConfigError(f"{origin}: unknown key '{key}' (value {value!r}); known keys: {sorted(FIELD_SECTION)}")
+            raise ConfigError(
+                f"{origin}: unknown key '{key}' (value {redact({key: value})[key]!r}); known keys: "
+                f"{sorted(FIELD_SECTION)}"
+            )
         nested.setdefault(FIELD_SECTION[key], {})[key] = value
     return nested
 
@@ -98,7 +102,7 @@ def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
                 if not _nests_under(key, sub):
                     has = sorted(f for f in FIELD_SECTION if _nests_under(key, f))
                     raise ConfigError(
-                        f"{p}: unknown key '{key}.{sub}' (value {subvalue!r}); section '{key}' has: {has}"
+                        f"{p}: unknown key '{key}.{sub}' (value {redact({sub: subvalue})[sub]!r}); section '{key}' has: {has}"
                     )
                 flat[sub] = subvalue
         else:
@@ -168,5 +172,6 @@ def describe(err: ValidationError, section: str | None = None) -> str:
         loc = ([section] if section else []) + [str(x) for x in e["loc"]]
         key = loc[1] if len(loc) > 1 else loc[0]
         value = e.get("input")
-        lines.append(f"config key '{key}' (section {loc[0]}): got {value!r}; expected {e['msg'].lower()}")
+        shown = redact({key: value})[key]  # an error line may end up in a log: no key in clear
+        lines.append(f"config key '{key}' (section {loc[0]}): got {shown!r}; expected {e['msg'].lower()}")
     return "invalid configuration:\n  " + "\n  ".join(lines)

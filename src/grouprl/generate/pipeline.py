@@ -2,7 +2,8 @@
 
 Each (row, generation index) is one chat-completion request (``n`` is not sent: several servers,
 ``transformers serve`` among them, ignore it), so a request is the unit of progress. Requests run
-with at most ``concurrency`` in flight, each with a timeout, retried with exponential backoff
+with at most ``concurrency`` in flight, each within a total deadline (``timeout``) and a body cap
+(``bounded_http``: a server trickling its body cannot hold a request), retried with exponential backoff
 (plus jitter) on connection errors, timeouts, 429 and 5xx. Every finished request is appended at
 once to ``requests.jsonl`` (one whole line, even if the process dies), keyed on the request itself
 (the messages, the model and the sampling settings, hashed, with the generation index), so a rerun
@@ -11,10 +12,10 @@ flight, and an edited prompt or another ``--model`` is asked afresh, never answe
 an answer, ``generations.jsonl`` (the input rows with ``generations``, ``finish_reasons`` and
 ``model_name`` columns) and a ``datasets`` dataset (``dataset/``, ``save_to_disk``) are written.
 
-The client is the ``openai`` package: the reference client of the protocol vLLM, TGI,
-``transformers serve`` and hosted endpoints speak, async, with typed errors; distilabel (which
-open-r1's generate.py builds on) wraps it in a pipeline framework whose batch-level cache and
-retry rules would sit between us and the per-request resume this needs.
+The client is ``bounded_http.chat_completion`` (httpx, the protocol vLLM, TGI, ``transformers serve``
+and hosted endpoints speak): the openai package bounds each read, not the request, and reads any body
+whole; distilabel (which open-r1's generate.py builds on) wraps it in a pipeline framework whose
+batch-level cache and retry rules would sit between us and the per-request resume this needs.
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
+
+from grouprl.bounded_http import RequestFailed, chat_completion
 from urllib.parse import urlparse
 
 from grouprl.config import ConfigError
@@ -185,29 +188,23 @@ def read_journal(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return done
 
 
-def _retryable(err: Exception) -> bool:
-    import openai
-
-    if isinstance(err, (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError,
-                        openai.InternalServerError)):
-        return True
-    return isinstance(err, openai.APIStatusError) and err.status_code >= 500
+MAX_BYTES = 16 << 20  # a chat completion is some kB a thousand tokens
 
 
 async def _request(client, spec: GenerateSpec, messages, row: int, k: int, key: str) -> dict[str, Any]:
+    body = {"model": spec.model, "messages": messages, "temperature": spec.temperature, "top_p": spec.top_p,
+            "max_tokens": spec.max_new_tokens}
     for attempt in range(spec.retries + 1):
         try:
-            response = await client.chat.completions.create(
-                model=spec.model, messages=messages, temperature=spec.temperature, top_p=spec.top_p,
-                max_tokens=spec.max_new_tokens)
-            choice = response.choices[0]
-            return {"key": key, "k": k, "row": row, "model": spec.model, "generation": choice.message.content or "",
-                    "finish_reason": choice.finish_reason, "attempts": attempt + 1}
-        except Exception as err:  # noqa: BLE001 - classified just below
-            if attempt == spec.retries or not _retryable(err):
+            reply = await chat_completion(client, spec.base_url, spec.api_key, body, deadline_s=spec.timeout,
+                                          max_bytes=MAX_BYTES)
+            return {"key": key, "k": k, "row": row, "model": spec.model, "generation": reply.text or "",
+                    "finish_reason": reply.finish_reason, "attempts": attempt + 1}
+        except RequestFailed as err:
+            if attempt == spec.retries or not err.transient:
                 raise
             delay = spec.backoff_seconds * 2 ** attempt * (1 + random.random() / 2)
-            log.info("row %d generation %d: %s; retry %d/%d in %.1fs", row, k, type(err).__name__, attempt + 1,
+            log.info("row %d generation %d: %s; retry %d/%d in %.1fs", row, k, err.kind, attempt + 1,
                      spec.retries, delay)
             await asyncio.sleep(delay)
     raise AssertionError("unreachable")
@@ -215,9 +212,9 @@ async def _request(client, spec: GenerateSpec, messages, row: int, k: int, key: 
 
 async def _run(spec: GenerateSpec, todo: list[tuple[int, int]], messages: dict[int, list], keys: dict[int, str],
                journal: JsonlAppender, bar) -> tuple[int, list[str]]:
-    import openai
+    import httpx
 
-    client = openai.AsyncOpenAI(base_url=spec.base_url, api_key=spec.api_key, timeout=spec.timeout, max_retries=0)
+    client = httpx.AsyncClient(timeout=spec.timeout)
     pending: Iterator[tuple[int, int]] = iter(todo)
     done, errors = 0, []
 
@@ -237,7 +234,7 @@ async def _run(spec: GenerateSpec, todo: list[tuple[int, int]], messages: dict[i
     try:
         await asyncio.gather(*(worker() for _ in range(max(1, spec.concurrency))))
     finally:
-        await client.close()
+        await client.aclose()
     return done, errors
 
 

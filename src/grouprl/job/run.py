@@ -20,6 +20,7 @@ from rich.console import Console
 
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config, ConfigError, flat_dict
+from grouprl.config.redact import redact
 from grouprl.observe.disk import DiskFull, disk_full
 from grouprl.observe.sinks import MetricsSink, NullSink, Sink
 from grouprl.policy.loading import load_policy, pick_device
@@ -149,7 +150,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         packaged = packaged_model_folder(cfg.model.model_name_or_path, parallel, console)
     if plan is not None:  # the main process, everything checked: the old run's files go, or its logs are cut back
         folder.apply(plan)
-        (out / "config.json").write_text(json.dumps(cfg.model_dump(), indent=2))
+        (out / "config.json").write_text(json.dumps(redact(cfg.model_dump()), indent=2))  # no api_key in clear
     seed_everything(cfg.train.seed)
 
     if resume:
@@ -183,7 +184,7 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
     sink: Sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
-                       flat_dict(cfg), logging_steps=cfg.logging.logging_steps, console=console,
+                             redact(flat_dict(cfg)), logging_steps=cfg.logging.logging_steps, console=console,
                        entity=cfg.logging.wandb_entity, group=cfg.logging.wandb_run_group) if main else NullSink()
     try:
         trainer.observers += observers(cfg, sink, task.eval_rows, task.multi_step)

@@ -2,7 +2,8 @@
 
 Each record is encoded first and written with a single ``os.write`` on an ``O_APPEND``
 descriptor. A kill during a large write can leave the start of that one record; opening
-the file again cuts such a torn tail, so every other record stays one whole line.
+the file again cuts such a torn tail (``append_only.open_for_append``), so every other record stays
+one whole line and the next starts on a fresh one.
 """
 
 from __future__ import annotations
@@ -12,30 +13,15 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from grouprl.append_only import open_for_append, read_records
 from grouprl.observe.disk import disk_full
+from grouprl.safe_text import encodable
 
 
 class JsonlAppender:
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-        self._drop_torn_tail()
-
-    def _drop_torn_tail(self) -> None:
-        """Cut off a partial record after the last newline. Linux aborts a large ``write`` to a
-        regular file when SIGKILL arrives, so a killed writer can leave the start of a record;
-        without this the next record (a resumed run) would be glued to it and unreadable."""
-        size = end = os.fstat(self._fd).st_size
-        while end > 0:
-            start = max(0, end - 65536)
-            newline = os.pread(self._fd, end - start, start).rfind(b"\n")
-            if newline >= 0:
-                end = start + newline + 1
-                break
-            end = start
-        if end < size:
-            os.ftruncate(self._fd, end)
+        self._fd = open_for_append(self.path)  # a torn tail (a killed writer) is cut: records start on a fresh line
 
     def write(self, record: dict[str, Any]) -> None:
         self.write_many([record])
@@ -43,7 +29,8 @@ class JsonlAppender:
     def write_many(self, records: Iterable[dict[str, Any]]) -> None:
         """All the records or none: a write that fails (a full disk) is cut back to where it began,
         so the file never ends in a torn line, and raises ``DiskFull`` naming the device and file."""
-        data = "".join(json.dumps(record, ensure_ascii=False, default=_plain) + "\n" for record in records)
+        # encodable: text a policy or a server wrote may hold a lone surrogate, which UTF-8 cannot write
+        data = encodable("".join(json.dumps(record, ensure_ascii=False, default=_plain) + "\n" for record in records))
         if not data:
             return
         start = os.fstat(self._fd).st_size
@@ -77,18 +64,9 @@ def _plain(value: Any) -> Any:
 
 
 def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """Read records; a torn final line (a crash mid-write on a foreign writer) is skipped."""
-    rows = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return rows
+    """Read records; a torn final line (a crash mid-write on a foreign writer) is skipped, with a counted
+    warning (``append_only.read_records``)."""
+    return read_records(path)[0]
 
 
 def step_of(record: Any, key: str = "step") -> int | None:

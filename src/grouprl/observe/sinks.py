@@ -11,6 +11,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from grouprl.observe.jsonl import JsonlAppender
+from grouprl.config.redact import redact, redact_argv
 
 
 def _scalars(values: dict[str, Any]) -> dict[str, float]:
@@ -20,9 +21,19 @@ def _scalars(values: dict[str, Any]) -> dict[str, float]:
 class WandbTracker:
     def __init__(self, output_dir: str, project: str, run_name: str | None, config: dict[str, Any] | None,
                  entity: str | None = None, group: str | None = None):
+        import sys
+
         import wandb
 
-        self.run = wandb.init(
+        argv, sys.argv = sys.argv, redact_argv(sys.argv)  # W&B records the command line in the run's metadata
+        try:
+            self.run = self._init(wandb, output_dir, project, run_name, config, entity, group)
+        finally:
+            sys.argv = argv
+
+    @staticmethod
+    def _init(wandb, output_dir, project, run_name, config, entity, group):
+        return wandb.init(
             project=os.environ.get("WANDB_PROJECT") or project,
             entity=os.environ.get("WANDB_ENTITY") or entity,
             group=os.environ.get("WANDB_RUN_GROUP") or group,
@@ -117,6 +128,7 @@ class MetricsSink:
         self.jsonl = JsonlAppender(os.path.join(output_dir, "metrics.jsonl"))
         self.logging_steps = logging_steps
         self.console = console or Console()
+        config = redact(config) if config is not None else None  # trackers store it: never a key in clear
         self.tracker: WandbTracker | TrackioTracker | TensorBoardTracker | None = None
         if report_to == "wandb":
             self.tracker = WandbTracker(output_dir, project, run_name, config, entity, group)

@@ -102,18 +102,45 @@ def initial_prompt(tokenizer, messages: list[dict[str, Any]], settings: Conversa
 
 def continuation_text(tokenizer, history: list[dict[str, Any]], appended: list[dict[str, Any]],
                       settings: ConversationSettings, end_of_turn: str) -> str:
-    """What the template writes after an assistant turn's end-of-turn token: the ``appended``
-    messages (tool results) and the next assistant header. Rendered with the whole conversation
-    (templates group consecutive tool messages), and checked to extend the rendering without them."""
+    """What the template writes after an assistant turn's end of turn: the ``appended`` messages (tool
+    results) and the next assistant header. Rendered with the whole conversation (templates group
+    consecutive tool messages), and checked to extend the rendering without them. ``end_of_turn`` is the
+    text of the stop token the model generated; a model may stop on any of its stop ids (the tokenizer's
+    eos, every eos of its generation config), and when the template does not write that one the turn
+    ends where the template ends it: after the last special token of its rendering of the turn."""
     kwargs = dict(tools=settings.schemas or None, tokenize=False, **(settings.chat_template_kwargs or {}))
     before = tokenizer.apply_chat_template(history, **kwargs)
     after = tokenizer.apply_chat_template(history + appended, add_generation_prompt=True, **kwargs)
-    cut = before.rfind(end_of_turn)
-    if cut < 0 or not after.startswith(before[:cut + len(end_of_turn)]):
+    end = _turn_end(tokenizer, before, end_of_turn)
+    if end < 0 or not after.startswith(before[:end]):
         raise ValueError("chat template: appending a tool message changes how the earlier turns render, so the "
                          "conversation cannot grow token by token; use a template whose turns are a prefix of "
                          "the next rendering (e.g. tool_chat_template: qwen25)")
-    return after[cut + len(end_of_turn):]
+    return after[end:]
+
+
+def _turn_end(tokenizer, rendered: str, end_of_turn: str) -> int:
+    """The index just after the rendered assistant turn's end of turn, or -1: the generated stop token when
+    it is a special token the template wrote, else the template's own (the last special token it wrote);
+    a template without special tokens: the generated stop text's last occurrence."""
+    specials = set(tokenizer.all_special_tokens) | set(getattr(tokenizer, "get_added_vocab", dict)())
+    if end_of_turn in specials and end_of_turn in rendered:
+        return rendered.rfind(end_of_turn) + len(end_of_turn)
+    found = max(((rendered.rfind(t), t) for t in specials if t), default=(-1, ""))
+    if found[0] >= 0:
+        return found[0] + len(found[1])
+    cut = rendered.rfind(end_of_turn) if end_of_turn else -1
+    return cut + len(end_of_turn) if cut >= 0 else -1
+
+
+def turn_text(tokenizer, completion) -> tuple[str, str]:
+    """(the turn's text without its stop token, the stop token's text; "" for a turn cut at max_new_tokens).
+    Backends decode without special tokens; a stop id that is an ordinary token would stay in the text,
+    so it is cut here, whichever stop id ended the turn."""
+    if completion.truncated or not completion.ids:
+        return completion.text, ""
+    stop = tokenizer.decode(completion.ids[-1:])
+    return completion.text.removesuffix(stop), stop
 
 
 # --- the runner ------------------------------------------------------------------------------------
@@ -162,8 +189,9 @@ def run_conversations(factories: list[EnvFactory], rows: list[dict[str, Any]], g
         finals: list[tuple[int, str]] = []
         for i, completion in zip(order, completions):
             state = live[i]
-            parsed = parse_turn(completion.text, parser, turn)
-            step = Step(prompt_text=state.prompt_text, prompt_ids=state.prompt_ids, action_text=completion.text,
+            text, stop = turn_text(tokenizer, completion)
+            parsed = parse_turn(text, parser, turn)
+            step = Step(prompt_text=state.prompt_text, prompt_ids=state.prompt_ids, action_text=text,
                         action_ids=completion.ids, truncated=completion.truncated,
                         anchor_state=tool_state(state.interactions) if settings.anchor == "tool_state" else turn,
                         messages=[dict(m) for m in state.messages], observation=state.observation,
@@ -178,7 +206,7 @@ def run_conversations(factories: list[EnvFactory], rows: list[dict[str, Any]], g
                 _end(episodes[i], live, i, "max_tool_calls")
             else:
                 _call_tools(step, state, parsed, settings)
-                _grow(tokenizer, state, step, completion, parsed, settings)
+                _grow(tokenizer, state, step, completion, (text, stop), parsed, settings)
                 cap = settings.max_conversation_tokens
                 if cap and len(state.prompt_ids) + params.max_new_tokens > cap:
                     _end(episodes[i], live, i, "context")
@@ -211,20 +239,21 @@ def _call_tools(step: Step, state: _Live, parsed, settings: ConversationSettings
     state.interactions += [interaction_key(o) for o in outcomes]
 
 
-def _grow(tokenizer, state: _Live, step: Step, completion, parsed, settings: ConversationSettings) -> None:
+def _grow(tokenizer, state: _Live, step: Step, completion, turn: tuple[str, str], parsed,
+          settings: ConversationSettings) -> None:
     """Append the assistant turn and its tool messages: to the messages, and to the ids without
-    re-tokenising what the model generated."""
+    re-tokenising what the model generated (its stop token included, whichever stop id it was)."""
     assistant = {"role": "assistant", "content": parsed.content}
     if parsed.calls:
         assistant["tool_calls"] = [{"id": c.id, "type": "function",
                                     "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
     tool_messages = [{k: v for k, v in r.items() if k != "error"} for r in step.tool_results or []]
-    end_of_turn = tokenizer.decode(completion.ids[-1:])
+    text, end_of_turn = turn
     suffix = continuation_text(tokenizer, state.messages + [assistant], tool_messages, settings, end_of_turn)
     suffix_ids = tokenizer(suffix, add_special_tokens=False)["input_ids"]
     state.messages += [assistant] + tool_messages
     state.prompt_ids = state.prompt_ids + list(completion.ids) + suffix_ids
-    state.prompt_text = state.prompt_text + completion.text + end_of_turn + suffix
+    state.prompt_text = state.prompt_text + text + end_of_turn + suffix
     state.observation = "\n".join(m["content"] for m in tool_messages)
 
 

@@ -62,13 +62,37 @@ class GenerationBackend(Protocol):
 
 
 def stop_token_ids(tokenizer, model=None) -> list[int]:
-    """The ids that end a completion: the tokenizer's eos, then every eos of the model's generation config.
-    A chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``) may be only in the latter (a
-    tokenizer whose eos is ``<|endoftext|>``): stopping on the tokenizer's alone would run every turn on
-    to max_new_tokens and train the model on what follows its own end of turn."""
+    """The ids that end a completion: the tokenizer's eos, every eos of the model's generation config, and the
+    chat template's end of turn. A chat template's end-of-turn token (``<|im_end|>``, ``<|eot_id|>``) may be in
+    none of the first two (a tokenizer whose eos is ``<|endoftext|>``): stopping without it would run every
+    turn on to max_new_tokens and train the model on what follows its own end of turn. A turn may end on any
+    of them (the conversation runner treats each as the end of the turn)."""
     stops = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
     configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for token in [configured] if isinstance(configured, int) else list(configured or []):
-        if token not in stops:
+    end_of_turn = template_end_of_turn(tokenizer)
+    for token in ([configured] if isinstance(configured, int) else list(configured or [])) + [end_of_turn]:
+        if token is not None and token not in stops:
             stops.append(token)
     return stops
+
+
+_PROBE = "grouprl-end-of-turn-probe"
+
+
+def template_end_of_turn(tokenizer) -> int | None:
+    """The id of the first special token the chat template writes after an assistant turn's content (its end
+    of turn), or None (no template, or no special token there)."""
+    if not getattr(tokenizer, "chat_template", None):
+        return None
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": _PROBE}],
+                                             tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot render this has no end of turn to find here
+        return None
+    after = text[text.rfind(_PROBE) + len(_PROBE):] if _PROBE in text else ""
+    specials = [t for t in set(tokenizer.all_special_tokens) | set(getattr(tokenizer, "get_added_vocab", dict)()) if t and t in after]
+    if not specials:
+        return None
+    first = min(specials, key=lambda t: (after.index(t), -len(t)))
+    token_id = tokenizer.convert_tokens_to_ids(first)
+    return token_id if isinstance(token_id, int) and token_id != tokenizer.unk_token_id else None

@@ -13,6 +13,8 @@ daemons: they hold no slot of a shared pool, so later calls (built-ins included)
 never keep the trainer from exiting. A tool with ``MAX_STALLED_PER_TOOL`` calls still running is
 not called again (each further call is a timeout error at once), so a tool that always hangs cannot
 grow threads without bound. A tool that may hang belongs in the sandbox, whose timeout kills it.
+A result is made ``safe_text.encodable`` (a lone surrogate becomes U+FFFD) before the template and the
+tokenizer see it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 from collections import Counter
 from dataclasses import dataclass
 
+from grouprl.safe_text import encodable
 from grouprl.tools.parsers import ToolCall
 from grouprl.tools.python_tool import PythonInterpreter
 from grouprl.tools.sandboxed import SandboxedFileTool
@@ -84,7 +87,7 @@ class ToolSession:
         except ToolArgumentError as err:
             return ToolOutcome(call.name, call.arguments, f"Error: {err}", "bad_arguments", call.id)
         content, error = self._sandboxed(tool, arguments) if tool.sandboxed else self._in_process(tool, arguments)
-        return ToolOutcome(call.name, arguments, _cap(content), error, call.id)
+        return ToolOutcome(call.name, arguments, _cap(encodable(content)), error, call.id)
 
     def _in_process(self, tool: Tool, arguments: dict) -> tuple[str, str | None]:
         with _STALLED_LOCK:

@@ -21,7 +21,8 @@ the template (``tool_parser`` in the recipe):
   the metrics count apart (``tools/calls_tagged``, ``tools/calls_bare_json``).
 
 A turn with no call is a final answer. A call that is there but cannot be read (bad JSON, no name,
-arguments that are not an object, an unclosed tag) is a *malformed* call: it is answered with an
+arguments that are not an object, an unclosed tag; JSON that ``safe_text.safe_json_loads`` refuses: too
+deep, an integer too long, a lone surrogate, a non-finite number) is a *malformed* call: it is answered with an
 error message and counted, never executed. Each parser also writes calls in its format
 (``format_calls``), which is how expert traces for SFT are made.
 """
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from grouprl.registry import Registry
+from grouprl.safe_text import JsonRejected, encodable, safe_json_loads
 
 
 @dataclass
@@ -64,18 +66,17 @@ def _call_from_object(obj: Any, arguments_key: str = "arguments") -> ToolCall | 
         return "a tool call needs a \"name\" string"
     arguments = obj.get(arguments_key, {})
     if isinstance(arguments, str):  # some models send the arguments as a JSON string
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError as err:
-            return f"tool call '{name}': its \"{arguments_key}\" string is not JSON ({err.msg})"
+        arguments = safe_json_loads(arguments)
+        if isinstance(arguments, JsonRejected):
+            return f"tool call '{name}': its \"{arguments_key}\" string is not JSON ({arguments.reason})"
     return ToolCall(name, arguments)
 
 
 def _decode(text: str) -> tuple[Any, str | None]:
-    try:
-        return json.loads(text), None
-    except json.JSONDecodeError as err:
-        return None, f"tool call is not valid JSON ({err.msg} at character {err.pos}): {text.strip()[:60]!r}"
+    value = safe_json_loads(text)
+    if isinstance(value, JsonRejected):
+        return None, f"tool call is {value.reason}: {encodable(text.strip()[:60])!r}"
+    return value, None
 
 
 _HERMES = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
@@ -114,11 +115,12 @@ def parse_mistral(text: str) -> ParsedTurn:
         return ParsedTurn(content=text.strip())
     content, _, rest = text.partition(MISTRAL_MARKER)
     turn = ParsedTurn(content=content.strip())
-    try:
-        objects, _ = json.JSONDecoder().raw_decode(rest.strip())
-    except json.JSONDecodeError as err:
-        turn.malformed.append(f"{MISTRAL_MARKER} is not followed by valid JSON ({err.msg}): {rest.strip()[:60]!r}")
+    decoded = safe_json_loads(rest, prefix=True)
+    if isinstance(decoded, JsonRejected):
+        turn.malformed.append(f"{MISTRAL_MARKER} is not followed by valid JSON ({decoded.reason}): "
+                              f"{encodable(rest.strip()[:60])!r}")
         return turn
+    objects = decoded[0]
     for obj in objects if isinstance(objects, list) else [objects]:
         call = _call_from_object(obj)
         if isinstance(call, str):
@@ -164,14 +166,15 @@ def _bare_json_calls(text: str) -> list[ToolCall] | None:
     body = _END_MARKS.sub("", text).strip()
     fenced = _FENCE.match(body)
     body = fenced.group(1) if fenced else body
-    calls, pos, decoder = [], 0, json.JSONDecoder()
+    calls: list[ToolCall] = []
+    pos = 0
     while pos < len(body):
         if not body.startswith("{", pos):
             return None
-        try:
-            obj, pos = decoder.raw_decode(body, pos)
-        except (ValueError, RecursionError):
+        decoded = safe_json_loads(body[pos:], prefix=True)  # the one safe decoder (safe_text.py)
+        if isinstance(decoded, JsonRejected):
             return None
+        obj, pos = decoded[0], pos + decoded[1]
         if not isinstance(obj, dict) or not ({"arguments", "parameters"} & obj.keys()):
             return None
         call = _call_from_object(obj, "parameters" if "parameters" in obj else "arguments")

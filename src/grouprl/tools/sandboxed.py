@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grouprl.rewards.sandbox.runner import run_in_sandbox
+from grouprl.safe_text import JsonRejected, safe_json_loads
 from grouprl.tools.schema import Tool
 from grouprl.user_code import CodeRef, code_ref
 
@@ -106,4 +107,7 @@ class SandboxedFileTool:
         if not result.ok or not lines:
             errors = [line for line in result.stderr.strip().splitlines() if line.strip()]
             return "Error: " + (errors[-1] if errors else f"exit code {result.exit_code}"), "raised"
-        return json.loads(lines[-1][len(marker):]), None
+        value = safe_json_loads(lines[-1][len(marker):])
+        if isinstance(value, JsonRejected) or not isinstance(value, str):
+            return f"Error: the tool's result could not be read ({getattr(value, 'reason', 'not a string')})", "raised"
+        return value, None

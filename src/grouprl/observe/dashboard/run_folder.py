@@ -18,6 +18,7 @@ from typing import Any, Sequence
 import yaml
 
 from grouprl.observe.dashboard.rollout_index import RolloutIndex, parse_lines
+from grouprl.config.redact import redact
 
 _TRAJECTORY_FILE = re.compile(r"^step_(\d+)\.jsonl$")
 RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "rollouts/rollouts.jsonl", "eval/before.jsonl",
@@ -117,6 +118,7 @@ class RunFolder:
 
     def overview(self) -> dict[str, Any]:
         config = self._json("config.json")
+        config = redact(config) if config is not None else None  # a folder written before redaction, or by hand
         summary = self._json("summary.json")
         checkpoints = sorted((int(p.name.split("-")[1]) for p in self.path.glob("checkpoint-*")
                               if p.name.split("-")[1].isdigit()), reverse=True)

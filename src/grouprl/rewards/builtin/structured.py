@@ -18,6 +18,7 @@ from grouprl.records import EvaluateResult, Message, MetricResult
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.sandbox import code_harness
 from grouprl.rewards.sandbox.runner import run_in_sandbox, run_many
+from grouprl.safe_text import JsonRejected, safe_json_loads
 
 __all__ = ["json_schema", "tool_call_match", "code_execution", "BUILTIN_STRUCTURED",
            "extract_json", "extract_python_block"]
@@ -56,22 +57,30 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
 _UNREADABLE = (ValueError, RecursionError, TypeError)
 
 
+def _policy_json(text: str) -> Any:
+    """JSON the policy wrote, through the one safe decoder (safe_text): ``ValueError`` with its reason."""
+    value = safe_json_loads(text)
+    if isinstance(value, JsonRejected):
+        raise ValueError(value.reason)
+    return value
+
+
 def extract_json(text: str) -> Any:
     """The JSON value of ``text``: the whole text, else the last ```json block, else the last
     unlabelled fenced block. Raises ``ValueError`` naming what was tried."""
     text = text or ""
     try:
-        return json.loads(text)
-    except _UNREADABLE:
+        return _policy_json(text)
+    except ValueError:
         pass
     blocks = _fenced_blocks(text)
     candidates = [b for lang, b in blocks if lang == "json"] or [b for lang, b in blocks if lang == ""]
     if not candidates:
         raise ValueError("completion is not JSON and has no ```json fenced block")
     try:
-        return json.loads(candidates[-1])
-    except _UNREADABLE as err:
-        raise ValueError(f"fenced JSON block does not parse: {type(err).__name__}: {str(err)[:120]}") from None
+        return _policy_json(candidates[-1])
+    except ValueError as err:
+        raise ValueError(f"fenced JSON block does not parse: {str(err)[:120]}") from None
 
 
 def extract_python_block(text: str) -> str | None:

@@ -41,11 +41,13 @@ from grouprl.rewards.reward_calls import episode_messages
 
 
 def _load_student(path: str, device: str, seed: int) -> SequenceClassifier:
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
+
+    from grouprl.policy.loading import auto_tokenizer  # the policy's loader: a char tokenizer keeps its spaces
 
     torch.manual_seed(seed)  # the fresh head is the same on every process
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = auto_tokenizer(path)
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     except (OSError, ValueError) as err:
         raise ConfigError(f"distilled_judge: student '{path}' cannot be loaded as a sequence classifier "
@@ -105,9 +107,10 @@ class DistilledJudge:
             self._labelled.append((self.student.render(conversations[i]), float(result.score), student[i]))
             if self.step < self.judge_steps:
                 scores[i] = float(result.score)
-        if self._errors > self.max_judge_error_fraction * len(sample):
-            raise RewardFailure(f"distilled_judge: the judge failed on {self._errors} of {len(sample)} completions "
-                                f"(> max_judge_error_fraction={self.max_judge_error_fraction}); first: "
+        if self._errors > self.max_judge_error_fraction * len(episodes):  # of the batch, as documented
+            raise RewardFailure(f"distilled_judge: the judge failed on {self._errors} of the {len(sample)} completions "
+                                f"it was asked about, more than max_judge_error_fraction="
+                                f"{self.max_judge_error_fraction} of the batch's {len(episodes)}; first: "
                                 f"{next(r.error for r in results if r.error)}")
         return scores
 

@@ -8,10 +8,12 @@ answers, in an order fixed by their text, so the judge cannot learn a favourite 
 request stays cacheable), ``k``, ``reference`` and ``row``; one reply scores them all, which fits
 GRPO's group-relative advantage (only the differences inside a group matter).
 
-The score is parsed from the reply in a declared ``format``: ``score_line`` (the last ``SCORE: x``;
-group: one ``<n>: x`` line per answer), ``json`` (the last ``{"score": x}``; group ``{"scores": [..]}``),
-``number`` (the first number; pointwise only) or your own ``score_pattern`` (a regex whose first
-group is the number; pointwise). A parsed score outside ``score_range`` is a parse failure; inside,
+The score is parsed from the reply in a declared ``format``: ``score_line`` (a final ``SCORE: x`` line;
+group: final ``<n>: x`` lines, one per answer), ``json`` (a final ``{"score": x}``; group ``{"scores":
+[..]}``), ``number`` (the number the reply opens with; pointwise only) or your own ``score_pattern`` (a
+regex whose first group is the number, searched in the last line; pointwise). Only the judge's own
+verdict counts: it must end a complete reply and must not be text of the answers graded
+(``judge_verdict.py``). A parsed score outside ``score_range`` is a parse failure; inside,
 it is mapped to [0, 1] unless ``normalize: false``. A reply that does not parse and a request that
 got no answer after its retries are *that sample's reward error* (counted against
 ``max_reward_error_fraction``), never a score of 0. For a group, a failed reply fails all K.
@@ -29,7 +31,6 @@ OpenAI schema: vLLM's ``structured_outputs: {regex: ...}`` forcing the reply int
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import re
@@ -39,9 +40,13 @@ from typing import Any
 
 from grouprl.config import ConfigError
 from grouprl.records import EvaluateResult
+from grouprl.config.redact import REDACTED
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.learned.judge_cache import JudgeCache
 from grouprl.rewards.learned.judge_client import JudgeClient
+from grouprl.rewards.learned.judge_verdict import JudgeParseError, check_not_quoted, read_group_scores, read_score
+
+__all__ = ["JudgeParseError", "build_judge", "parse_group_scores", "parse_score", "settings_from"]
 
 log = logging.getLogger(__name__)
 
@@ -75,12 +80,6 @@ Response {{ loop.index }}:
 Reply with exactly {{ k }} lines, one per response, of the form <response number>: <score>."""
 
 FORMATS = ("score_line", "json", "number")
-NUMBER = r"(-?\d+(?:\.\d+)?)"
-
-
-class JudgeParseError(ValueError):
-    """The judge's reply does not hold a score in the declared format."""
-
 
 @dataclass
 class JudgeSettings:
@@ -152,6 +151,17 @@ def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
     return s
 
 
+def api_key_of(name: str, api_key: str | None) -> str:
+    """The key to send: the option, else $OPENAI_API_KEY, else "EMPTY" (local servers). A config read back from a
+    run folder holds the redaction mark instead of the key (config/redact.py): never sent, the environment's is used."""
+    if api_key == REDACTED:
+        if not os.environ.get("OPENAI_API_KEY"):
+            raise ConfigError(f"reward '{name}': option api_key is {REDACTED!r} (a saved config never holds the key); "
+                              "give the key again: the option api_key or $OPENAI_API_KEY")
+        api_key = None
+    return api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+
+
 def load_template(name: str, template: str | None, default: str):
     import jinja2
 
@@ -164,54 +174,13 @@ def load_template(name: str, template: str | None, default: str):
         raise ConfigError(f"reward '{name}': template line {err.lineno}: {err.message}") from None
 
 
-# --- parsing ------------------------------------------------------------------------------------
-def _last_json(text: str, key: str) -> Any:
-    decoder = json.JSONDecoder()
-    for start in reversed([m.start() for m in re.finditer(r"\{", text)]):
-        try:
-            value, _ = decoder.raw_decode(text[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict) and key in value:
-            return value[key]
-    raise JudgeParseError(f'no JSON object with "{key}"')
-
-
+# --- parsing (judge_verdict.py: only the judge's own verdict, from a complete reply, counts) ---------
 def parse_score(text: str, fmt: str, pattern: str | None = None) -> float:
-    if pattern is not None:
-        match = re.search(pattern, text, re.S)
-        found = [match.group(1)] if match else []
-    elif fmt == "score_line":
-        found = re.findall(r"score\W{0,3}[:=]\s*\**\s*" + NUMBER, text, re.I)[-1:]
-    elif fmt == "number":
-        found = re.findall(NUMBER, text)[:1]
-    else:
-        found = [_last_json(text, "score")]
-    if not found:
-        raise JudgeParseError("no 'SCORE: <number>' line" if fmt == "score_line" and pattern is None
-                              else f"no score matching {pattern or fmt}")
-    try:
-        return float(found[0])
-    except (TypeError, ValueError):
-        raise JudgeParseError(f"score {found[0]!r} is not a number") from None
+    return read_score(text, fmt, pattern).scores[0]
 
 
 def parse_group_scores(text: str, fmt: str, k: int) -> list[float]:
-    if fmt == "json":
-        scores = _last_json(text, "scores")
-        if not isinstance(scores, list) or len(scores) != k:
-            raise JudgeParseError(f'"scores" must be a list of {k} numbers')
-        try:
-            return [float(x) for x in scores]
-        except (TypeError, ValueError):
-            raise JudgeParseError(f'"scores" {scores!r:.80} are not all numbers') from None
-    found: dict[int, float] = {}
-    for index, value in re.findall(r"^\W*(?:response\s*)?#?(\d+)\W{0,3}[:=\-]\s*\**\s*" + NUMBER, text, re.I | re.M):
-        found.setdefault(int(index), float(value))
-    missing = [i for i in range(1, k + 1) if i not in found]
-    if missing:
-        raise JudgeParseError(f"no '<n>: <score>' line for response(s) {missing} of {k}")
-    return [found[i] for i in range(1, k + 1)]
+    return read_group_scores(text, fmt, k).scores
 
 
 # --- the conversation as the judge sees it ----------------------------------------------------------
@@ -231,7 +200,7 @@ class Judge:
         self.name, self.s, self.group = name, settings, name == "group_judge"
         self.template = load_template(name, settings.template, GROUP_TEMPLATE if self.group else POINTWISE_TEMPLATE)
         folder = settings.cache_dir or (str(Path(run_dir) / "judge_cache" / name) if run_dir else None)
-        api_key = settings.api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
+        api_key = api_key_of(name, settings.api_key)
         deadline = settings.batch_deadline or (0.9 * reward_timeout if reward_timeout > 0 else None)
         self.client = JudgeClient(settings.base_url, api_key, settings.concurrency, settings.timeout,
                                   settings.retries, settings.backoff_seconds,
@@ -242,7 +211,7 @@ class Judge:
         messages = ([{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else [])
         request = {"model": self.s.model, "messages": messages + [{"role": "user", "content": prompt}],
                    "temperature": self.s.temperature, "max_tokens": self.s.max_tokens}
-        if self.s.extra_body:  # the openai client merges these into the JSON body
+        if self.s.extra_body:  # merged into the JSON body by the client (judge_client.py)
             request["extra_body"] = dict(self.s.extra_body)
         return request
 
@@ -262,8 +231,9 @@ class Judge:
         prompts = [self.template.render(question=q, completion=c, conversation=t, reference=truth, row=row)
                    for (q, c, t), truth, row in zip(parts, truths, rows)]
         replies = self.client.ask([self.request(p) for p in prompts])
-        return [self._result(r, lambda text: [self.to_unit(parse_score(text, self.s.format, self.s.score_pattern))])[0]
-                for r in replies]
+        return [self._result(r, lambda text, c=c: self._verdict(read_score(text, self.s.format, self.s.score_pattern),
+                                                                [c]))[0]
+                for r, (_, c, _) in zip(replies, parts)]
 
     def _score_groups(self, parts, truths, rows, group_ids) -> list[EvaluateResult]:
         members: dict[Any, list[int]] = {}
@@ -276,21 +246,30 @@ class Judge:
         replies = self.client.ask([self.request(p) for p in prompts])
         out: list[EvaluateResult] = [None] * len(parts)  # type: ignore[list-item]
         for order, reply in zip(orders, replies):
-            results = self._result(reply, lambda text, n=len(order): [
-                self.to_unit(x) for x in parse_group_scores(text, self.s.format, n)], len(order))
+            graded = [parts[i][1] for i in order]
+            results = self._result(reply, lambda text, g=graded: self._verdict(
+                read_group_scores(text, self.s.format, len(g)), g), len(order))
             for i, result in zip(order, results):
                 out[i] = result
         return out
+
+    def _verdict(self, verdict, graded: list[str]) -> list[float]:
+        check_not_quoted(verdict, graded)
+        return [self.to_unit(x) for x in verdict.scores]
 
     def _result(self, reply, parse, n: int = 1) -> list[EvaluateResult]:
         if reply.text is None:
             return [EvaluateResult(score=0.0, is_score_valid=False, error=reply.error)] * n
         try:
+            opens_with_verdict = self.s.format == "number" and self.s.score_pattern is None
+            if reply.finish_reason == "length" and not opens_with_verdict:  # number: a cut comes after the verdict
+                raise JudgeParseError(f"the reply was cut at max_tokens={self.s.max_tokens} (finish_reason "
+                                      "'length'): no complete verdict")
             scores = parse(reply.text)
         except JudgeParseError as err:
             self.parse_failures += 1
             return [EvaluateResult(score=0.0, is_score_valid=False,
-                                   error=f"parse failure: {err}; reply {reply.text[:120]!r}")] * n
+                                   error=f"parse failure: {err}; reply ...{reply.text[-120:]!r}")] * n
         return [EvaluateResult(score=s, reason=reply.text[-200:]) for s in scores]
 
     def drain_metrics(self) -> dict[str, float]:

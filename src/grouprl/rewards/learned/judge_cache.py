@@ -4,8 +4,10 @@
 The key is a SHA-256 of the request body the endpoint sees (model, messages, sampling settings;
 not the URL, so a server restarted on another port still hits). Each process appends to its own
 ``responses.rank<R>.jsonl`` with one ``os.write`` per record on an ``O_APPEND`` descriptor (a kill
-leaves at most a torn last line, skipped on reading), and reads every process's files when it
-starts. Only answers are cached: an endpoint error is tried again next time; a reply that does
+leaves at most a torn last line: cut when the file is opened again, so the next answer starts on a
+fresh line and is not lost, and skipped with a counted warning on reading; ``append_only``), and
+reads every process's files when it starts. A reply is stored with its ``finish_reason``; the HTTP
+client caps its size (``judge_client.MAX_BYTES``), so no entry is larger than that. Only answers are cached: an endpoint error is tried again next time; a reply that does
 not parse is cached (the same request would be answered the same way at temperature 0, and it was
 paid for), and stays that sample's error.
 """
@@ -19,9 +21,12 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from grouprl.append_only import open_for_append, read_records
+from grouprl.safe_text import encodable
+
 
 def request_key(request: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    return hashlib.sha256(encodable(json.dumps(request, sort_keys=True, ensure_ascii=False)).encode()).hexdigest()
 
 
 def _rank() -> int:
@@ -47,28 +52,19 @@ class JudgeCache:
     def get(self, key: str) -> dict[str, Any] | None:
         return self.entries.get(key)
 
-    def put(self, key: str, text: str, usage: dict[str, int] | None) -> None:
-        record = {"key": key, "text": text, "usage": usage or {}}
+    def put(self, key: str, text: str, usage: dict[str, int] | None, finish_reason: str | None = None) -> None:
+        record = {"key": key, "text": text, "usage": usage or {}, "finish_reason": finish_reason}
         with self._lock:
             self.entries[key] = record
             if self.folder is None:
                 return
             if self._fd is None:
-                path = self.folder / f"responses.rank{_rank()}.jsonl"
-                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            os.write(self._fd, (json.dumps(record, ensure_ascii=False) + "\n").encode())
+                self._fd = open_for_append(self.folder / f"responses.rank{_rank()}.jsonl")
+            os.write(self._fd, encodable(json.dumps(record, ensure_ascii=False) + "\n").encode())
 
 
 def read_entries(path: Path) -> dict[str, dict[str, Any]]:
-    """The whole lines of a cache file (a torn last line from a killed process is left out)."""
-    entries = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
-        if not line.endswith("\n"):
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and isinstance(record.get("key"), str) and isinstance(record.get("text"), str):
-            entries[record["key"]] = record
-    return entries
+    """The whole records of a cache file (a torn last line from a killed process is skipped and counted)."""
+    records, _ = read_records(path)
+    return {r["key"]: r for r in records
+            if isinstance(r, dict) and isinstance(r.get("key"), str) and isinstance(r.get("text"), str)}

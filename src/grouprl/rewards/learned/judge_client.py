@@ -1,8 +1,11 @@
 """Chat-completion requests to a judge endpoint: overlapping, bounded, timed, retried, cached, counted.
 
-A batch of requests runs on one asyncio loop with at most ``concurrency`` in flight (the openai
-package's async client; any OpenAI-compatible server: vLLM, TGI, ``transformers serve``, hosted
-APIs). Each request has its own ``timeout``; connection errors, timeouts, 429 and 5xx are retried
+A batch of requests runs on one asyncio loop with at most ``concurrency`` in flight (``POST
+<base_url>/chat/completions`` through ``bounded_http``; any OpenAI-compatible server: vLLM, TGI,
+``transformers serve``, hosted APIs). Each attempt has a total deadline, ``timeout`` (a server that
+trickles its body does not keep it alive), and a body cap, ``max_bytes`` (a huge reply is abandoned
+as it arrives, never buffered whole nor cached); the body is decoded by ``safe_text.safe_json_loads``
+and the reply's text made ``encodable``. Connection errors, deadlines, 429 and 5xx are retried
 ``retries`` times after ``backoff_seconds * 2**attempt`` (plus up to 50 % jitter, so a restarted
 server is not hit by every request at once); any other status (a 400: a bad model name, a prompt
 too long) is final. Identical requests in a batch are sent once. A batch has a ``deadline`` (by default
@@ -19,6 +22,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
+
+from grouprl.bounded_http import RequestFailed, chat_completion
 from grouprl.rewards.learned.judge_cache import JudgeCache, request_key
 
 
@@ -28,6 +34,7 @@ class Reply:
     error: str | None = None
     cached: bool = False
     usage: dict[str, int] = field(default_factory=dict)  # tokens, where the endpoint reports them
+    finish_reason: str | None = None  # "length": the reply was cut at max_tokens (not a verdict)
 
 
 @dataclass
@@ -55,23 +62,13 @@ class JudgeStats:
         return out
 
 
-def _retryable(err: Exception) -> bool:
-    import openai
-
-    transient = (openai.APIConnectionError, openai.APITimeoutError, openai.RateLimitError, openai.InternalServerError)
-    return isinstance(err, transient) or (isinstance(err, openai.APIStatusError) and err.status_code >= 500)
-
-
-def _usage(response) -> dict[str, int]:
-    usage = getattr(response, "usage", None)
-    return {"prompt_tokens": int(getattr(usage, "prompt_tokens", 0) or 0),
-            "completion_tokens": int(getattr(usage, "completion_tokens", 0) or 0)} if usage else {}
+MAX_BYTES = 4 << 20  # a chat completion of a few thousand tokens is a few tens of kB
 
 
 class JudgeClient:
     def __init__(self, base_url: str, api_key: str, concurrency: int, timeout: float, retries: int,
-                 backoff_seconds: float, cache: JudgeCache, deadline: float | None = None):
-        self.base_url, self.api_key = base_url, api_key
+                 backoff_seconds: float, cache: JudgeCache, deadline: float | None = None, max_bytes: int = MAX_BYTES):
+        self.base_url, self.api_key, self.max_bytes = base_url, api_key, max_bytes
         self.deadline = deadline  # seconds for a whole batch; what is unanswered then is an error
         self.concurrency, self.timeout, self.retries, self.backoff = concurrency, timeout, retries, backoff_seconds
         self.cache = cache
@@ -86,8 +83,6 @@ class JudgeClient:
         return stats
 
     async def _ask_all(self, requests: list[dict[str, Any]]) -> list[Reply]:
-        import openai
-
         keys = [request_key(r) for r in requests]
         self.stats.requests += len(requests)
         unique = {k: r for k, r in zip(keys, requests)}
@@ -96,20 +91,19 @@ class JudgeClient:
         for key, request in unique.items():
             hit = self.cache.get(key)
             if hit is not None:
-                answers[key] = Reply(hit["text"], cached=True)
+                answers[key] = Reply(hit["text"], cached=True, finish_reason=hit.get("finish_reason"))
                 self.stats.cache_hits += 1
             else:
                 todo.append((key, request))
         if todo:
-            client = openai.AsyncOpenAI(base_url=self.base_url, api_key=self.api_key, timeout=self.timeout,
-                                        max_retries=0)
+            client = httpx.AsyncClient(timeout=self.timeout)
             gate = asyncio.Semaphore(self.concurrency)
 
             async def one(key: str, request: dict[str, Any]) -> None:
                 async with gate:
                     answers[key] = reply = await self._with_retries(client, request)
                 if reply.text is not None:
-                    self.cache.put(key, reply.text, reply.usage)
+                    self.cache.put(key, reply.text, reply.usage, reply.finish_reason)
 
             tasks = [asyncio.ensure_future(one(k, r)) for k, r in todo]
             try:
@@ -120,32 +114,32 @@ class JudgeClient:
                     await asyncio.wait(late)
                     self.stats.endpoint_errors += len(late)
             finally:
-                await client.close()
+                await client.aclose()
             for key in [k for k, _ in todo if k not in answers]:
                 answers[key] = Reply(None, f"endpoint error: no answer within the batch deadline of {self.deadline:g}s")
         return [answers[k] for k in keys]
 
-    async def _with_retries(self, client, request: dict[str, Any]) -> Reply:
+    async def _with_retries(self, client: httpx.AsyncClient, request_fields: dict[str, Any]) -> Reply:
+        body = {k: v for k, v in request_fields.items() if k != "extra_body"} | request_fields.get("extra_body", {})
         for attempt in range(self.retries + 1):
             self.stats.calls += attempt == 0
             self.stats.retries += attempt > 0
             start = time.perf_counter()
             try:
-                response = await client.chat.completions.create(**request)
-            except Exception as err:  # noqa: BLE001 - transient ones are retried, the rest reported
-                if attempt == self.retries or not _retryable(err):
+                reply = await chat_completion(client, self.base_url, self.api_key, body, deadline_s=self.timeout,
+                                              max_bytes=self.max_bytes)
+            except RequestFailed as err:
+                if attempt == self.retries or not err.transient:
                     self.stats.endpoint_errors += 1
                     tries = f" after {attempt + 1} attempts" if attempt else ""
-                    return Reply(None, f"endpoint error{tries}: {type(err).__name__}: {str(err)[:200]}")
+                    return Reply(None, f"endpoint error{tries}: {err}")
                 await asyncio.sleep(self.backoff * 2 ** attempt * (1 + random.random() / 2))
                 continue
             self.stats.latencies.append(time.perf_counter() - start)
-            usage = _usage(response)
+            usage = reply.usage or {}
             self.stats.prompt_tokens += usage.get("prompt_tokens", 0)
             self.stats.completion_tokens += usage.get("completion_tokens", 0)
-            choices = getattr(response, "choices", None) or []
-            text = choices[0].message.content if choices and choices[0].message else None
-            if text is None:
+            if reply.text is None:
                 return Reply(None, "endpoint error: the reply has no message content")
-            return Reply(text, usage=usage)
+            return Reply(reply.text, usage=usage, finish_reason=reply.finish_reason)
         raise AssertionError("unreachable")

@@ -9,17 +9,21 @@ once the server has loaded it; why a file and not NCCL: ``vllm_server.py``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import weakref
 
+from grouprl.bounded_http import RequestFailed, request_sync
 from grouprl.rollout.backends.vllm import checkpoint_weights, to_completion
-from grouprl.rollout.sampling import Completion, SamplingParams
+from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
+from grouprl.safe_text import JsonRejected, encodable, safe_json_loads
+
+# Bounds on every request (bounded_http): a server that stalls or trickles cannot hold the trainer past the
+# deadline, nor a runaway body fill its memory. A generation batch of a real model takes seconds to minutes.
+DEADLINE_S = 3600.0
+MAX_BYTES = 1 << 20  # plus 64 bytes per token a /generate may return (its ids and log-probs as JSON)
 
 
 class VLLMServerError(RuntimeError):
@@ -60,8 +64,11 @@ class VLLMServerBackend:
     """GenerationBackend over ``grouprl vllm-serve`` at ``host:port``; ``tokenizer`` decodes the texts as the
     hf backend does. ``weights_dir`` must be visible to the server (default: a fresh one under /dev/shm)."""
 
-    def __init__(self, tokenizer, host: str = "127.0.0.1", port: int = 8000, weights_dir: str | None = None):
+    def __init__(self, tokenizer, host: str = "127.0.0.1", port: int = 8000, weights_dir: str | None = None,
+                 stops: list[int] | None = None):
         self.tokenizer = tokenizer
+        self.stops = stops or ([tokenizer.eos_token_id] if tokenizer is not None else [])  # sampling.stop_token_ids
+        self.deadline_s = DEADLINE_S  # every request's total deadline (/health's own is shorter)
         self.port = port
         self.address = f"{host}:{port}"
         self.url = f"http://{self.address}"
@@ -72,18 +79,26 @@ class VLLMServerBackend:
             self.weights_dir = _fresh_weights_dir()
             weakref.finalize(self, shutil.rmtree, self.weights_dir, ignore_errors=True)
 
-    def _request(self, route: str, payload: dict | None = None, timeout: float | None = None) -> dict:
-        data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.url + route, data=data, headers={"Content-Type": "application/json"})
+    def _request(self, route: str, payload: dict | None = None, timeout: float | None = None,
+                 max_bytes: int = MAX_BYTES) -> dict:
+        url = self.url + route
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as answer:
-                return json.loads(answer.read())
-        except urllib.error.HTTPError as err:
-            raise VLLMServerError(f"vllm server {self.url}{route}: HTTP {err.code}: {_error_message(err)}") from None
-        except (urllib.error.URLError, ConnectionError) as err:
-            reason = getattr(err, "reason", err)
-            raise VLLMServerError(f"vllm server at {self.address} unreachable ({reason}); start it with "
-                                  f"`grouprl vllm-serve --model PATH --port {self.port}`") from None
+            answer = request_sync("GET" if payload is None else "POST", url, json=payload,
+                                  deadline_s=timeout or self.deadline_s, max_bytes=max_bytes)
+        except RequestFailed as err:
+            if err.transient and err.kind != "Deadline":
+                raise VLLMServerError(f"vllm server at {self.address} unreachable ({err}); start it with "
+                                      f"`grouprl vllm-serve --model PATH --port {self.port}`") from None
+            raise VLLMServerError(f"vllm server {url}: {err}") from None
+        decoded = safe_json_loads(answer.body)
+        if answer.status != 200:
+            message = decoded.get("error") if isinstance(decoded, dict) else None
+            text = str(message) if message is not None else answer.body.decode("utf-8", "replace").strip()
+            raise VLLMServerError(f"vllm server {url}: HTTP {answer.status}: {encodable(text)[:500]}")
+        if isinstance(decoded, JsonRejected) or not isinstance(decoded, dict):
+            raise VLLMServerError(f"vllm server {url}: the answer is not a JSON object "
+                                  f"({getattr(decoded, 'reason', type(decoded).__name__)})")
+        return decoded
 
     def wait_until_ready(self, timeout: float) -> None:
         """Poll ``/health`` until it answers or ``timeout`` seconds pass (the server may still be loading)."""
@@ -98,11 +113,12 @@ class VLLMServerBackend:
             time.sleep(0.25)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        payload = {"prompts": prompt_ids, "eos_token_id": self.tokenizer.eos_token_id,
+        payload = {"prompts": prompt_ids, "eos_token_id": self.stops,
                    "max_new_tokens": params.max_new_tokens, "temperature": params.temperature,
                    "top_p": params.top_p, "top_k": params.top_k, "greedy": params.greedy}
-        answer = self._request("/generate", payload)
-        return [to_completion(c["ids"], c["logprobs"], self.tokenizer) for c in answer["completions"]]
+        tokens = len(prompt_ids) * params.max_new_tokens
+        answer = self._request("/generate", payload, max_bytes=MAX_BYTES + 64 * tokens)
+        return [to_completion(c["ids"], c["logprobs"], self.tokenizer, self.stops) for c in answer["completions"]]
 
     def load_weights(self, model) -> None:
         path = write_weights(checkpoint_weights(model), self.weights_dir)
@@ -116,20 +132,12 @@ class VLLMServerBackend:
         self._request("/close", {})
 
 
-def _error_message(err: urllib.error.HTTPError) -> str:
-    body = err.read()
-    try:
-        return str(json.loads(body)["error"])
-    except (ValueError, KeyError, TypeError):
-        return body.decode(errors="replace").strip()[:500] or err.reason
-
-
 def build_vllm_server_backend(policy, cfg) -> VLLMServerBackend:
     """The ``vllm_server`` entry of the backend registry: wait for the server, then push the in-memory weights
     (a warm start or a resumed run may differ from the checkpoint the server loaded)."""
     speed = cfg.speed
     backend = VLLMServerBackend(policy.tokenizer, speed.vllm_server_host, speed.vllm_server_port,
-                                speed.vllm_server_weights_dir or None)
+                                speed.vllm_server_weights_dir or None, stop_token_ids(policy.tokenizer, policy.model))
     backend.wait_until_ready(speed.vllm_server_timeout)
     backend.load_weights(policy.model)
     return backend

@@ -47,8 +47,8 @@ def _field(body: dict, name: str, kind: type | tuple[type, ...], default=None):
     return value
 
 
-def parse_generate(body) -> tuple[list[list[int]], SamplingParams, int]:
-    """The prompts, sampling parameters and eos token of a ``/generate`` body; BadRequest names what is wrong."""
+def parse_generate(body) -> tuple[list[list[int]], SamplingParams, int | list[int]]:
+    """The prompts, sampling parameters and stop ids of a ``/generate`` body; BadRequest names what is wrong."""
     if not isinstance(body, dict):
         raise BadRequest(f"expected a JSON object, found {type(body).__name__}")
     prompts = _field(body, "prompts", list)
@@ -61,7 +61,10 @@ def parse_generate(body) -> tuple[list[list[int]], SamplingParams, int]:
                             greedy=_field(body, "greedy", bool, False))
     if params.max_new_tokens < 1:
         raise BadRequest(f"field 'max_new_tokens': expected >= 1, found {params.max_new_tokens}")
-    return prompts, params, _field(body, "eos_token_id", int)
+    eos = _field(body, "eos_token_id", (int, list))  # one id, or every stop id of the model (a turn ends on any)
+    if isinstance(eos, list) and (not eos or not all(isinstance(t, int) and not isinstance(t, bool) for t in eos)):
+        raise BadRequest(f"field 'eos_token_id': expected a token id or a non-empty list of them, found {eos!r}"[:300])
+    return prompts, params, eos
 
 
 def load_weight_file(path: str) -> list:
