@@ -308,7 +308,7 @@ def run_scorer(recipe: str):
     cfg = build_config(recipe, {})
     if cfg.task.rewards:
         task = with_rewards(cfg, SimpleNamespace(reward_names=[], reward_kwargs={}, reward_weights=[],
-                                                 correct_reward=None))
+                                                 correct_reward=None, predict=None))
     else:
         task = load_task(cfg)
     return Scorer.from_config(cfg, task, learned=[])

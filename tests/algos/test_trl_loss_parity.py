@@ -312,7 +312,7 @@ def test_gdpo_is_trls_normalize_then_sum():
     """multi_objective_aggregation: normalize_then_sum -> grouprl's gdpo: TRL's advantages (with TRL's nanstd)."""
     from trl.trainer.utils import nanstd
 
-    from grouprl.algos.advantages import RewardParts, compute_advantages
+    from grouprl.algos.advantages import RewardParts, get_estimator, run_estimator
 
     gen = torch.Generator().manual_seed(2)
     per_func = torch.stack([torch.randint(0, 2, (12,), generator=gen).float(), torch.rand(12, generator=gen) * 30], 1)
@@ -322,7 +322,7 @@ def test_gdpo_is_trls_normalize_then_sum():
     summed = (k.view(-1, 2) * w).nansum(1)
     trl_adv = (summed - summed.nanmean()) / (nanstd(summed) + 1e-4)
     parts = RewardParts({"a": per_func[:, 0], "b": per_func[:, 1]}, {"a": 1.0, "b": 0.3})
-    ours = compute_advantages("gdpo", per_func @ w, torch.arange(12) // 4, parts=parts)
+    ours = run_estimator(get_estimator("gdpo"), per_func @ w, torch.arange(12) // 4, None, parts)
     torch.testing.assert_close(ours, trl_adv, rtol=1e-5, atol=1e-6)
 
 
