@@ -1,0 +1,33 @@
+"""The loop stays readable: no function in train/ over 50 lines, and Learner.update (the update's table of
+contents, CleanRL-style) at most 40 (issue 28)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+TRAIN = Path(__file__).resolve().parents[2] / "src" / "grouprl" / "train"
+
+
+def _functions(path: Path):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield node.name, node.end_lineno - node.lineno + 1  # type: ignore[operator]
+
+
+def test_no_function_in_train_is_over_50_lines():
+    long = [f"{path.name}:{name} ({lines} lines)" for path in sorted(TRAIN.rglob("*.py"))
+            for name, lines in _functions(path) if lines > 50]
+    assert not long, "functions in train/ over 50 lines: " + ", ".join(long)
+
+
+def test_the_learners_update_reads_in_40_lines():
+    lengths = dict(_functions(TRAIN / "learner.py"))
+    assert lengths["update"] <= 40, f"Learner.update is {lengths['update']} lines (at most 40)"
+
+
+def test_the_check_measures_what_it_says(tmp_path):
+    body = "\n".join(f"    x = {i}" for i in range(60))
+    (tmp_path / "m.py").write_text(f"def long():\n{body}\n")
+    assert dict(_functions(tmp_path / "m.py"))["long"] == 61
