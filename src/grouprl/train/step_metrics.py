@@ -7,6 +7,7 @@ import torch
 
 from grouprl.records import Episode, Verdict
 from grouprl.rewards.scorer import Scores
+from grouprl.rollout.agent_runner import agent_metrics
 from grouprl.tools.metrics import tool_metrics
 
 
@@ -33,6 +34,7 @@ def outcome_metrics(
             }
         )
     m.update(tool_metrics(episodes))  # conversation episodes: tools/invalid_call_rate, errors, end reasons
+    m.update(agent_metrics(episodes))  # agent episodes: agent/calls_per_episode, split, failures, latency
     for key in reward_keys:
         vals = torch.tensor([v.parts[key] for v in verdicts if v.parts.get(key) is not None], dtype=torch.float64)
         if vals.numel():
