@@ -69,7 +69,6 @@ def test_a_history_rewriting_agent_trains_on_split_samples(tiny_tool_model, tmp_
     assert m["samples"] == 4 and m["agent/samples_per_episode"] >= 1 and m["reward"] == 0.0
 
 
-@pytest.mark.slow
 def test_two_processes_each_serve_their_own_agents(tiny_tool_model, tmp_path):
     from launch import torchrun
 
