@@ -55,8 +55,7 @@ class AgentEndpoint:
     # --- lifetime -------------------------------------------------------------------------------------
     def __enter__(self) -> "AgentEndpoint":
         self.batcher.start()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._server.daemon_threads = True
+        self._server = _Server(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="grouprl-agent-endpoint", daemon=True)
         self._thread.start()
@@ -150,6 +149,11 @@ class AgentEndpoint:
         return err
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 1024  # every episode of a rollout may connect at once (the default backlog is 5)
+    daemon_threads = True
+
+
 def _handler_for(endpoint: AgentEndpoint) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the openai client reuses its connections
@@ -163,7 +167,10 @@ def _handler_for(endpoint: AgentEndpoint) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(data)
+            try:
+                self.wfile.write(data)
+            except (BrokenPipeError, ConnectionResetError):  # the agent gave up on this call (its timeout)
+                self.close_connection = True
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             self._answer("GET")
