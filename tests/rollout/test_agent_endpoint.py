@@ -181,3 +181,32 @@ def test_concurrent_requests_share_one_generate_call(tokenizer):
     assert all(a.choices[0].message.tool_calls for a in answers)
     assert sum(backend.batches) == 16 and max(backend.batches) > 1  # batched, each request generated once
     assert all(len(served.episodes[f"ep{i}"].calls) == 1 for i in range(16))
+
+
+class WithLogprobs(Recorded):
+    """An engine that reports per-token log-probs (as vLLM does): -0.1 * position."""
+
+    def generate(self, prompt_ids, params):
+        out = super().generate(prompt_ids, params)
+        for completion in out:
+            completion.logprobs = [-0.1 * k for k in range(len(completion.ids))]
+        return out
+
+
+def test_the_engine_s_log_probs_are_recorded_and_answered_when_asked(tokenizer):
+    from grouprl.rollout.agent_calls import calls_to_steps
+
+    backend = WithLogprobs(tokenizer, lambda prompt: "Answer: 6")
+    served = AgentEndpoint(backend, tokenizer, SamplingParams(max_new_tokens=50), api_key=KEY, model_name="tiny")
+    with served:
+        record = served.open_episode("ep0")
+        asked = client(served).chat.completions.create(model="tiny", messages=QUESTION, logprobs=True)
+        plain = client(served).chat.completions.create(model="tiny", messages=QUESTION, tool_choice="none",
+                                                       tools=TOOLS, temperature=0.0, seed=1)
+    tokens = asked.choices[0].logprobs.content
+    assert [t.logprob for t in tokens] == pytest.approx([-0.1 * k for k in range(len(tokens))])
+    assert "".join(t.token for t in tokens) == "Answer: 6<|im_end|>"
+    assert plain.choices[0].logprobs is None and plain.choices[0].message.content == "Answer: 6"
+    assert record.calls[1].tools is None  # tool_choice none: the tools are not rendered
+    steps = calls_to_steps(record.calls, "turn", 0.0)
+    assert all(s.logprobs == pytest.approx([-0.1 * k for k in range(len(s.action_ids))]) for s in steps)

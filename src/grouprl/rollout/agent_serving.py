@@ -84,7 +84,7 @@ def read_request(body: Any, episode: EpisodeCalls, model_names: tuple[str, ...],
     if body.get("stream"):
         raise _unsupported("stream", "= true")
     for key in _UNSUPPORTED:
-        if body.get(key) not in (None, {}, []):
+        if body.get(key) and not (key == "best_of" and body[key] == 1):
             raise _unsupported(key, "is set")
     if body.get("stop") not in (None, [], ""):
         raise _unsupported("stop", "is set (the model stops at its end-of-turn token)")
@@ -110,7 +110,7 @@ def read_request(body: Any, episode: EpisodeCalls, model_names: tuple[str, ...],
     except ValueError as err:
         raise EndpointError(400, "bad_request", str(err), "messages") from None
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
-    if cap is not None and (not isinstance(cap, int) or cap < 1):
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise EndpointError(400, "bad_request", f"'max_tokens' must be a positive integer, got {cap!r}", "max_tokens")
     return ChatRequest(episode, model, messages, None if choice == "none" else tools,
                        min(cap or run_max_new_tokens, run_max_new_tokens), bool(body.get("logprobs")))
