@@ -210,3 +210,25 @@ def test_the_engine_s_log_probs_are_recorded_and_answered_when_asked(tokenizer):
     assert record.calls[1].tools is None  # tool_choice none: the tools are not rendered
     steps = calls_to_steps(record.calls, "turn", 0.0)
     assert all(s.logprobs == pytest.approx([-0.1 * k for k in range(len(s.action_ids))]) for s in steps)
+
+
+def test_raw_http_bad_bodies_get_json_errors(tokenizer):
+    import http.client
+    import json
+
+    served, _ = endpoint(tokenizer)
+    with served:
+        record = served.open_episode("ep0")
+        port = int(served.url.rsplit(":", 1)[1])
+        answers = []
+        for body, headers in [(b"{not json", {}), (b"{}", {"Content-Length": "nope"})]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.putrequest("POST", "/ep/ep0/v1/chat/completions")
+            for key, value in {"Authorization": f"Bearer {KEY}", "Content-Length": str(len(body)), **headers}.items():
+                conn.putheader(key, value)
+            conn.endheaders(body)
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read())["error"]["code"]))
+            conn.close()
+    assert answers == [(400, "bad_request"), (400, "bad_request")]
+    assert record.refused == {"bad_request": 1}  # the second never reached an episode

@@ -159,9 +159,16 @@ def _handler_for(endpoint: AgentEndpoint) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive: the openai client reuses its connections
 
         def _answer(self, method: str) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            status, answer = endpoint.handle(method, self.path, self.headers, body)
+            try:
+                length = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                length = -1
+            if length < 0:
+                self.close_connection = True
+                status, answer = 400, EndpointError(400, "bad_request", "a bad Content-Length header").body()
+            else:
+                body = self.rfile.read(length) if length else b""
+                status, answer = endpoint.handle(method, self.path, self.headers, body)
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
