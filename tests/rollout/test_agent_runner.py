@@ -225,3 +225,18 @@ def test_the_recipe_key_names_the_agent(tmp_path):
     for spec, words in [(f"{sync}:run", "not an async function"), (f"{tmp_path}/none.py:run", "no such file")]:
         with pytest.raises(ConfigError, match=words):
             episode_settings(build_config(None, {**cli, "agent": spec}, environ={}), load_task(cfg))
+
+
+def test_an_agent_that_blocks_the_event_loop_is_abandoned_at_the_deadline(tokenizer, monkeypatch):
+    import time
+
+    from grouprl.rollout import agent_runner
+
+    async def blocks(client, row, **_):
+        time.sleep(4)  # synchronous: no asyncio timeout can interrupt it
+
+    monkeypatch.setattr(agent_runner, "_GRACE_S", 0.5)
+    start = time.monotonic()
+    episodes = play(tokenizer, blocks, rows(1), group_size=2, episode_timeout=0.5)
+    assert time.monotonic() - start < 3.5  # the run went on without waiting for the blocked agents
+    assert [ep.agent.failure for ep in episodes] == ["timeout", "timeout"]
