@@ -220,6 +220,10 @@ def test_the_recipe_key_names_the_agent(tmp_path):
     assert isinstance(settings, AgentSettings) and settings.agent.__name__ == "run"
     assert (settings.max_calls, settings.episode_timeout, settings.max_conversation_tokens) == (5, 9.0, 900)
     assert settings.api_key.startswith("grouprl-") and len(settings.api_key) > 30
+    assert settings.model_name == "policy"  # no model named yet (the tiny model is built at run time)
+    for model, served in [(str(tmp_path), tmp_path.name), ("Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-0.5B-Instruct")]:
+        named = build_config(None, {**cli, "model_name_or_path": model}, environ={})
+        assert episode_settings(named, load_task(named)).model_name == served
     sync = tmp_path / "sync_agent.py"
     sync.write_text("def run(client, row):\n    return 1.0\n")
     for spec, words in [(f"{sync}:run", "not an async function"), (f"{tmp_path}/none.py:run", "no such file")]:

@@ -51,7 +51,7 @@ class AgentSettings(ConversationSettings):
     agent_spec: str = ""
     max_calls: int = 16
     episode_timeout: float = 300.0
-    model_name: str = "policy"  # the served name (the endpoint answers to "policy" as well)
+    model_name: str = "policy"  # the served name: the model's hub id or folder name (and always "policy")
     api_key: str = field(default_factory=lambda: "grouprl-" + secrets.token_hex(16), repr=False)
     batch_window_s: float = 0.005  # how long the endpoint collects concurrent requests into one batch
 
@@ -75,7 +75,8 @@ def agent_settings(cfg) -> AgentSettings | None:
         update={"episode_mode": "conversation"})}))
     assert base is not None
     fields = {name: getattr(base, name) for name in ConversationSettings.__dataclass_fields__}
-    model_name = Path(str(cfg.model.model_name_or_path or "policy")).name or "policy"
+    model = str(cfg.model.model_name_or_path or "policy")  # a hub id as it is, a local folder by its name
+    model_name = Path(model).name if Path(model).is_dir() else model
     return AgentSettings(**fields, agent=agent, agent_spec=tools_config.agent, max_calls=tools_config.max_calls,
                          episode_timeout=tools_config.episode_timeout, model_name=model_name)
 
