@@ -17,6 +17,7 @@ closed episode (ended, timed out) is refused everything.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import re
@@ -98,7 +99,7 @@ class AgentEndpoint:
             return 500, EndpointError(500, "server_error", f"{type(err).__name__}: {err}", type_="server_error").body()
 
     def _route(self, method: str, path: str, headers, body: bytes) -> tuple[int, dict[str, Any]]:
-        if headers.get("Authorization", "") != f"Bearer {self.api_key}":
+        if not hmac.compare_digest(headers.get("Authorization", "").encode(), f"Bearer {self.api_key}".encode()):
             raise EndpointError(401, "invalid_api_key", "incorrect API key provided", type_="authentication_error")
         match = _ROUTE.match(path.split("?", 1)[0])
         if match is None:
