@@ -75,7 +75,7 @@ def through_endpoint(backend, tokenizer, messages, params, concurrent: bool):
             return seconds
 
         seconds = asyncio.run(play())
-    return seconds, [r.calls[0].completion.ids for r in records]
+    return seconds, [r.calls[0].completion.ids for r in records], list(served.batcher.batches)
 
 
 def main() -> None:
@@ -116,17 +116,18 @@ def main() -> None:
                     "repeats": args.repeats, "load_average": os.getloadavg(), "torch_threads": torch.get_num_threads()}
     for mode, concurrent in (("concurrent", True), ("sequential", False)):
         times: dict[str, list[float]] = {"direct": [], "endpoint": []}
-        same = True
+        same, batches = True, []
         for _ in range(args.repeats):
             t_direct, ids_direct = direct(backend, tokenizer, messages, params, concurrent)
-            t_endpoint, ids_endpoint = through_endpoint(backend, tokenizer, messages, params, concurrent)
+            t_endpoint, ids_endpoint, sizes = through_endpoint(backend, tokenizer, messages, params, concurrent)
+            batches.append(sizes)
             times["direct"].append(t_direct)
             times["endpoint"].append(t_endpoint)
             same = same and ids_direct == ids_endpoint
         per_call = {k: statistics.median(v) / args.calls for k, v in times.items()}
         result[mode] = {"seconds_per_call": per_call, "ratio": per_call["endpoint"] / per_call["direct"],
                         "overhead_ms_per_call": 1000 * (per_call["endpoint"] - per_call["direct"]),
-                        "same_completions": same, "times": times}
+                        "same_completions": same, "times": times, "endpoint_batches": batches}
         print(f"{mode}: direct {1000 * per_call['direct']:.1f} ms/call, endpoint {1000 * per_call['endpoint']:.1f} "
               f"ms/call, ratio {result[mode]['ratio']:.2f}, same completions: {same}")
     out = Path(__file__).parent / "results" / f"agent_endpoint{'_' + args.name if args.name else ''}.json"
