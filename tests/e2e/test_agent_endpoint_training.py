@@ -66,7 +66,8 @@ def test_a_history_rewriting_agent_trains_on_split_samples(tiny_tool_model, tmp_
     """The compacting agent returns its own reward (0 for the untrained model's answers)."""
     assert _train(tiny_tool_model, tmp_path / "run", COMPACTING, "--max_steps", "1") == 0
     m = _metrics(tmp_path / "run" / "metrics.jsonl")[1]
-    assert m["samples"] == 4 and m["agent/samples_per_episode"] >= 1 and m["reward"] == 0.0
+    assert m["samples"] == 4 * m["agent/samples_per_episode"] and m["agent/samples_per_episode"] >= 1
+    assert m["reward"] <= 0.0  # its own 0 (minus the penalty of a malformed call)
 
 
 def test_two_processes_each_serve_their_own_agents(tiny_tool_model, tmp_path):

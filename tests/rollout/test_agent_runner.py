@@ -244,3 +244,28 @@ def test_an_agent_that_blocks_the_event_loop_is_abandoned_at_the_deadline(tokeni
     episodes = play(tokenizer, blocks, rows(1), group_size=2, episode_timeout=0.5)
     assert time.monotonic() - start < 3.5  # the run went on without waiting for the blocked agents
     assert [ep.agent.failure for ep in episodes] == ["timeout", "timeout"]
+
+
+def test_a_sub_agent_s_calls_are_their_own_sample_between_the_main_chat_s(tokenizer):
+    from grouprl.rollout.agent_calls import call_segments
+
+    calculator = import_callable(CALCULATOR, "agent")
+    tool = calculator.__globals__["call_tool"]
+
+    async def with_sub_agent(client, row, model, **_):
+        chat = [{"role": "system", "content": "Use the tools to answer. End with: Answer: <number>"},
+                {"role": "user", "content": row["question"]}]
+        first = (await client.chat.completions.create(model=model, messages=chat, tools=SCHEMAS)).choices[0].message
+        # a sub-agent asks the same question in a chat of its own, in between
+        await client.chat.completions.create(model=model, messages=list(chat), tools=SCHEMAS)
+        call = first.tool_calls[0]
+        chat += [first.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": tool(call.function.name, call.function.arguments)}]
+        await client.chat.completions.create(model=model, messages=chat, tools=SCHEMAS)
+        return 1.0
+
+    (episode,) = play(tokenizer, with_sub_agent, [r for r in rows(4) if r["kind"] == "convert"][:1], group_size=1)
+    assert call_segments(episode.steps) == [[0, 2], [1]] and episode.agent.segments == 2
+    samples = pack_conversations([episode], torch.ones(3), tokenizer.pad_token_id, mask_truncated=False)
+    assert trained_spans(samples.batch, 0) == [episode.steps[0].action_ids, episode.steps[2].action_ids]
+    assert trained_spans(samples.batch, 1) == [episode.steps[1].action_ids]
