@@ -57,18 +57,25 @@ def through_endpoint(backend, tokenizer, messages, params, concurrent: bool):
 
     with AgentEndpoint(backend, tokenizer, params, api_key="bench", model_name="policy") as served:
         records = [served.open_episode(f"e{i}") for i in range(len(messages))]
+        if not concurrent:  # one agent at a time: only the one calling may call (the batcher need not wait)
+            for i in range(len(messages)):
+                served.finish_episode(f"e{i}")
+
+        async def one(i: int, client):
+            served.episodes[f"e{i}"].finished = False
+            await client.chat.completions.create(model="policy", messages=messages[i], tools=TOOLS)
+            served.finish_episode(f"e{i}")
 
         async def play():
             clients = [openai.AsyncOpenAI(base_url=served.base_url(f"e{i}"), api_key="bench", max_retries=0)
                        for i in range(len(messages))]
-            calls = [c.chat.completions.create(model="policy", messages=m, tools=TOOLS)
-                     for c, m in zip(clients, messages)]
             start = time.perf_counter()
             if concurrent:
-                await asyncio.gather(*calls)
+                await asyncio.gather(*(c.chat.completions.create(model="policy", messages=m, tools=TOOLS)
+                                       for c, m in zip(clients, messages)))
             else:
-                for call in calls:
-                    await call
+                for i, client in enumerate(clients):
+                    await one(i, client)
             seconds = time.perf_counter() - start
             for c in clients:
                 await c.close()

@@ -232,3 +232,17 @@ def test_raw_http_bad_bodies_get_json_errors(tokenizer):
             conn.close()
     assert answers == [(400, "bad_request"), (400, "bad_request")]
     assert record.refused == {"bad_request": 1}  # the second never reached an episode
+
+
+def test_the_batcher_stops_waiting_once_every_live_episode_has_asked(tokenizer):
+    import time
+
+    served, backend = endpoint(tokenizer, window_s=30.0)  # a window no test would sit through
+    with served:
+        served.open_episode("ep0")
+        served.open_episode("ep1")
+        served.finish_episode("ep1")  # its agent is done: only ep0 may still call
+        start = time.monotonic()
+        client(served).chat.completions.create(model="tiny", messages=QUESTION)
+        assert time.monotonic() - start < 10
+        assert served.live_episodes() == 1 and backend.batches == [1]

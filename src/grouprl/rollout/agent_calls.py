@@ -56,6 +56,7 @@ class EpisodeCalls:
     refused: Counter = field(default_factory=Counter)  # error kind -> requests answered with it
     admitted: int = 0  # calls let through to the batcher (max_calls counts these)
     closed: bool = False
+    finished: bool = False  # its agent returned (or failed): no more requests will come
     over_limit: bool = False  # a call past max_calls was asked for
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -47,7 +47,7 @@ class AgentEndpoint:
         self.model_names = tuple(dict.fromkeys([model_name, "policy"]))
         self.request_timeout_s = request_timeout_s
         self.batcher = CallBatcher(backend, tokenizer, params, parser, template_kwargs, max_context, policy_version,
-                                   window_s)
+                                   window_s, self.live_episodes)
         self.episodes: dict[str, EpisodeCalls] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -80,6 +80,16 @@ class AgentEndpoint:
         with self._lock:
             self.episodes[episode_id] = record = EpisodeCalls(episode_id)
         return record
+
+    def finish_episode(self, episode_id: str) -> None:
+        """Its agent is done: the batcher stops waiting for it (a late request is still served until closed)."""
+        with self._lock:
+            self.episodes[episode_id].finished = True
+
+    def live_episodes(self) -> int:
+        """Episodes whose agents may still call (the batcher flushes once all of them wait)."""
+        with self._lock:
+            return sum(not (e.finished or e.closed) for e in self.episodes.values())
 
     def close_episode(self, episode_id: str) -> EpisodeCalls:
         record = self.episodes[episode_id]

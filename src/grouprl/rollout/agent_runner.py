@@ -23,6 +23,7 @@ messages, and ``train/conversation_samples.py`` packs each chain of calls as one
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import secrets
 import threading
@@ -99,7 +100,8 @@ def run_agent_episodes(factories: list[EnvFactory], rows: list[dict[str, Any]], 
                        policy_version=policy_version, window_s=settings.batch_window_s) as endpoint:
         records = [endpoint.open_episode(ep.episode_id) for ep in episodes]
         outcomes = _play_all(settings, [endpoint.base_url(ep.episode_id) for ep in episodes],
-                             [ep.row for ep in episodes])
+                             [ep.row for ep in episodes], [functools.partial(endpoint.finish_episode, ep.episode_id)
+                                                           for ep in episodes])
         for ep in episodes:
             endpoint.close_episode(ep.episode_id)
     for g, ep in enumerate(episodes):
@@ -115,7 +117,8 @@ class _Outcome:
     message: str = "the agent did not finish within episode_timeout"
 
 
-def _play_all(settings: AgentSettings, base_urls: list[str], rows: list[dict[str, Any]]) -> list[_Outcome]:
+def _play_all(settings: AgentSettings, base_urls: list[str], rows: list[dict[str, Any]],
+              finished: list[Callable[[], None]]) -> list[_Outcome]:
     outcomes = [_Outcome() for _ in base_urls]
 
     async def play(i: int) -> None:
@@ -133,6 +136,7 @@ def _play_all(settings: AgentSettings, base_urls: list[str], rows: list[dict[str
         except Exception as err:  # noqa: BLE001 - the agent's bug fails its episode, never the run
             outcomes[i] = _Outcome(None, "agent_raised", f"{type(err).__name__}: {err}"[:300])
         finally:
+            finished[i]()
             await client.close()
 
     async def play_all() -> None:

@@ -9,7 +9,8 @@ read and ignored: the run's sampling parameters produced the log-probs the updat
 an agent cannot change them; ``max_tokens`` can only lower the run's ``max_new_tokens``.
 
 :class:`CallBatcher` owns the one thread that touches the tokenizer and the backend: it collects
-requests for ``window_s`` after the first arrives (or until ``params.batch_size``), renders them
+requests for ``window_s`` after the first arrives (or until ``params.batch_size``, or until every episode
+that may still call is waiting: ``live_episodes``), renders them
 (``agent_calls.render_call``), makes one ``backend.generate`` call per distinct length cap, parses the
 tool calls with the configured parser and records each call against its episode.
 """
@@ -23,7 +24,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from grouprl.rollout.agent_calls import CallRecord, EpisodeCalls, normalise_messages, render_call
 from grouprl.rollout.sampling import SamplingParams
@@ -137,10 +138,12 @@ class CallBatcher:
     """The endpoint's generation thread: batches requests, renders, generates, parses, records."""
 
     def __init__(self, backend, tokenizer, params: SamplingParams, parser: str, template_kwargs: dict | None,
-                 max_context: int | None, policy_version: int, window_s: float = 0.005):
+                 max_context: int | None, policy_version: int, window_s: float = 0.005,
+                 live_episodes: Callable[[], int] | None = None):
         self.backend, self.tokenizer, self.params = backend, tokenizer, params
         self.parser, self.template_kwargs, self.max_context = get_parser(parser), template_kwargs, max_context
         self.policy_version, self.window_s = policy_version, window_s
+        self.live_episodes = live_episodes  # how many episodes may still send a request (None: unknown)
         self.requests: queue.Queue[ChatRequest | None] = queue.Queue()
         self.batches: list[int] = []  # the size of every batch served (the bench reads it)
         self._thread = threading.Thread(target=self._loop, name="grouprl-agent-batcher", daemon=True)
@@ -166,7 +169,7 @@ class CallBatcher:
             if first is None:
                 return
             batch, deadline = [first], time.monotonic() + self.window_s
-            while len(batch) < self.params.batch_size:
+            while len(batch) < self.params.batch_size and not self._everyone_waits(batch):
                 try:
                     item = self.requests.get(timeout=max(deadline - time.monotonic(), 0.0))
                 except queue.Empty:
@@ -184,6 +187,10 @@ class CallBatcher:
                 for request in batch:
                     if not request.done.is_set():
                         _refuse(request, failure)
+
+    def _everyone_waits(self, batch: list[ChatRequest]) -> bool:
+        """Every episode that may still call has a request in this batch: waiting longer gains nothing."""
+        return self.live_episodes is not None and len({id(r.episode) for r in batch}) >= self.live_episodes()
 
     def _serve(self, batch: list[ChatRequest]) -> None:
         self.batches.append(len(batch))
