@@ -64,6 +64,19 @@ class Step:
     # messages that answered them (each with its "error" kind or None).
     tool_calls: list[dict[str, Any]] | None = None
     tool_results: list[dict[str, Any]] | None = None
+    policy_version: int | None = None  # the trainer step whose weights sampled this action (agent episodes)
+
+
+@dataclass
+class AgentRun:
+    """How a user's agent played one episode through the endpoint (``rollout/agent_runner.py``)."""
+
+    calls: int = 0  # chat completions served for it
+    segments: int = 0  # training samples its calls make: 1 = merged (append-only chat), more = split
+    failure: str | None = None  # agent_raised | timeout | max_calls | no_calls | invalid_reward (None: it finished)
+    message: str = ""  # the failure in one line
+    refused: dict[str, int] = field(default_factory=dict)  # requests answered with an error, by kind
+    latencies: list[float] = field(default_factory=list)  # seconds per served call (request in -> answer out)
 
 
 @dataclass
@@ -80,6 +93,8 @@ class Episode:
     # update scores the episode once as one sequence (train/conversation_samples.py).
     conversation: bool = False
     end_reason: str = ""  # conversations: answer | max_tool_calls | context | truncated
+    # Episodes played by a user's agent through the endpoint (rollout/agent_runner.py): what the run did.
+    agent: AgentRun | None = None
 
     @property
     def prompt_id(self) -> str:

@@ -15,8 +15,8 @@ ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 
 # ground floor first; keep docs/architecture.md ("The rooms, in import order") the same list
 FLOORS: list[list[str]] = [
-    ["config", "records", "user_code"],
-    ["registry"],
+    ["config", "records", "user_code", "safe_text", "append_only", "tokenizer_loading"],
+    ["registry", "bounded_http"],
     ["rewards", "algos", "data", "hub"],
     ["tools", "policy"],
     ["tasks"],

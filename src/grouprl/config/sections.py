@@ -303,6 +303,17 @@ class ToolsConfig(Section):
         description="conversation: no user tool code in the trainer's process: tools named by a .py file "
         "run in the bubblewrap sandbox, other user forms are refused (the python tool always runs there)",
     )
+    agent: str | None = Field(
+        None,
+        description="an agent you wrote, 'path/to/agent.py:run' or 'package.module:run': async run(client, row, "
+        "**extras) drives the policy through an OpenAI-compatible endpoint (rollout/agent_runner.py; empty = off)",
+    )
+    max_calls: int = Field(
+        16, gt=0, description="agent: chat completions per episode; the next one is refused and the episode fails"
+    )
+    episode_timeout: float = Field(
+        300.0, gt=0, description="agent: seconds an episode may run; past it the episode fails"
+    )
     tool_anchor: Literal["tool_state", "turn"] = Field(
         "tool_state",
         description="conversation: GiGPO anchor state of a turn: the set of (tool, normalised "

@@ -4,6 +4,7 @@ rollout log and both evaluations) and the per-step trajectory records, built fro
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Iterator
 
@@ -28,6 +29,8 @@ def episode_record(ep: Episode, verdict: Verdict, multi_step: bool = False) -> d
         record.update(actions=[s.action_text for s in ep.steps], valid=[s.valid for s in ep.steps])
     if ep.conversation and first is not None:
         record["messages"] = conversation_record(ep)
+    if ep.agent is not None:  # played by the user's agent: calls, samples, failure, refused requests, latency
+        record["agent"] = dataclasses.asdict(ep.agent)
     return record
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import warnings
@@ -12,9 +11,9 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from transformers import (AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase,
-                          PreTrainedTokenizerFast)
+from transformers import (AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase)
 
+from grouprl.tokenizer_loading import auto_tokenizer  # noqa: F401 - the policy's loader, re-exported
 from grouprl.config import ModelConfig
 
 log = logging.getLogger(__name__)
@@ -55,20 +54,6 @@ class Policy:
 
     def reference_model(self) -> PreTrainedModel:
         return self.reference if self.reference is not None else self.model
-
-
-def auto_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenizerBase:
-    """AutoTokenizer, except for a plain ``tokenizer.json`` tokenizer such as the tiny model's
-    character tokenizer: transformers 5 resolves that by the model type (qwen2 -> Qwen2Tokenizer),
-    which rebuilds a byte-level BPE pipeline from the vocab and silently drops every space and
-    newline of the input. ``revision`` (hub ids only) is the model's: a tokenizer from another
-    revision than the weights would map the same text to other ids."""
-    config = Path(path) / "tokenizer_config.json"
-    if config.is_file():
-        declared = json.loads(config.read_text()).get("tokenizer_class")
-        if declared in ("TokenizersBackend", "PreTrainedTokenizerFast"):
-            return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path, **({"revision": revision} if revision else {}))
 
 
 def load_tokenizer(path: str, revision: str | None = None) -> PreTrainedTokenizerBase:

@@ -18,6 +18,7 @@ from typing import Any
 
 from grouprl.data.chat_format import render_prompt_ids
 from grouprl.records import Episode, Step
+from grouprl.rollout.agent_runner import AgentSettings, agent_settings, run_agent_episodes
 from grouprl.rollout.conversation import ConversationSettings, conversation_settings, run_conversations
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
@@ -44,7 +45,11 @@ SINGLE_TURN = EpisodeSettings(max_steps=1, history_length=0, action_pattern=None
 
 def episode_settings(cfg, task) -> EpisodeSettings | ConversationSettings:
     """The config's settings for an environment task; one plain step for single-turn rows; with
-    ``episode_mode: conversation``, a growing conversation with tools (``rollout/conversation.py``)."""
+    ``episode_mode: conversation``, a growing conversation with tools (``rollout/conversation.py``); with
+    ``agent``, the user's agent through the endpoint (``rollout/agent_runner.py``)."""
+    agent = agent_settings(cfg)
+    if agent is not None:
+        return agent
     conversation = conversation_settings(cfg)
     if conversation is not None:
         return conversation
@@ -71,6 +76,7 @@ def run_episodes(
     seeds: list[int | None] | None = None,
     pool: EnvPool | None = None,
     first_group: int = 0,
+    policy_version: int = 0,
 ) -> list[Episode]:
     """Roll out ``group_size`` episodes per group; returns them grouped and in order.
 
@@ -78,8 +84,12 @@ def run_episodes(
     task row its episodes carry (ground truth for reward functions). Group g's episodes are born
     with ``group_id = first_group + g``: the trainer numbers a step's groups across every process
     and round here, so nothing renumbers episodes later. Conversation settings hand the rollout to
-    ``rollout/conversation.py``.
+    ``rollout/conversation.py``, agent settings to ``rollout/agent_runner.py`` (``policy_version``: the
+    trainer step whose weights generate, recorded on every agent call).
     """
+    if isinstance(settings, AgentSettings):
+        return run_agent_episodes(factories, rows, group_size, backend, tokenizer, params, settings, seeds,
+                                  first_group, policy_version)
     if isinstance(settings, ConversationSettings):
         return run_conversations(factories, rows, group_size, backend, tokenizer, params, settings, seeds, pool,
                                  first_group)

@@ -7,7 +7,9 @@ import torch
 
 from grouprl.records import Episode, Verdict
 from grouprl.rewards.scorer import Scores
+from grouprl.rollout.agent_runner import agent_metrics
 from grouprl.tools.metrics import tool_metrics
+from grouprl.train.conversation_samples import episode_chains
 from grouprl.user_code import short_name
 
 
@@ -34,6 +36,7 @@ def outcome_metrics(
             }
         )
     m.update(tool_metrics(episodes))  # conversation episodes: tools/invalid_call_rate, errors, end reasons
+    m.update(agent_metrics(episodes))  # agent episodes: agent/calls_per_episode, split, failures, latency
     for key in reward_keys:
         vals = torch.tensor([v.parts[key] for v in verdicts if v.parts.get(key) is not None], dtype=torch.float64)
         if vals.numel():
@@ -57,8 +60,13 @@ def batch_metrics(
             "frac_reward_zero_std": float((grouped.amax(dim=1) == grouped.amin(dim=1)).float().mean()),
             "completions/max_length": float(lengths.max()),
             "completions/clipped_ratio": sum(s.truncated for s in steps) / lengths.numel(),
-            # one per step (an episode of n steps is n samples); a conversation is one sample per episode
-            "samples": float(len(episodes) if episodes and episodes[0].conversation else lengths.numel()),
+            # one per step (an episode of n steps is n samples); a conversation is one sample per episode (an
+            # agent's, one per chain of calls: train/conversation_samples.py)
+            "samples": float(
+                sum(len(episode_chains(ep)) for ep in episodes)
+                if episodes and episodes[0].conversation
+                else lengths.numel()
+            ),
             "prompts/truncated": sum(s.prompt_truncated for s in steps) / lengths.numel(),  # cut to max_prompt_length
         }
     )

@@ -125,6 +125,7 @@ class Trainer:
             seeds=[self.task.seed_of(row) for row in rows],
             pool=self.pool,
             first_group=first_group,
+            policy_version=self.step,
         )
 
     def score(self, episodes: list[Episode]) -> Scores:

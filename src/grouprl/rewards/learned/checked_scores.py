@@ -8,7 +8,8 @@ A learned reward (``protocol.py``) returns one score per episode. As for a rewar
   write NaN, which is not JSON, into the metrics);
 - ``None`` is no opinion (left out, no error);
 - an exception, or no answer within ``reward_timeout`` seconds (one budget for the batch call, as a
-  batch reward has), is an error of every episode of the batch;
+  batch reward has), is an error of every episode of the batch; a ``RewardFailure`` the reward raises
+  itself (its own error budget spent, as ``distilled_judge``'s judge) still stops the run;
 - a wrong count or a value that is not a number is its author's bug: one line, :class:`LearnedRewardError`.
 
 The learned reward's own ``update`` runs unbounded (it trains a model, which may take longer than a
@@ -20,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from grouprl.config import ConfigError
-from grouprl.rewards.guard import RewardTimeout, call_with_timeout, finite_score
+from grouprl.rewards.guard import RewardFailure, RewardTimeout, call_with_timeout, finite_score
 
 
 class LearnedRewardError(ConfigError):
@@ -50,6 +51,8 @@ def checked_scores(reward, episodes: list, timeout: float) -> tuple[list[float |
         values = call_with_timeout(reward.score, timeout, episodes, name=f"learned reward '{name}'")
     except RewardTimeout as err:
         return [None] * len(episodes), [f"{name}: {err}"] * len(episodes)
+    except RewardFailure:  # the reward's own verdict that the run must stop (e.g. its judge's error budget)
+        raise
     except Exception as err:  # noqa: BLE001 - the batch call failed: an error of each of its episodes
         return [None] * len(episodes), [f"{name}: {type(err).__name__}: {err}"] * len(episodes)
     scores: list[float | None] = []

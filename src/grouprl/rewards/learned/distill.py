@@ -43,7 +43,7 @@ from grouprl.rewards.reward_calls import episode_messages
 def _load_student(path: str, device: str, seed: int) -> SequenceClassifier:
     from transformers import AutoModelForSequenceClassification
 
-    from grouprl.policy.loading import auto_tokenizer  # the policy's loader: a char tokenizer keeps its spaces
+    from grouprl.tokenizer_loading import auto_tokenizer  # the policy's loader: a char tokenizer keeps its spaces
 
     torch.manual_seed(seed)  # the fresh head is the same on every process
     try:
