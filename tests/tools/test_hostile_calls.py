@@ -48,7 +48,7 @@ def call_objects():
 
 
 def in_format(parser: str, obj: str) -> str:
-    if parser == "hermes":
+    if parser in ("hermes", "hermes_lenient"):
         return f"I will compute.\n<tool_call>\n{obj}\n</tool_call>"
     if parser == "mistral":
         return f"[TOOL_CALLS][{obj}]"
@@ -56,6 +56,14 @@ def in_format(parser: str, obj: str) -> str:
 
 
 CASES = [(parser, label, obj) for parser in sorted(PARSERS) for label, obj in call_objects()]
+
+
+@pytest.mark.parametrize("label, obj", list(call_objects()), ids=[label for label, _ in call_objects()])
+def test_a_bare_hostile_json_turn_is_never_a_call_under_the_lenient_parser(label, obj):
+    """Untagged, the lenient parser reads a turn as calls only when it is whole, safe JSON: hostile JSON stays
+    the turn's text (an answer the rewards judge), never a call and never an exception."""
+    turn = parse_turn(obj, "hermes_lenient")
+    assert not turn.calls and not turn.has_calls, f"{label}: read as a call {turn.calls}"
 
 
 @pytest.mark.parametrize("parser, label, obj", CASES, ids=[f"{p}-{label}" for p, label, _ in CASES])
