@@ -26,6 +26,8 @@ def episode_record(ep: Episode, verdict: Verdict, multi_step: bool = False) -> d
     }
     if multi_step or len(ep.steps) > 1:
         record.update(actions=[s.action_text for s in ep.steps], valid=[s.valid for s in ep.steps])
+    if any(s.policy_version is not None for s in ep.steps):  # asynchronous rollouts: each step's weights
+        record["policy_versions"] = [s.policy_version for s in ep.steps]
     return record
 
 
