@@ -9,8 +9,6 @@ at ``Step.policy_version``: their staleness is the difference (``docs/async.md``
 
 from __future__ import annotations
 
-from typing import Any
-
 from grouprl.config import Config, ConfigError
 from grouprl.records import Episode
 from grouprl.rollout.generation import HFBackend
@@ -22,6 +20,8 @@ def refuse_unsafe(cfg: Config, task, scorer, parallel) -> None:
     """One clear line for each combination the producer cannot run safely."""
     rollout, mode = cfg.rollout, cfg.rollout.rollout_mode
     why = None
+    if mode == "sync":
+        return
     if cfg.objective.curriculum is not None:
         why = "a curriculum reorders rows by verdicts the producer has not seen yet"
     elif scorer.learned:
@@ -37,13 +37,12 @@ def refuse_unsafe(cfg: Config, task, scorer, parallel) -> None:
 
 
 def build_scheduler(
-    cfg: Config, backend, draw: Draw, produce: Produce, position, version: int, checks: tuple[Any, Any, Any]
+    cfg: Config, backend, draw: Draw, produce: Produce, position, version: int
 ) -> SyncScheduler | AsyncScheduler:
-    """The scheduler ``rollout_mode`` names. ``checks``: (task, scorer, parallel) for ``refuse_unsafe``."""
+    """The scheduler ``rollout_mode`` names (``refuse_unsafe`` has passed), its generator at ``version``."""
     rollout = cfg.rollout
     if rollout.rollout_mode == "sync":
         return SyncScheduler(draw, produce, backend, position)
-    refuse_unsafe(cfg, *checks)
     # hf generates on the policy itself: the producer needs a second model; other engines hold their own
     generator = (
         GeneratorCopy.for_hf(backend, version) if isinstance(backend, HFBackend) else GeneratorCopy(backend, version)

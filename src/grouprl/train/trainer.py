@@ -31,7 +31,7 @@ from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
 from grouprl.rollout.scheduler import AsyncScheduler, Drawn, SyncScheduler
-from grouprl.train.async_rollouts import add_times, build_scheduler, staleness_metrics, step_staleness
+from grouprl.train.async_rollouts import add_times, build_scheduler, refuse_unsafe, staleness_metrics, step_staleness
 from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options, reward_parts
 from grouprl.train.checkpoint import (
     RNG_FILE,
@@ -102,6 +102,7 @@ class Trainer:
             else DynamicSampler(dynamic.metric, dynamic.max_batches, cfg.rollout.batch_size, parallel)
         )
         self.pool = make_pool(cfg.rollout.env_workers, cfg.rollout.ray_address) if task.multi_step else LocalEnvPool()
+        refuse_unsafe(cfg, task, self.scorer, parallel)  # what an async producer cannot run, before any work
         self.estimator = get_estimator(cfg.algorithm.advantage)
         self.estimator_options = estimator_options(cfg.algorithm, self.estimator)
         key = cfg.algorithm.state_key
@@ -202,11 +203,8 @@ class Trainer:
     def scheduler(self) -> SyncScheduler | AsyncScheduler:
         """Built at the first step, after a resume has set the weights, the step and the data position."""
         if self._scheduler is None:
-            checks = (self.task, self.scorer, self.parallel)
             position = lambda: self.sampler.position  # noqa: E731 - sync reads the sampler's live position
-            self._scheduler = build_scheduler(
-                self.cfg, self.backend, self.draw, self.produce, position, self.step, checks
-            )
+            self._scheduler = build_scheduler(self.cfg, self.backend, self.draw, self.produce, position, self.step)
         return self._scheduler
 
     def collect(self, seconds: dict[str, float], stats: dict[str, float]) -> tuple[GlobalBatch, Scores]:
