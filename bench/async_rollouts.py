@@ -99,6 +99,7 @@ def throughput(metrics: list[dict]) -> float:
 
 
 def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
+    load_before = os.getloadavg()
     print(f"{name}: sync", flush=True)
     sync = train(work / f"{name}_sync", common, log)
     warm = work / f"{name}_sync" / "sft_model"
@@ -116,6 +117,7 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
         "async": {k: mean(asynchronous, k) for k in keys if k in asynchronous[-1]},
     }
     result["ratio"] = result["async_steps_per_s"] / result["sync_steps_per_s"]
+    result["load_before"], result["load_after"] = load_before, os.getloadavg()
     print(f"{name}: async / sync step throughput = {result['ratio']:.2f}x  ({json.dumps(result)})", flush=True)
     return result
 
@@ -155,15 +157,20 @@ def main() -> None:
         try:
             tool_file = work / "http_tools.py"
             tool_file.write_text(TOOL_FILE.format(port=port))
-            common = ["--config", str(ROOT / "recipes/tiny/tool_arithmetic.yaml"), "--max_steps", str(args.steps),
-                      "--tools", f"[{tool_file}:calculator, lookup]", "--sft_steps", "200",
+            import yaml
+
+            recipe = yaml.safe_load((ROOT / "recipes/tiny/tool_arithmetic.yaml").read_text())
+            recipe["tools"]["tools"] = [f"{tool_file}:calculator", "lookup"]  # the HTTP-backed calculator
+            (work / "tool.yaml").write_text(yaml.safe_dump(recipe))
+            common = ["--config", str(work / "tool.yaml"), "--max_steps", str(args.steps), "--sft_steps", "200",
                       "--sft_target_accuracy", "0.05"]
             results["tool"] = workload("tool", work, common, log)
         finally:
             tool.kill()
     results["load_after"] = os.getloadavg()
     out = ROOT / "bench" / "results" / "async_rollouts.json"
-    out.write_text(json.dumps(results, indent=1) + "\n")
+    kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
+    out.write_text(json.dumps({**kept, **results}, indent=1) + "\n")
     print(f"wrote {out}; {load()}")
 
 

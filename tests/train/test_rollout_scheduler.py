@@ -157,3 +157,29 @@ def test_a_conversation_spanning_a_push_carries_two_versions_and_is_corrected_pe
     assert torch.allclose(w[n1:], torch.ones(n2), atol=1e-4)  # turn 2 came from these weights: no correction
     expected = (pi_old[mask.bool()][:n1] - torch.tensor(turn1.logprobs)).exp().clamp(max=2.0)
     assert torch.allclose(w[:n1], expected, atol=1e-5) and not torch.allclose(w[:n1], torch.ones(n1), atol=1e-3)
+
+
+def test_gigpo_environment_episodes_run_one_step_off(tiny_grid_dir, tmp_path):
+    from conftest import GRID_CLI
+    from grouprl.job.run import run_training
+
+    cli = {**GRID_CLI, "model_name_or_path": str(tiny_grid_dir), "output_dir": str(tmp_path / "run"), "max_steps": 3,
+           "batch_size": 2, "num_generations": 4, "max_episode_steps": 3, "advantage": "gigpo", "n_eval": 0,
+           "n_train": 20, "rollout_mode": "one_step_off"}
+    run_training(build_config(None, cli, environ={}))
+    records = rows(tmp_path / "run" / "rollouts" / "rollouts.jsonl")
+    assert {r["step"] for r in records} == {1, 2, 3}
+    for r in records:  # every step of a multi-step episode carries its version, within the bound
+        assert len(r["policy_versions"]) == r["episode_length"] >= 1
+        assert all(0 <= r["step"] - 1 - v <= 1 for v in r["policy_versions"]), r
+
+
+def test_dynamic_sampling_refills_from_the_stream(warm_arithmetic_dir, tmp_path):
+    out = tmp_path / "run"
+    assert train(warm_arithmetic_dir, out, "--max_steps", "3", "--rollout_mode", "async", "--max_staleness", "1",
+                 "--dynamic_sampling", "{metric: score, max_batches: 3}", "--temperature", "1.2") == 0
+    metrics = rows(out / "metrics.jsonl")
+    assert sum(m["dynamic_sampling/batches"] for m in metrics) > 3  # some step took more than one batch
+    assert all(m["async/staleness_max"] <= 1 for m in metrics)
+    for r in rows(out / "rollouts" / "rollouts.jsonl"):
+        assert 0 <= r["step"] - 1 - r["policy_versions"][0] <= 1, r
