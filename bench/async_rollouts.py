@@ -126,6 +126,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--only", choices=["tool", "judge"], default=None)
+    parser.add_argument("--tool-model", default=None, help="a warm tool model (a run's sft_model): no SFT here")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
     if args.serve_tool is not None:
@@ -164,6 +165,7 @@ def main() -> None:
             (work / "tool.yaml").write_text(yaml.safe_dump(recipe))
             common = ["--config", str(work / "tool.yaml"), "--max_steps", str(args.steps), "--sft_steps", "200",
                       "--sft_target_accuracy", "0.05"]
+            common += ["--model_name_or_path", args.tool_model] if args.tool_model else []
             results["tool"] = workload("tool", work, common, log)
         finally:
             tool.kill()

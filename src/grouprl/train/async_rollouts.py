@@ -28,8 +28,8 @@ def refuse_unsafe(cfg: Config, task, scorer, parallel) -> None:
         why = "learned rewards update on every batch (and gather across processes) while the producer scores"
     elif parallel.fsdp:
         why = "FSDP's sharded parameters cannot be copied into a generator"
-    elif task.multi_step and rollout.max_inflight > 1 and mode == "async":
-        why = "environment episodes share one environment pool: set max_inflight: 1"
+    elif task.multi_step and rollout.env_workers > 1 and rollout.max_inflight > 1 and mode == "async":
+        why = "environment episodes share one Ray environment pool: set max_inflight: 1"
     elif rollout.generation_backend == "vllm" and cfg.speed.vllm_sleep_during_update:
         why = "the colocated vLLM engine sleeps during the update: set vllm_sleep_during_update: false"
     if why:

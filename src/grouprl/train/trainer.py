@@ -135,7 +135,7 @@ class Trainer:
             self.sampling,
             settings=self.settings,
             seeds=[self.task.seed_of(row) for row in drawn.rows],
-            pool=self.pool,
+            pool=None if isinstance(self.pool, LocalEnvPool) else self.pool,  # local: one per call (per producer)
             first_group=drawn.first_group,
         )
 
