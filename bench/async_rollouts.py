@@ -127,6 +127,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--only", choices=["tool", "judge"], default=None)
     parser.add_argument("--tool-model", default=None, help="a warm tool model (a run's sft_model): no SFT here")
+    parser.add_argument("--judge-model", default=None, help="a warm arithmetic model (a run's sft_model)")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
     if args.serve_tool is not None:
@@ -147,6 +148,7 @@ def main() -> None:
                 "base_url": judge.base_url, "model": "grader", "concurrency": 16, "timeout": 20, "retries": 1}}]}))
             common = ["--config", str(recipe), "--max_steps", str(args.steps), "--batch_size", "4",
                       "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
+            common += ["--model_name_or_path", args.judge_model] if args.judge_model else []
             results["judge"] = workload("judge", work, common, log)
         finally:
             judge.kill()
