@@ -50,6 +50,8 @@ def test_every_trained_token_is_within_the_staleness_bound(warm_arithmetic_dir, 
     assert all(0 <= m["async/staleness_max"] <= 1 and m["async/dropped_stale_batches"] == 0 for m in metrics)
     assert all("importance_sampling/ratio_mean" in m and m["async/weight_sync_time"] >= 0 for m in metrics)
     assert metrics[0]["async/staleness_max"] == 0  # the first batch: nothing to be behind yet
+    for m in metrics:  # the histogram covers every trained token
+        assert abs(m["async/staleness_share/0"] + m["async/staleness_share/1"] - 1) < 1e-9
 
 
 def test_sync_mode_keeps_the_plain_loop_records(warm_arithmetic_dir, tmp_path):
@@ -143,6 +145,7 @@ def test_a_conversation_spanning_a_push_carries_two_versions_and_is_corrected_pe
     n1, n2 = len(turn1.ids), len(turn2.ids)
     assert not stale and stats["async/staleness_max"] == 2
     assert math.isclose(stats["async/staleness_mean"], (2 * n1 + 1 * n2) / (n1 + n2))
+    assert stats["async/staleness_share/0"] == 0 and math.isclose(stats["async/staleness_share/2"], n1 / (n1 + n2))
     assert staleness_metrics([ep], version=2, max_staleness=1)[1]  # past the bound: never trained
 
     samples = pack_conversations([ep], torch.tensor([1.0, 1.0]), tok.pad_token_id, mask_truncated=False)

@@ -71,15 +71,18 @@ def token_staleness(episodes: list[Episode], version: int) -> list[tuple[int, in
 
 
 def staleness_metrics(episodes: list[Episode], version: int, max_staleness: int) -> tuple[dict[str, float], bool]:
-    """``async/staleness_mean`` (over generated tokens) and ``async/staleness_max``; and whether any token is
-    older than the bound (the batch must not be trained)."""
+    """``async/staleness_mean`` (over generated tokens), ``async/staleness_max`` and ``async/staleness_share/<lag>``
+    (the histogram); and whether any token is older than the bound (the batch must not be trained)."""
     pairs = token_staleness(episodes, version)
     if not pairs:
         return {}, False
     tokens = sum(n for _, n in pairs)
     mean = sum(s * n for s, n in pairs) / max(tokens, 1)
     worst = max(s for s, _ in pairs)
-    return {"async/staleness_mean": float(mean), "async/staleness_max": float(worst)}, worst > max_staleness
+    stats = {"async/staleness_mean": float(mean), "async/staleness_max": float(worst)}
+    for lag in range(max_staleness + 1):  # the histogram: each lag's share of the trained tokens (dashboard curves)
+        stats[f"async/staleness_share/{lag}"] = sum(n for s, n in pairs if s == lag) / max(tokens, 1)
+    return stats, worst > max_staleness
 
 
 def add_times(produced: Produced, seconds: dict[str, float], stats: dict[str, float]) -> None:
