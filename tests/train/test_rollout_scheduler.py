@@ -23,6 +23,7 @@ from grouprl.train.async_rollouts import staleness_metrics
 from grouprl.train.conversation_samples import pack_conversations
 from grouprl.train.learner import Learner
 from grouprl.train.step_samples import StepSamples
+from tests.e2e.test_tool_training import warm_tool_model  # noqa: F401 - a fixture
 from tests.run_helpers import rows, train
 
 CPU = torch.device("cpu")
@@ -186,3 +187,21 @@ def test_dynamic_sampling_refills_from_the_stream(warm_arithmetic_dir, tmp_path)
     assert all(m["async/staleness_max"] <= 1 for m in metrics)
     for r in rows(out / "rollouts" / "rollouts.jsonl"):
         assert 0 <= r["step"] - 1 - r["policy_versions"][0] <= 1, r
+
+
+def test_tool_conversations_run_async_with_a_version_per_turn(warm_tool_model, tmp_path):
+    from tests.e2e.test_tool_training import RECIPE
+
+    from grouprl.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(RECIPE), "--model_name_or_path", str(warm_tool_model), "--output_dir",
+                 str(out), "--max_steps", "3", "--batch_size", "2", "--num_generations", "2", "--n_eval", "0",
+                 "--max_tool_calls", "2", "--seed", "5", "--device", "cpu", "--rollout_mode", "async",
+                 "--max_staleness", "1", "--max_inflight", "2"]) == 0
+    metrics = rows(out / "metrics.jsonl")
+    assert [m["samples"] for m in metrics] == [4, 4, 4]  # one sequence per conversation
+    assert all("importance_sampling/ratio_mean" in m and m["async/staleness_max"] <= 1 for m in metrics)
+    for r in rows(out / "rollouts" / "rollouts.jsonl"):  # one version per assistant turn
+        assert len(r["policy_versions"]) == r["episode_length"]
+        assert all(0 <= r["step"] - 1 - v <= 1 for v in r["policy_versions"]), r
