@@ -107,22 +107,14 @@ class AsyncScheduler:
 
     def _work(self) -> None:
         while True:
-            with self._cond:
-                self._cond.wait_for(self._may_start)
-                if self._stopping:
-                    return
-                index = self._started
-                self._started += 1
-                try:  # under the lock: rows are drawn in stream order, whatever order workers finish in
-                    drawn: Drawn | None = self.draw(index)
-                    failure: BaseException | None = None
-                except Exception as err:
-                    drawn, failure = None, err
+            claimed = self._claim()
+            if claimed is None:
+                return
+            index, drawn = claimed
             result: Produced | BaseException
             try:
-                if failure is not None:
-                    raise failure
-                assert drawn is not None
+                if isinstance(drawn, BaseException):
+                    raise drawn
                 episodes, scores, seconds = self.produce(drawn, self.generator)
                 result = Produced(index, episodes, scores, drawn.data_position, seconds)
             except BaseException as err:  # handed to the learner, which raises it with the batch number
@@ -130,6 +122,20 @@ class AsyncScheduler:
             with self._cond:
                 self._finished[index] = result
                 self._cond.notify_all()
+
+    def _claim(self) -> tuple[int, Drawn | BaseException] | None:
+        """The next batch this worker may start, its rows drawn under the lock (so in stream order, whatever
+        order the workers finish in); None when stopping."""
+        with self._cond:
+            self._cond.wait_for(self._may_start)
+            if self._stopping:
+                return None
+            index = self._started
+            self._started += 1
+            try:
+                return index, self.draw(index)
+            except Exception as err:
+                return index, err
 
     def next_batch(self, round_index: int) -> Produced:
         """The next batch in stream order; waits at most ``timeout`` seconds for it."""
