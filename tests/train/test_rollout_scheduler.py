@@ -41,13 +41,16 @@ def _questions_by_step(path) -> dict[int, list[str]]:
 def test_every_trained_token_is_within_the_staleness_bound(warm_arithmetic_dir, tmp_path, mode):
     out = tmp_path / mode
     assert train(warm_arithmetic_dir, out, "--max_steps", "4", "--rollout_mode", mode, "--max_staleness", "1",
-                 "--max_inflight", "2") == 0
+                 "--max_inflight", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--n_eval", "4") == 0
     records = rows(out / "rollouts" / "rollouts.jsonl")
     assert len(records) == 4 * 2 * 4
     for record in records:  # logged at step s = trained by the weights of s - 1 updates
         assert len(record["policy_versions"]) == 1
         assert 0 <= record["step"] - 1 - record["policy_versions"][0] <= 1, record
-    metrics = rows(out / "metrics.jsonl")
+    logged = rows(out / "metrics.jsonl")
+    assert sum("eval/accuracy" in m for m in logged) == 2  # evaluated at steps 2 and 4 while the producers ran
+    metrics = [m for m in logged if "loss" in m]
+    assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(0 <= m["async/staleness_max"] <= 1 and m["async/dropped_stale_batches"] == 0 for m in metrics)
     assert all("importance_sampling/ratio_mean" in m and m["async/weight_sync_time"] >= 0 for m in metrics)
     assert metrics[0]["async/staleness_max"] == 0  # the first batch: nothing to be behind yet

@@ -70,6 +70,7 @@ class SyncScheduler:
 
     def __init__(self, draw: Draw, produce: Produce, backend: Any, position: Callable[[], int]):
         self.draw, self.produce, self.backend, self._position = draw, produce, backend, position
+        self.evaluation_backend = backend  # what the learner's thread evaluates with
 
     @property
     def data_position(self) -> int:
@@ -101,6 +102,13 @@ class AsyncScheduler:
         self._finished: dict[int, Produced | BaseException] = {}
         self._stopping = False
         self._threads: list[threading.Thread] = []
+
+    @property
+    def evaluation_backend(self):
+        """What the learner's thread evaluates with while producers run: an engine the producers share (vLLM)
+        through the generator's lock, so that no push lands in an evaluation's generate call either; HF
+        evaluates on the policy itself (the producers have their own copy)."""
+        return self.generator if self.generator.own_model is None else self.generator.trainer_backend
 
     def _may_start(self) -> bool:
         return self._stopping or self._started < self._requested + self.max_staleness

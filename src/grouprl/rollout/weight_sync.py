@@ -31,8 +31,10 @@ class GeneratorCopy:
     """A backend the producer generates with: ``generate`` tags every completion with the version of the
     weights that sampled it and its behaviour log-probs; ``push`` installs new weights between calls."""
 
-    def __init__(self, backend: GenerationBackend, version: int, own_model: Any = None, pad_id: int = 0):
+    def __init__(self, backend: GenerationBackend, version: int, own_model: Any = None, pad_id: int = 0,
+                 trainer_backend: GenerationBackend | None = None):
         self.backend, self.version, self.own_model, self.pad_id = backend, version, own_model, pad_id
+        self.trainer_backend = trainer_backend or backend  # the learner's own (HF: on the policy itself)
         self.lock = threading.Lock()
         self.pushes: list[float] = []  # seconds each push took (the sync's cost per step)
 
@@ -48,7 +50,8 @@ class GeneratorCopy:
             parameter.requires_grad_(False)
         cache = TurnCache() if hf_backend.turn_cache is not None else None
         backend = HFBackend(model, hf_backend.tokenizer, hf_backend.device, hf_backend.prefill_once, cache)
-        return cls(backend, version, own_model=model, pad_id=hf_backend.tokenizer.pad_token_id)
+        return cls(backend, version, own_model=model, pad_id=hf_backend.tokenizer.pad_token_id,
+                   trainer_backend=hf_backend)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         with self.lock:

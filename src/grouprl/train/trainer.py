@@ -343,8 +343,9 @@ class Trainer:
         """The job's evaluation (``job/evaluate.py``) with the current policy, scorer and episode settings."""
         if self._evaluate is None:
             raise RuntimeError("this Trainer was built without an evaluation (Trainer(..., evaluate=...))")
+        backend = self.backend if self._scheduler is None else self._scheduler.evaluation_backend  # async: not mid-push
         return self._evaluate(
-            self.backend, self.policy.tokenizer, self.task, rows, params, self.scorer, out_path, self.settings, k=k
+            backend, self.policy.tokenizer, self.task, rows, params, self.scorer, out_path, self.settings, k=k
         )
 
     def objective_state(self) -> dict[str, Any]:
