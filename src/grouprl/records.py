@@ -59,12 +59,15 @@ class Step:
     env_reward: float = 0.0
     env_info: dict[str, Any] = field(default_factory=dict)  # the environment's StepResult.info
     logprobs: list[float] | None = None  # the generation engine's per-token log-probs, when it gives them
+    # The policy version (updates done) whose weights sampled this step's tokens: set by the asynchronous
+    # producer (rollout/scheduler.py) and by the agent endpoint (each call's); None in sync mode where it is
+    # always the current one.
+    policy_version: int | None = None
     prompt_truncated: bool = False  # the prompt was cut to max_prompt_length (its last tokens kept)
     # Conversation episodes (rollout/conversation.py): the calls parsed from this turn and the tool
     # messages that answered them (each with its "error" kind or None).
     tool_calls: list[dict[str, Any]] | None = None
     tool_results: list[dict[str, Any]] | None = None
-    policy_version: int | None = None  # the trainer step whose weights sampled this action (agent episodes)
 
 
 @dataclass

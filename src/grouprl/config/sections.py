@@ -119,6 +119,21 @@ class RolloutConfig(Section):
     )
     show_admissible_actions: bool = Field(True, description="environments: list admissible actions in the prompt")
     env_workers: int = Field(1, ge=1, description="environments: N > 1 runs them in N Ray actors")
+    rollout_mode: Literal["sync", "one_step_off", "async"] = Field(
+        "sync",
+        description="sync = generate, then learn (bit for bit the plain loop); one_step_off = generate batch t+1 "
+        "while the learner trains on batch t; async = max_inflight batches generated at once, up to "
+        "max_staleness policy versions ahead (docs/async.md)",
+    )
+    max_staleness: int = Field(
+        1, ge=0, description="async: how many policy versions a trained token may lag the weights being updated"
+    )
+    max_inflight: int = Field(
+        2, ge=1, description="async: batches of groups generated (and scored) at once by the producer's workers"
+    )
+    rollout_timeout: float = Field(
+        600.0, gt=0, description="one_step_off/async: seconds the learner waits for a finished batch before it stops"
+    )
     ray_address: str | None = Field(None, description="Ray cluster to connect to (empty = start a local one)")
 
 

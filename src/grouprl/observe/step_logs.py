@@ -31,6 +31,8 @@ def episode_record(ep: Episode, verdict: Verdict, multi_step: bool = False) -> d
         record["messages"] = conversation_record(ep)
     if ep.agent is not None:  # played by the user's agent: calls, samples, failure, refused requests, latency
         record["agent"] = dataclasses.asdict(ep.agent)
+    if any(s.policy_version is not None for s in ep.steps):  # asynchronous rollouts, agents: each step's weights
+        record["policy_versions"] = [s.policy_version for s in ep.steps]
     return record
 
 

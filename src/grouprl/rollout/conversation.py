@@ -195,7 +195,7 @@ def run_conversations(factories: list[EnvFactory], rows: list[dict[str, Any]], g
                         action_ids=completion.ids, truncated=completion.truncated,
                         anchor_state=tool_state(state.interactions) if settings.anchor == "tool_state" else turn,
                         messages=[dict(m) for m in state.messages], observation=state.observation,
-                        logprobs=completion.logprobs)
+                        logprobs=completion.logprobs, policy_version=completion.policy_version)
             episodes[i].steps.append(step)
             attempted = len(parsed.calls) + len(parsed.malformed)
             if completion.truncated:

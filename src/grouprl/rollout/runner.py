@@ -129,7 +129,8 @@ def run_episodes(
             obs = observations[i]
             step = Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
                         truncated=comp.truncated, anchor_state=obs.anchor_state, messages=messages,
-                        observation=obs.text, logprobs=comp.logprobs, prompt_truncated=cut)
+                        observation=obs.text, logprobs=comp.logprobs, prompt_truncated=cut,
+                        policy_version=comp.policy_version)
             result = results.get(i)
             if result is not None and result.info.get("invalid"):  # the env refused it (and did not advance)
                 p.reason, result = result.info.get("reason", "rejected by the environment"), None

@@ -51,6 +51,7 @@ class Completion:
     text: str
     truncated: bool  # no eos within max_new_tokens
     logprobs: list[float] | None = None  # per token of ``ids``, from the engine (None: not computed)
+    policy_version: int | None = None  # the weights' version that sampled it (asynchronous rollouts)
 
 
 class GenerationBackend(Protocol):

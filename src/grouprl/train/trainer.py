@@ -7,7 +7,8 @@ episodes, advantages are computed on the whole batch and each process updates on
 returns a record; :meth:`Trainer.train_step` calls them in order and times each. Observers
 (``job/observer.py``: evaluation, checkpoint rotation, hub uploads) read the records the step
 returns. The estimator (grpo, dr_grpo, rloo, gigpo or a user's) comes from the registry, so this
-one trainer trains all of them.
+one trainer trains all of them. ``collect`` asks the rollout scheduler for the next batch of finished groups:
+made here when asked (sync) or by a producer ahead of the learner (``train/async_rollouts.py``, docs/async.md).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from grouprl.rewards.scorer import Scorer, Scores
 from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
+from grouprl.rollout.scheduler import AsyncScheduler, Drawn, SyncScheduler
+from grouprl.train.async_rollouts import add_times, build_scheduler, refuse_unsafe, staleness_metrics, step_staleness
 from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options, reward_parts
 from grouprl.train.checkpoint import (
     RNG_FILE,
@@ -57,6 +60,7 @@ class StepRecord:
     samples: StepSamples
     update: UpdateStats
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
+    rollout_stats: dict[str, float] = field(default_factory=dict)  # async: staleness, producer times
 
 
 class Trainer:
@@ -98,6 +102,7 @@ class Trainer:
             else DynamicSampler(dynamic.metric, dynamic.max_batches, cfg.rollout.batch_size, parallel)
         )
         self.pool = make_pool(cfg.rollout.env_workers, cfg.rollout.ray_address) if task.multi_step else LocalEnvPool()
+        refuse_unsafe(cfg, task, self.scorer, parallel)  # what an async producer cannot run, before any work
         self.estimator = get_estimator(cfg.algorithm.advantage)
         self.estimator_options = estimator_options(cfg.algorithm, self.estimator)
         key = cfg.algorithm.state_key
@@ -105,28 +110,45 @@ class Trainer:
         self.step = 0
         self.run_state = RunState()  # carried by checkpoints: the base model, the eval before RL, the best
         self.last_record: StepRecord | None = None
+        self._scheduler: SyncScheduler | AsyncScheduler | None = None  # built at the first step (after resume)
+        self.dropped_stale = 0  # async: batches refused for a token older than max_staleness
 
     # --- the five phases, in train_step's order ----------------------------------------------
     def rollout(self, round_index: int = 0) -> list[Episode]:
-        """This process's share of one batch of groups. Every process draws the same rows (the data position
-        is global) and keeps its share; groups are numbered across the processes and a step's rounds where
-        the episodes are born (``round_index``: a dynamic-sampling round), so nothing renumbers them later."""
+        """This process's share of one batch of groups, generated now by the trainer's backend."""
+        return self.run(self.draw(round_index), self.backend)
+
+    def draw(self, index: int) -> Drawn:
+        """Batch ``index``'s rows: every process draws the same (global data position) and keeps its share; groups
+        are numbered where born (``index``: a dynamic-sampling round, or the async stream's batch), never later."""
         batch_size = self.cfg.rollout.batch_size
         rows = self.parallel.rows(self.sampler.next(batch_size))
-        first_group = round_index * batch_size + self.parallel.info.rank * len(rows)
+        return Drawn(rows, index * batch_size + self.parallel.info.rank * len(rows), self.sampler.position)
+
+    def run(self, drawn: Drawn, backend: GenerationBackend) -> list[Episode]:
         return run_episodes(
-            [self.task.env_factory(row) for row in rows],
-            rows,
+            [self.task.env_factory(row) for row in drawn.rows],
+            drawn.rows,
             self.cfg.rollout.num_generations,
-            self.backend,
+            backend,
             self.policy.tokenizer,
             self.sampling,
             settings=self.settings,
-            seeds=[self.task.seed_of(row) for row in rows],
-            pool=self.pool,
-            first_group=first_group,
-            policy_version=self.step,
+            seeds=[self.task.seed_of(row) for row in drawn.rows],
+            pool=None if isinstance(self.pool, LocalEnvPool) else self.pool,  # local: one per call (per producer)
+            first_group=drawn.first_group,
+            policy_version=self.step,  # an agent's calls record it (agent episodes)
         )
+
+    def produce(self, drawn: Drawn, backend: GenerationBackend) -> tuple[list[Episode], Scores, dict[str, float]]:
+        """Generate and score one drawn batch (on the producer's thread in the async modes)."""
+        seconds: dict[str, float] = {}
+        phase = _timer(seconds)
+        with phase("generation_time"):
+            episodes = self.run(drawn, backend)
+        with phase("score_time"):
+            scores = self.score(episodes)
+        return episodes, scores, seconds
 
     def score(self, episodes: list[Episode]) -> Scores:
         return self.scorer.score(episodes)
@@ -173,22 +195,35 @@ class Trainer:
 
     def update(self, samples: StepSamples) -> UpdateStats:
         stats = self.learner.update(samples)
-        self.backend.load_weights(self.policy.model)  # engines with their own weight copy take the new ones
+        # engines with their own weight copy (vLLM, the async producer's) take the new ones, as version step + 1
+        sync_seconds = self.scheduler().after_update(self.policy.model, self.step + 1)
+        if self.cfg.rollout.rollout_mode != "sync":
+            stats["async/weight_sync_time"] = sync_seconds
         return stats
 
-    def collect(self, seconds: dict[str, float]) -> tuple[GlobalBatch, Scores]:
-        """Rollout, score and gather one batch; with dynamic sampling, rounds of them until the batch is
-        full (``train/dynamic_sampling.py``). The curriculum sees every round's verdicts."""
-        phase, rounds = _timer(seconds), [0]
+    def scheduler(self) -> SyncScheduler | AsyncScheduler:
+        """Built at the first step, after a resume has set the weights, the step and the data position."""
+        if self._scheduler is None:
+            position = lambda: self.sampler.position  # noqa: E731 - sync reads the sampler's live position
+            self._scheduler = build_scheduler(self.cfg, self.backend, self.draw, self.produce, position, self.step)
+        return self._scheduler
+
+    def collect(self, seconds: dict[str, float], stats: dict[str, float]) -> tuple[GlobalBatch, Scores]:
+        """The scheduler's next batch of finished groups, gathered; with dynamic sampling, rounds of them until
+        the batch is full (``train/dynamic_sampling.py``). The curriculum sees every round's verdicts. A batch
+        with a token older than ``max_staleness`` is never trained (counted; the bound makes it rare)."""
+        rounds, bound = [0], self.cfg.rollout.max_staleness
 
         def one_round() -> tuple[GlobalBatch, Scores]:
-            with phase("generation_time"):
-                episodes = self.rollout(rounds[0])
-            with phase("score_time"):
-                scores = self.score(episodes)
-            batch, scores = self.gather(episodes, scores)
+            while True:
+                produced = self.scheduler().next_batch(rounds[0])
+                rounds[0] += 1
+                add_times(produced, seconds, stats)
+                batch, scores = self.gather(produced.episodes, produced.scores)
+                if not staleness_metrics(batch.episodes, self.step, bound)[1]:  # the same on every process
+                    break
+                self.dropped_stale += 1
             self.sampler.observe(batch.episodes, scores.verdicts, self.step)
-            rounds[0] += 1
             return batch, scores
 
         self.sampler.start_step(self.step)
@@ -196,14 +231,16 @@ class Trainer:
 
     def train_step(self) -> StepRecord:
         seconds: dict[str, float] = {}
+        stats: dict[str, float] = {}
         phase = _timer(seconds)
-        batch, scores = self.collect(seconds)
+        batch, scores = self.collect(seconds, stats)
+        stats.update(step_staleness(self.cfg.rollout, batch.episodes, self.step, self.dropped_stale))
         with phase("advantage_time"):
             advantages = self.advantages(batch.episodes, scores)
         samples = self.samples(batch, advantages)
         with phase("update_time"):
-            stats = self.update(samples)
-        return StepRecord(batch.episodes, scores, advantages, samples, stats, seconds)
+            update = self.update(samples)
+        return StepRecord(batch.episodes, scores, advantages, samples, update, seconds, stats)
 
     def metrics(self, record: StepRecord) -> dict[str, float]:
         """What metrics.jsonl records for a step."""
@@ -228,6 +265,7 @@ class Trainer:
             "tokens_per_second": n_tokens / elapsed,
             "learning_rate": self.learner.learning_rate,
             **self.sampler.metrics(),
+            **record.rollout_stats,
         }
 
     # --- the loop -------------------------------------------------------------------------
@@ -276,7 +314,7 @@ class Trainer:
                 self.learner.optimizer,
                 self.learner.scheduler,
                 {
-                    "data_position": self.sampler.position,
+                    "data_position": self.data_position(),
                     "extra": self.run_state.to_dict(),
                     "objective": self.objective_state(),
                 },
@@ -292,6 +330,10 @@ class Trainer:
                 observer.after_checkpoint(self.view(), path)
         return path
 
+    def data_position(self) -> int:
+        """After the last batch trained: rows a producer had in flight are regenerated by a resumed run."""
+        return self.sampler.position if self._scheduler is None else self._scheduler.data_position
+
     def view(self) -> StepView:
         """What observers see (``train/run_state.py``)."""
         return StepView(
@@ -302,8 +344,9 @@ class Trainer:
         """The job's evaluation (``job/evaluate.py``) with the current policy, scorer and episode settings."""
         if self._evaluate is None:
             raise RuntimeError("this Trainer was built without an evaluation (Trainer(..., evaluate=...))")
+        backend = self.backend if self._scheduler is None else self._scheduler.evaluation_backend  # async: not mid-push
         return self._evaluate(
-            self.backend, self.policy.tokenizer, self.task, rows, params, self.scorer, out_path, self.settings, k=k
+            backend, self.policy.tokenizer, self.task, rows, params, self.scorer, out_path, self.settings, k=k
         )
 
     def objective_state(self) -> dict[str, Any]:
@@ -335,11 +378,16 @@ class Trainer:
                     observer.after_step(self.view(), self.step, metrics)
                 if train.save_steps and self.step % train.save_steps == 0 and self.step < train.max_steps:
                     self.checkpoint()  # after the evaluation: the checkpoint's run state knows this step's best
-        self.pool.close()
+        self.close()
         self.checkpoint()
         for observer in self.observers:  # logs closed, hub uploads finish, ...
             observer.after_train(self.view())
         return history
+
+    def close(self) -> None:  # the rollout producer (batches in flight dropped) and the environment pool
+        if self._scheduler is not None:
+            self._scheduler.close()
+        self.pool.close()
 
 
 def _timer(seconds: dict[str, float]):

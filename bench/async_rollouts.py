@@ -1,0 +1,182 @@
+"""Asynchronous rollouts where latency is real: ``async`` vs ``sync`` step throughput at the same batch, in one run.
+
+Two latency-bound workloads on the tiny model (CPU):
+
+- **tool**: the tool recipe (``recipes/tiny/tool_arithmetic.yaml``: GiGPO over tool-calling conversations)
+  whose ``calculator`` is a real HTTP service on 127.0.0.1 answering in 0.3 s (this file, ``--serve-tool``,
+  in its own process; the tool the model calls is a user tool file that requests it);
+- **judge**: 2-digit addition scored by an LLM judge over a real OpenAI-compatible server answering in
+  0.5 s (``tests/judge_standin.py --delay 0.5``).
+
+Each workload runs ``sync`` first (its tiny model warm-started by the run's short SFT), then ``async``
+(``max_staleness 1``, ``max_inflight 2``) from that run's warm model (the weights sync started from), same
+batch and seed. Throughput is
+steps per second of the learner: 1 / mean ``step_time`` over the steps after the first (the first
+step's producer starts cold). The machine's load average is printed before and after each run.
+Writes ``bench/results/async_rollouts.json``.
+
+    python bench/async_rollouts.py --steps 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+TOOL_FILE = '''
+import json, urllib.parse, urllib.request
+
+def calculator(expression: str) -> str:
+    """Evaluate arithmetic exactly.
+
+    Args:
+        expression: e.g. "4821 * 97"
+    """
+    url = "http://127.0.0.1:{port}/calc?" + urllib.parse.urlencode({{"expression": expression}})
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        body = json.loads(reply.read())
+    if "error" in body:
+        raise ValueError(body["error"])
+    return body["value"]
+'''
+
+
+class ToolHandler(BaseHTTPRequestHandler):
+    delay = 0.3
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        from grouprl.tools.builtin import calculator
+
+        query = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        time.sleep(self.delay if self.path.startswith("/calc") else 0.0)
+        try:
+            body = {"value": calculator(query.get("expression", [""])[0])} if self.path.startswith("/calc") else {}
+        except ValueError as err:
+            body = {"error": str(err)}
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+
+def load() -> str:
+    return "load average %.2f %.2f %.2f (%d cores)" % (*os.getloadavg(), os.cpu_count() or 0)
+
+
+def train(out: Path, args: list[str], log: Path) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "grouprl.cli", "train", "--output_dir", str(out), "--n_eval", "0", "--device", "cpu",
+           "--seed", "3", *args]
+    print(f"  {load()}", flush=True)
+    start = time.perf_counter()
+    with log.open("ab") as fh:
+        code = subprocess.run(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT).returncode
+    if code != 0:
+        raise SystemExit(f"run {out} failed (exit {code}); see {log}")
+    print(f"  done in {time.perf_counter() - start:.0f} s; {load()}", flush=True)
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def throughput(metrics: list[dict]) -> float:
+    times = [m["step_time"] for m in metrics[1:]] or [metrics[0]["step_time"]]
+    return len(times) / sum(times)
+
+
+def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
+    load_before = os.getloadavg()
+    print(f"{name}: sync", flush=True)
+    sync = train(work / f"{name}_sync", common, log)
+    warm = work / f"{name}_sync" / "sft_model"
+    model = ["--model_name_or_path", str(warm)] if warm.is_dir() else []
+    print(f"{name}: async", flush=True)
+    asynchronous = train(work / f"{name}_async", [*common, *model, "--rollout_mode", "async", "--max_staleness", "1",
+                                                  "--max_inflight", "2"], log)
+    keys = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
+            "async/staleness_mean", "async/weight_sync_time", "async/producer_generation_time",
+            "async/producer_score_time")
+    mean = lambda rows, k: sum(r.get(k, 0.0) for r in rows[1:]) / max(len(rows) - 1, 1)  # noqa: E731
+    result = {
+        "sync_steps_per_s": throughput(sync), "async_steps_per_s": throughput(asynchronous),
+        "sync": {k: mean(sync, k) for k in keys if k in sync[-1]},
+        "async": {k: mean(asynchronous, k) for k in keys if k in asynchronous[-1]},
+    }
+    result["ratio"] = result["async_steps_per_s"] / result["sync_steps_per_s"]
+    result["load_before"], result["load_after"] = load_before, os.getloadavg()
+    print(f"{name}: async / sync step throughput = {result['ratio']:.2f}x  ({json.dumps(result)})", flush=True)
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=6)
+    parser.add_argument("--only", choices=["tool", "judge"], default=None)
+    parser.add_argument("--tool-model", default=None, help="a warm tool model (a run's sft_model): no SFT here")
+    parser.add_argument("--judge-model", default=None, help="a warm arithmetic model (a run's sft_model)")
+    parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
+    args = parser.parse_args()
+    if args.serve_tool is not None:
+        ThreadingHTTPServer(("127.0.0.1", args.serve_tool), ToolHandler).serve_forever()
+        return
+    from judge_standin import ServedProcess, free_port, standin
+
+    work = Path(tempfile.mkdtemp(prefix="async_bench_"))
+    log = work / "runs.log"
+    print(f"bench/async_rollouts.py: {args.steps} steps per run, work dir {work}; {load()}", flush=True)
+    results: dict = {"steps": args.steps, "load_before": os.getloadavg()}
+    if args.only in (None, "judge"):
+        judge = standin(work / "judge.log", mode="digits", delay=0.5)
+        judge.start()
+        try:
+            recipe = work / "judge.yaml"
+            recipe.write_text(json.dumps({"rewards": [{"name": "judge", "options": {
+                "base_url": judge.base_url, "model": "grader", "concurrency": 16, "timeout": 20, "retries": 1}}]}))
+            common = ["--config", str(recipe), "--max_steps", str(args.steps), "--batch_size", "4",
+                      "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
+            common += ["--model_name_or_path", args.judge_model] if args.judge_model else []
+            results["judge"] = workload("judge", work, common, log)
+        finally:
+            judge.kill()
+    if args.only in (None, "tool"):
+        port = free_port()
+        tool = ServedProcess([sys.executable, __file__, "--serve-tool", str(port)], work / "tool.log", port,
+                             health="/health", startup_s=30)
+        tool.start()
+        try:
+            tool_file = work / "http_tools.py"
+            tool_file.write_text(TOOL_FILE.format(port=port))
+            import yaml
+
+            recipe = yaml.safe_load((ROOT / "recipes/tiny/tool_arithmetic.yaml").read_text())
+            recipe["tools"]["tools"] = [f"{tool_file}:calculator", "lookup"]  # the HTTP-backed calculator
+            (work / "tool.yaml").write_text(yaml.safe_dump(recipe))
+            common = ["--config", str(work / "tool.yaml"), "--max_steps", str(args.steps), "--sft_steps", "200",
+                      "--sft_target_accuracy", "0.05"]
+            common += ["--model_name_or_path", args.tool_model] if args.tool_model else []
+            results["tool"] = workload("tool", work, common, log)
+        finally:
+            tool.kill()
+    results["load_after"] = os.getloadavg()
+    out = ROOT / "bench" / "results" / "async_rollouts.json"
+    kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
+    out.write_text(json.dumps({**kept, **results}, indent=1) + "\n")
+    print(f"wrote {out}; {load()}")
+
+
+if __name__ == "__main__":
+    main()
