@@ -52,7 +52,8 @@ def test_every_trained_token_is_within_the_staleness_bound(warm_arithmetic_dir, 
     metrics = [m for m in logged if "loss" in m]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(0 <= m["async/staleness_max"] <= 1 and m["async/dropped_stale_batches"] == 0 for m in metrics)
-    assert all("importance_sampling/ratio_mean" in m and m["async/weight_sync_time"] >= 0 for m in metrics)
+    assert all(("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
+               and m["async/weight_sync_time"] >= 0 for m in metrics)  # a zero-advantage step is skipped
     assert metrics[0]["async/staleness_max"] == 0  # the first batch: nothing to be behind yet
     for m in metrics:  # the histogram covers every trained token
         assert abs(m["async/staleness_share/0"] + m["async/staleness_share/1"] - 1) < 1e-9
@@ -204,7 +205,10 @@ def test_tool_conversations_run_async_with_a_version_per_turn(warm_tool_model, t
                  "--max_staleness", "1", "--max_inflight", "2"]) == 0
     metrics = rows(out / "metrics.jsonl")
     assert [m["samples"] for m in metrics] == [4, 4, 4]  # one sequence per conversation
-    assert all("importance_sampling/ratio_mean" in m and m["async/staleness_max"] <= 1 for m in metrics)
+    # the correction's statistics on every update (a step whose advantages are all zero takes none: skipped)
+    assert all(("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
+               and m["async/staleness_max"] <= 1 for m in metrics)
+    assert any("importance_sampling/ratio_mean" in m for m in metrics)
     for r in rows(out / "rollouts" / "rollouts.jsonl"):  # one version per assistant turn
         assert len(r["policy_versions"]) == r["episode_length"]
         assert all(0 <= r["step"] - 1 - v <= 1 for v in r["policy_versions"]), r
