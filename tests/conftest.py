@@ -148,3 +148,17 @@ def bwrap():
     usable, reason = sandbox.bwrap_available()
     if not usable:
         pytest.skip(f"bubblewrap sandbox cannot start on this machine: {reason}")
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The printable-character tokenizer with the tool chat template: the conversation, stop-id and agent
+    tests' (a module that needs another tokenizer defines its own ``tokenizer`` fixture, which wins)."""
+    import string
+
+    from grouprl.policy.tiny import build_tokenizer
+    from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
+
+    tok = build_tokenizer(string.printable)
+    tok.chat_template = TOOL_CHAT_TEMPLATE
+    return tok

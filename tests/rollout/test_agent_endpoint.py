@@ -2,30 +2,20 @@
 against the template's rendering, batching, and every request it refuses (as OpenAI errors, counted)."""
 
 import asyncio
-import string
 
 import openai
 import pytest
 
-from grouprl.policy.tiny import build_tokenizer
 from grouprl.rollout.agent_endpoint import EPISODE_HEADER, AgentEndpoint
 from grouprl.rollout.agent_calls import calls_to_steps
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tools import resolve_tools
-from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 
 KEY = "test-key"
 TOOLS = [t.schema for t in resolve_tools(["calculator", "lookup"])]
 CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "2 * 3"}}\n</tool_call>'
 QUESTION = [{"role": "system", "content": "Use the tools."}, {"role": "user", "content": "What is 2 * 3?"}]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = build_tokenizer(string.printable)
-    tok.chat_template = TOOL_CHAT_TEMPLATE
-    return tok
 
 
 class Recorded(ScriptedBackend):

@@ -4,7 +4,6 @@ the real tiny model behind the HF backend, and the recipe key."""
 
 import asyncio
 import math
-import string
 from pathlib import Path
 
 import pytest
@@ -26,13 +25,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CALCULATOR = str(ROOT / "examples" / "agents" / "calculator_agent.py") + ":run"
 COMPACTING = str(ROOT / "examples" / "agents" / "compacting_agent.py") + ":run"
 SCHEMAS = [t.schema for t in resolve_tools(["calculator", "lookup"])]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = build_tokenizer(string.printable)
-    tok.chat_template = TOOL_CHAT_TEMPLATE
-    return tok
 
 
 class Recorded(ScriptedBackend):

@@ -1,28 +1,17 @@
 """Conversation episodes: the runner with a real tool template, masks token by token, caps, errors."""
 
 import re
-import string
 
-import pytest
 import torch
 
-from grouprl.policy.tiny import build_tokenizer
 from grouprl.rewards.reward_calls import episode_messages
 from grouprl.rollout.conversation import ConversationSettings, interaction_key, run_conversations, tool_state
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import expert_reply, rows, ToolAnswerEnv
 from grouprl.tools import ToolOutcome, resolve_tools
-from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 from grouprl.tools.metrics import tool_metrics
 from grouprl.train.conversation_samples import conversation_layout, pack_conversations
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = build_tokenizer(string.printable)
-    tok.chat_template = TOOL_CHAT_TEMPLATE
-    return tok
 
 
 def settings(**kw):

@@ -1,11 +1,8 @@
 """Credit per turn in conversation episodes: final-answer and per-turn rewards, GiGPO on tool-state anchors."""
 
-import string
 
-import pytest
 
 from grouprl.algos.advantages import get_estimator
-from grouprl.policy.tiny import build_tokenizer
 from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards import registry
 from grouprl.rewards.kit import reward_function
@@ -15,15 +12,7 @@ from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, make_row
 from grouprl.tools import resolve_tools
-from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 from grouprl.train.advantages import compute_advantage_record
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = build_tokenizer(string.printable)
-    tok.chat_template = TOOL_CHAT_TEMPLATE
-    return tok
 
 
 def convert_row():

@@ -17,15 +17,7 @@ from grouprl.rollout.generation import Completion, SamplingParams, stop_token_id
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, rows
 from grouprl.tools import resolve_tools
-from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 from grouprl.train.conversation_samples import pack_conversations
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    tok = build_tokenizer(string.printable)
-    tok.chat_template = TOOL_CHAT_TEMPLATE
-    return tok
 
 
 @pytest.fixture(scope="module")
