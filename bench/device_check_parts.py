@@ -117,6 +117,9 @@ def summarize_steps(run: dict, warmup: int) -> dict:
         "mean_completion_tokens_per_step": statistics.fmean(completion),
         "peak_gpu_mb": run.get("peak_gpu_mb"), "peak_rss_mb": run.get("peak_rss_mb"),
         "step_times": run["step_times"],
+        # grouprl can skip an update whose advantages are all zero; the bench turns that off (TRL never skips): a
+        # non-zero count would mean the two sides did not do the same work.
+        "updates_skipped": int(sum(run.get("skipped_updates", [])[skip:])),
         # vs_trl_workers.PhaseClock's split. On a GPU only generation is exact (it ends in .tolist(), which waits for
         # the device); the other phases time kernel launches, their GPU work lands in whichever phase waits next.
         "median_phase_s": {p: statistics.median(ph.get(p, 0.0) for ph in run["phases"][skip:])

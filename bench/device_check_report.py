@@ -10,18 +10,18 @@ def _f(value, fmt: str = "{:.3f}") -> str:
 def _training(parts: dict, comparison: dict) -> list[str]:
     lines = ["## Training steps (HF generation), grouprl and TRL on the same work", "",
              "| model | trainer | prompts x K x new tokens | steps timed | median step (s) | of which generation (s) | "
-             "tokens/s | completion tokens/step | peak GPU (MiB) | peak RSS (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "tokens/s | completion tokens/step | peak GPU (MiB) | peak RSS (MiB) | updates skipped |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name in ("train_tiny", "trl_tiny", "train_qwen05b", "trl_qwen05b"):
         r = (parts.get(name) or {}).get("result") or {}
         if "median_step_s" not in r:
-            lines.append(f"| {name} | | | | (no result) | | | | | |")
+            lines.append(f"| {name} | | | | (no result) | | | | | | |")
             continue
         lines.append(f"| {r['model']} | {r['trainer']} | {r['prompts']} x {r['k']} x {r['max_new_tokens']} | "
                      f"{r['steps_timed']} | {_f(r['median_step_s'])} | {_f(r.get('median_phase_s', {}).get('generation'))} | "
                      f"{_f(r['tokens_per_s'], '{:.0f}')} | "
                      f"{_f(r['mean_completion_tokens_per_step'], '{:.0f}')} | {_f(r.get('peak_gpu_mb'), '{:.0f}')} | "
-                     f"{_f(r.get('peak_rss_mb'), '{:.0f}')} |")
+                     f"{_f(r.get('peak_rss_mb'), '{:.0f}')} | {r.get('updates_skipped', '')} |")
     lines += ["", "| model | step throughput grouprl / TRL | tokens/s grouprl / TRL | peak GPU grouprl / TRL |",
               "|---|---|---|---|"]
     for model, c in comparison.items():

@@ -110,6 +110,9 @@ def grouprl_cli(args, out_dir: str) -> dict:
         # bench/device_check.py sets device and dtype (cuda, bfloat16); bench/vs_trl.py runs on the CPU in fp32
         "torch_dtype": getattr(args, "dtype", "float32"), "device": getattr(args, "device", "cpu"),
         "num_threads": args.threads, "seed": args.seed,
+        # TRL never skips an update; grouprl would skip one whose advantages are all zero (on random weights every
+        # completion scores 0): off, so that both sides do the same work. updates_skipped records it stays 0.
+        "skip_zero_advantage_updates": False,
         "rewards": ["arithmetic_digits"], "log_rollouts": False, "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
         "generation_backend": args.backend, "grouped_scoring": not args.no_grouped,
         "prefill_once": not getattr(args, "no_prefill_once", False),
@@ -170,6 +173,7 @@ def worker_grouprl(args, report=None) -> dict:
             res["tokens"].append(sum(len(s.prompt_ids) for s in steps) + n_comp)
             res["completion_tokens"].append(n_comp)
             res["update_stats"].append({k: v for k, v in record.update.items() if k.startswith("importance")})
+            res["skipped_updates"].append(record.update.get("skipped_zero_advantage", 0.0))
             if report:
                 report({**res, "peak_gpu_mb": peak_gpu, "peak_rss_mb": peak_rss_mb()})
         return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu,

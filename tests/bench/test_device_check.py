@@ -67,6 +67,8 @@ def test_training_parts_measure_the_same_work_on_both_trainers(fast_check):
         for r in (ours, theirs):
             assert r["median_step_s"] > 0 and r["tokens_per_s"] > 0 and r["peak_rss_mb"] > 0
             assert r["peak_gpu_mb"] is None  # on the CPU: no GPU memory to report
+            # random weights score 0 everywhere: grouprl would skip every update, TRL never does
+            assert r["updates_skipped"] == 0
         # random weights of the Qwen shape never pick eos: every completion runs to the cap on both sides
         if model == "qwen05b":
             cap = ours["prompts"] * ours["k"] * ours["max_new_tokens"]

@@ -24,6 +24,10 @@ REWARD_FILE = textwrap.dedent('''
         seen.append({"prompts": prompts, "kwargs": sorted(kwargs)})
         return [0.5] * len(completions)
 
+    def exact(completions, ground_truth):
+        """No **kwargs: names the answer column the way TRL users write it."""
+        return [float(c[0]["content"] == g) for c, g in zip(completions, ground_truth)]
+
     def broken(completions, **kwargs):
         return [float("nan")] * len(completions)
 
@@ -79,7 +83,8 @@ def test_prompts_and_columns_reach_the_function(reward_file):
                   and getattr(m, "__file__", None) == str(reward_file))
     call = module.seen[-1]
     assert call["prompts"] == [[{"role": "system", "content": "sys"}, {"role": "user", "content": "capital of France?"}]]
-    assert call["kwargs"] == ["keyword", "question", "solution"]  # columns; not ground_truth, not group_ids
+    # every column, the row's answer under its column name as TRL passes it; not grouprl's group_ids
+    assert call["kwargs"] == ["ground_truth", "keyword", "question", "solution"]
 
 
 def test_non_finite_and_wrong_length_are_errors_not_scores(reward_file):
@@ -115,3 +120,10 @@ def test_typed_rewards_get_the_columns_too():
     finally:
         registry.REWARDS.pop("keyword_typed")
     assert [x.parts["keyword_typed"] for x in v] == [1.0, 0.0]
+
+
+def test_a_trl_reward_reads_the_answer_column_by_name(reward_file):
+    eps = [episode(0, rows()[0], "Paris"), episode(1, rows()[0], "Lyon")]
+    name = f"{reward_file}:exact"
+    v = Scorer([name], [1.0]).score(eps).verdicts
+    assert [x.parts[name] for x in v] == [1.0, 0.0] and not v[0].errors

@@ -60,6 +60,15 @@ def test_a_kl_or_entropy_term_still_updates(cli):
     assert not torch.equal(weights(lr), before)
 
 
+def test_the_skip_can_be_turned_off_to_step_as_trl_does():
+    lr = learner(skip_zero_advantage_updates=False)
+    lr.update(samples([1.0, -1.0]))
+    before = weights(lr)
+    stats = lr.update(samples([0.0, 0.0]))
+    assert "skipped_zero_advantage" not in stats
+    assert not torch.equal(weights(lr), before)  # AdamW's momentum and weight decay moved them
+
+
 def test_the_rule():
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
     kw = {"beta": 0.0, "entropy_bonus": False, "loss_name": "ppo_clip"}

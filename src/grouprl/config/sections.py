@@ -155,6 +155,11 @@ class AlgorithmConfig(Section):
     beta: float = Field(0.0, ge=0, description="KL-to-reference coefficient (k3 estimator); 0 = no reference model")
     num_iterations: int = Field(1, ge=1, description="mu: optimizer passes over one generation batch")
     mask_truncated_completions: bool = Field(False, description="drop completions that hit max_new_tokens")
+    skip_zero_advantage_updates: bool = Field(
+        True,
+        description="skip the optimizer step of an update whose trained tokens all have advantage 0 and no "
+        "KL/entropy term (AdamW would move the weights on momentum alone); false: step anyway, as TRL does",
+    )
     gamma: float = Field(0.95, ge=0, le=1, description="gigpo: discount of step returns")
     step_advantage_weight: float = Field(1.0, ge=0, description="gigpo: omega, weight of the step-level advantage")
     gigpo_norm: Literal["mean_norm", "mean_std_norm"] = Field(

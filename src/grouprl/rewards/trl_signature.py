@@ -63,6 +63,9 @@ def as_typed_reward(fn: Callable, name: str | None = None) -> Callable:
             prompts.append([m.model_dump(exclude_none=True) for m in messages[:last]])
             completions.append([m.model_dump(exclude_none=True) for m in messages[last:]])
         kwargs = {k: v for k, v in columns.items() if k not in PIPELINE_KEYS}
+        if ground_truths is not None and "ground_truth" not in kwargs:
+            # the pipeline hands the rows' answers apart; TRL would pass a "ground_truth" column by that name
+            kwargs["ground_truth"] = list(ground_truths)
         if not takes_var_kw:  # a function without **kwargs gets only the columns it names
             kwargs = {k: v for k, v in kwargs.items() if k in accepted}
         if "prompts" in accepted or takes_var_kw:

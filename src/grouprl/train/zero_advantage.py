@@ -40,6 +40,8 @@ def skip_zero_advantage_update(learner, advantages: torch.Tensor, mask: torch.Te
     Every process must agree (one process skipping while another joins the gradient all-reduce
     would hang), so the count of processes with something to learn is summed first."""
     cfg, bonus = learner.cfg, learner.entropy_bonus
+    if not cfg.algorithm.skip_zero_advantage_updates:
+        return None
     local = nothing_to_learn(
         advantages,
         mask,
