@@ -47,6 +47,18 @@ VERSIONS = ["torch", "transformers", "trl", "datasets", "accelerate", "peft", "p
 COMPARED = {"tiny": ("train_tiny", "trl_tiny"), "qwen05b": ("train_qwen05b", "trl_qwen05b")}
 
 
+def grouprl_overrides(parser: argparse.ArgumentParser, items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--grouprl-set {item}: expected KEY=VALUE")
+        out[key] = yaml.safe_load(value)
+    return out
+
+
 class PartTimedOut(Exception):
     pass
 
@@ -217,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results" / "device_check"))
     p.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS",
                    help="override a part's time cap (repeatable); defaults: " + ", ".join(f"{k}={v}" for k, v in CAPS_S.items()))
+    p.add_argument("--grouprl-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a grouprl config value for the grouprl training parts (YAML value), e.g. grouped_layout=prefix_cache")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads in the training parts (0: half the cores)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
@@ -243,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     threads = args.threads or max(1, int(os.environ.get("OMP_NUM_THREADS") or (os.cpu_count() or 2) // 2))
     work = Path(tempfile.mkdtemp(prefix="device_check_"))
     spec = {"device": args.device, "dtype": args.dtype, "fast": args.fast, "work": str(work), "threads": threads,
-            "out": str(out_dir)}
+            "out": str(out_dir), "grouprl_set": grouprl_overrides(p, args.grouprl_set)}
     (out_dir / "device_check_workers.log").unlink(missing_ok=True)
     env = environment(args.device)
     print(f"device: {env['device_name']} | torch {env['torch']} (CUDA {env['cuda_runtime']}) | transformers "

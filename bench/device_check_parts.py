@@ -102,7 +102,7 @@ def worker_args(spec: dict, shape: dict, model: str) -> argparse.Namespace:
         config=shape["config"], backend="hf", model=model, steps=shape["steps"], prompts=shape["prompts"],
         k=shape["k"], max_new_tokens=shape["max_new_tokens"], max_model_len=512, threads=spec["threads"], lr=1e-6,
         seed=0, no_grouped=False, no_prefill_once=False, grouped_layout="auto", vllm_dtype="bfloat16",
-        device=spec["device"], dtype=spec["dtype"])
+        device=spec["device"], dtype=spec["dtype"], overrides=spec.get("grouprl_set", {}))
 
 
 def summarize_steps(run: dict, warmup: int) -> dict:

@@ -121,6 +121,7 @@ def grouprl_cli(args, out_dir: str) -> dict:
         # TRL builds its engine with dtype "auto", which vLLM resolves for an fp32 checkpoint to the
         # platform's half type (bfloat16 on this CPU): grouprl's engine gets the same dtype.
         "vllm_dtype": getattr(args, "vllm_dtype", "bfloat16"),
+        **getattr(args, "overrides", {}),  # bench/device_check.py --grouprl-set: a variant of grouprl's side only
     }
 
 
