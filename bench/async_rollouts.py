@@ -186,6 +186,11 @@ def main() -> None:
     smollm2 = args.base == "smollm2"
     print(f"bench/async_rollouts.py: {args.base}, {args.steps} steps per run, work dir {work}; {load()}", flush=True)
     results: dict = {"steps": args.steps, "load_before": os.getloadavg()}
+    out = ROOT / "bench" / "results" / ("async_rollouts_smollm2.json" if smollm2 else "async_rollouts.json")
+    kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
+
+    def save() -> None:  # after each workload: a bench cut short keeps what it measured
+        out.write_text(json.dumps({**kept, **results, "load_after": os.getloadavg()}, indent=1) + "\n")
     if args.only in (None, "judge"):
         judge = standin(work / "judge.log", mode="digits", delay=0.5)
         judge.start()
@@ -201,6 +206,7 @@ def main() -> None:
                           "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
             common += ["--model_name_or_path", args.judge_model] if args.judge_model else []
             results["judge"] = workload("judge", work, common, log)
+            save()
         finally:
             judge.kill()
     if args.only in (None, "tool"):
@@ -222,16 +228,14 @@ def main() -> None:
                 args.tool_model = smollm2_tool_model(work / "tool.yaml", work, args.tool_sft_steps)
             common += ["--model_name_or_path", args.tool_model] if args.tool_model else []
             results["tool"] = workload("tool", work, common, log)
+            save()
         finally:
             tool.kill()
     if args.only == "main" or (args.only is None and smollm2):
         name = f"main_{args.backend}"
         results[name] = workload(name, work, ["--max_steps", str(args.steps), *(VLLM if args.backend == "vllm" else [])],
                                  log)
-    results["load_after"] = os.getloadavg()
-    out = ROOT / "bench" / "results" / ("async_rollouts_smollm2.json" if smollm2 else "async_rollouts.json")
-    kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
-    out.write_text(json.dumps({**kept, **results}, indent=1) + "\n")
+    save()
     print(f"wrote {out}; {load()}")
 
 

@@ -11,7 +11,8 @@ A tiny job's warm start runs once (or ``--model``: a run's ``sft_model``) and ev
 Each run is evaluated greedily on ``--n_eval`` held-out rows before and after (the job's own
 evaluation). Reports held-out accuracy after training per mode (each seed, mean, spread) and the
 training accuracy per step (``curves.png``: each seed thin, the mean of the seeds thick). A run whose
-``summary.json`` exists in ``--work`` is not run again (an interrupted experiment resumes). Writes
+``summary.json`` exists in ``--work`` is not run again (an interrupted experiment resumes; ``--modes`` runs one
+mode, so that two instances can run the modes side by side on one ``--work``). Writes
 ``experiments/results/async_learning/<job>/{results.json,table.md,curves.png}``.
 
     python experiments/async_learning.py --job tiny --steps 400 --seeds 0 1 2
@@ -54,13 +55,15 @@ def run(model: str, out: Path, seed: int, steps: int | None, n_eval: int, extra:
             if subprocess.run(cmd, env=env, stdout=log, stderr=subprocess.STDOUT).returncode != 0:
                 raise SystemExit(f"{out} failed; see {out.parent / 'runs.log'}")
         (out / "load.json").write_text(json.dumps({"before": load_before, "after": os.getloadavg()}))
-        for checkpoint in out.glob("checkpoint-*"):  # SmolLM2's are half a gigabyte each; the summary is enough
-            shutil.rmtree(checkpoint)
+    for checkpoint in out.glob("checkpoint-*"):  # (also a run finished by an interrupted experiment)
+        shutil.rmtree(checkpoint)
     summary = json.loads((out / "summary.json").read_text())
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     curve = [(m["step"], m["accuracy"]) for m in metrics if "accuracy" in m and "step" in m]
+    times = [m["step_time"] for m in metrics if "step_time" in m][1:]  # the first step starts the producer
     return {"before": summary["accuracy_before"], "after": summary["accuracy_after"],
-            "wall_seconds": summary["wall_seconds"], "load": json.loads((out / "load.json").read_text()),
+            "wall_seconds": summary["wall_seconds"], "step_time_mean": statistics.mean(times) if times else None,
+            "load": json.loads((out / "load.json").read_text()) if (out / "load.json").is_file() else None,
             "train_accuracy": curve}
 
 
@@ -95,6 +98,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the job's own)")
     parser.add_argument("--n_eval", type=int, default=200)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES),
+                        help="run only these (two instances on one --work run side by side; a last one reports)")
     parser.add_argument("--work", type=Path, default=None, help="run directories (reused: finished runs are kept)")
     args = parser.parse_args()
     out = ROOT / "experiments" / "results" / "async_learning" / args.job
@@ -108,11 +113,15 @@ def main() -> None:
                      "load_before": os.getloadavg(), "runs": {}}
     for seed in args.seeds:
         for mode, extra in MODES.items():
+            if mode not in args.modes:
+                continue
             results["runs"][f"{mode}/{seed}"] = run(args.model or "", work / f"{mode}_{seed}", seed, args.steps,
                                                     args.n_eval, [*flags, *extra])
             print(mode, seed, {k: v for k, v in results["runs"][f"{mode}/{seed}"].items() if k != "train_accuracy"},
                   flush=True)
     results["load_after"] = os.getloadavg()
+    if len(results["runs"]) < len(MODES) * len(args.seeds):
+        return  # one mode of a pair: the report comes from a run over both
     lines = ["| mode | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | spread (max - min) |",
              "|---|" + "---|" * (len(args.seeds) + 2)]
     for mode in MODES:
