@@ -1,6 +1,7 @@
 """Asynchronous rollouts where latency is real: ``async`` vs ``sync`` step throughput at the same batch, in one run.
 
-Two latency-bound workloads on the tiny model (CPU):
+Two latency-bound workloads, on the tiny model (``--base tiny``, the default) or on SmolLM2-135M-Instruct
+(``--base smollm2``), CPU:
 
 - **tool**: the tool recipe (``recipes/tiny/tool_arithmetic.yaml``: GiGPO over tool-calling conversations)
   whose ``calculator`` is a real HTTP service on 127.0.0.1 answering in 0.3 s (this file, ``--serve-tool``,
@@ -8,14 +9,26 @@ Two latency-bound workloads on the tiny model (CPU):
 - **judge**: 2-digit addition scored by an LLM judge over a real OpenAI-compatible server answering in
   0.5 s (``tests/judge_standin.py --delay 0.5``).
 
+and one compute-bound one, ``main``: the main job (``grouprl train``: SmolLM2, 2-digit addition, 2 prompts x
+8 completions) with no latency at all, on the HF backend or, with ``--backend vllm`` (run this file with
+``.venv-vllm``'s python), vLLM's CPU build colocated.
+
+On SmolLM2 the tool recipe starts from a short tool SFT (``--tool-sft-steps``, ``job/tool_sft.py``):
+untrained, SmolLM2-135M-Instruct never calls a tool through the template it is given
+(``experiments/tool_smollm2.py``), and the bench would then time generation alone, not the tool's wait.
+The tool's calls per episode are in the results (``tools/calls_per_episode``): the latency a step
+actually waited is that times the episodes times 0.3 s.
+
 Each workload runs ``sync`` first (its tiny model warm-started by the run's short SFT), then ``async``
 (``max_staleness 1``, ``max_inflight 2``) from that run's warm model (the weights sync started from), same
 batch and seed. Throughput is
 steps per second of the learner: 1 / mean ``step_time`` over the steps after the first (the first
 step's producer starts cold). The machine's load average is printed before and after each run.
-Writes ``bench/results/async_rollouts.json``.
+Writes ``bench/results/async_rollouts.json`` (tiny) or ``async_rollouts_smollm2.json``.
 
     python bench/async_rollouts.py --steps 6
+    python bench/async_rollouts.py --base smollm2 --steps 5
+    /work/main/.venv-vllm/bin/python bench/async_rollouts.py --base smollm2 --only main --backend vllm
 """
 
 from __future__ import annotations
@@ -109,7 +122,7 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
                                                   "--max_inflight", "2"], log)
     keys = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
             "async/staleness_mean", "async/weight_sync_time", "async/producer_generation_time",
-            "async/producer_score_time")
+            "async/producer_score_time", "reward")
     mean = lambda rows, k: sum(r.get(k, 0.0) for r in rows[1:]) / max(len(rows) - 1, 1)  # noqa: E731
     result = {
         "sync_steps_per_s": throughput(sync), "async_steps_per_s": throughput(asynchronous),
@@ -122,11 +135,44 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     return result
 
 
+SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct"
+VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "--vllm_max_model_len", "512"]
+
+
+def smollm2_judge_recipe(base_url: str) -> dict:
+    """The main job's recipe (2 prompts x 8 completions of SmolLM2), scored by the judge alone."""
+    import yaml
+
+    recipe = yaml.safe_load((ROOT / "recipes/SmolLM2-135M-Instruct/grpo/config_arithmetic.yaml").read_text())
+    keep = {k: v for k, v in recipe.items() if k not in ("output_dir", "n_eval")}
+    return {**keep, "rewards": [{"name": "judge", "options": {"base_url": base_url, "model": "grader",
+                                                              "concurrency": 16, "timeout": 20, "retries": 1}}]}
+
+
+def smollm2_tool_model(recipe: Path, out: Path, steps: int) -> str:
+    """SmolLM2 after ``steps`` steps of the tool SFT on expert conversations, so that it calls the tool."""
+    from grouprl.job.tool_sft import tool_sft
+    from grouprl.rollout.runner import episode_settings
+    from grouprl.run_config import build_config
+    from grouprl.tasks import load_task
+
+    cfg = build_config(recipe, {"device": "cpu", "num_threads": 1, "seed": 0, "output_dir": str(out / "sft")})
+    task = load_task(cfg)
+    start = time.perf_counter()
+    path = tool_sft(str(SMOLLM2), task, episode_settings(cfg, task), out / "smollm2_tool_sft", steps, 3e-5, 4, 0,
+                    n_episodes=64)
+    print(f"tool SFT of SmolLM2: {steps} steps in {time.perf_counter() - start:.0f} s; {load()}", flush=True)
+    return str(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=6)
-    parser.add_argument("--only", choices=["tool", "judge"], default=None)
+    parser.add_argument("--base", choices=["tiny", "smollm2"], default="tiny")
+    parser.add_argument("--only", choices=["tool", "judge", "main"], default=None)
+    parser.add_argument("--backend", choices=["hf", "vllm"], default="hf", help="the main workload's backend")
     parser.add_argument("--tool-model", default=None, help="a warm tool model (a run's sft_model): no SFT here")
+    parser.add_argument("--tool-sft-steps", type=int, default=16, help="smollm2: the tool SFT before the tool runs")
     parser.add_argument("--judge-model", default=None, help="a warm arithmetic model (a run's sft_model)")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
@@ -137,19 +183,30 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="async_bench_"))
     log = work / "runs.log"
-    print(f"bench/async_rollouts.py: {args.steps} steps per run, work dir {work}; {load()}", flush=True)
+    smollm2 = args.base == "smollm2"
+    print(f"bench/async_rollouts.py: {args.base}, {args.steps} steps per run, work dir {work}; {load()}", flush=True)
     results: dict = {"steps": args.steps, "load_before": os.getloadavg()}
+    out = ROOT / "bench" / "results" / ("async_rollouts_smollm2.json" if smollm2 else "async_rollouts.json")
+    kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
+
+    def save() -> None:  # after each workload: a bench cut short keeps what it measured
+        out.write_text(json.dumps({**kept, **results, "load_after": os.getloadavg()}, indent=1) + "\n")
     if args.only in (None, "judge"):
         judge = standin(work / "judge.log", mode="digits", delay=0.5)
         judge.start()
         try:
             recipe = work / "judge.yaml"
-            recipe.write_text(json.dumps({"rewards": [{"name": "judge", "options": {
-                "base_url": judge.base_url, "model": "grader", "concurrency": 16, "timeout": 20, "retries": 1}}]}))
-            common = ["--config", str(recipe), "--max_steps", str(args.steps), "--batch_size", "4",
-                      "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
+            if smollm2:
+                recipe.write_text(json.dumps(smollm2_judge_recipe(judge.base_url)))
+                common = ["--config", str(recipe), "--max_steps", str(args.steps)]
+            else:
+                recipe.write_text(json.dumps({"rewards": [{"name": "judge", "options": {
+                    "base_url": judge.base_url, "model": "grader", "concurrency": 16, "timeout": 20, "retries": 1}}]}))
+                common = ["--config", str(recipe), "--max_steps", str(args.steps), "--batch_size", "4",
+                          "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
             common += ["--model_name_or_path", args.judge_model] if args.judge_model else []
             results["judge"] = workload("judge", work, common, log)
+            save()
         finally:
             judge.kill()
     if args.only in (None, "tool"):
@@ -167,14 +224,18 @@ def main() -> None:
             (work / "tool.yaml").write_text(yaml.safe_dump(recipe))
             common = ["--config", str(work / "tool.yaml"), "--max_steps", str(args.steps), "--sft_steps", "200",
                       "--sft_target_accuracy", "0.05"]
+            if smollm2 and not args.tool_model:
+                args.tool_model = smollm2_tool_model(work / "tool.yaml", work, args.tool_sft_steps)
             common += ["--model_name_or_path", args.tool_model] if args.tool_model else []
             results["tool"] = workload("tool", work, common, log)
+            save()
         finally:
             tool.kill()
-    results["load_after"] = os.getloadavg()
-    out = ROOT / "bench" / "results" / "async_rollouts.json"
-    kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
-    out.write_text(json.dumps({**kept, **results}, indent=1) + "\n")
+    if args.only == "main" or (args.only is None and smollm2):
+        name = f"main_{args.backend}"
+        results[name] = workload(name, work, ["--max_steps", str(args.steps), *(VLLM if args.backend == "vllm" else [])],
+                                 log)
+    save()
     print(f"wrote {out}; {load()}")
 
 

@@ -22,6 +22,7 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm]; CI: .ci/vllm-venv)")
 
+from launch import torchrun  # noqa: E402
 from vllm_steps import TRAIN, two_steps_follow_the_trainer  # noqa: E402
 
 from grouprl.run_config import build_config  # noqa: E402
@@ -179,6 +180,31 @@ def test_grouprl_train_against_the_server(server, tmp_path):
     steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]
     assert all(0.99 < m["importance_sampling/ratio_mean"] < 1.01 for m in steps), steps
+
+
+def _weights_version(port: int) -> int:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as reply:
+        return json.loads(reply.read())["weights_version"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_processes_push_the_weights_once_per_update(server, tmp_path, mode):
+    """DDP over 2 processes on one server: the server loads the weights once at the start and once per update,
+    not once per process, and every step trains (in ``async``, within the staleness bound)."""
+    _, path, port, _ = server
+    before = _weights_version(port)
+    flags = [a for k, v in TRAIN.items() if k != "n_eval"
+             for a in (f"--{k}", *(map(str, v) if isinstance(v, list) else [str(v)]))]
+    out = tmp_path / "run"
+    torchrun(["-m", "grouprl.cli", "train", "--model_name_or_path", str(path), *flags, "--n_eval", "0",
+              "--max_steps", "2", "--output_dir", str(out), "--generation_backend", "vllm_server",
+              "--vllm_server_port", str(port), "--rollout_mode", mode, "--max_staleness", "1"],
+             nproc=2, timeout=600, cwd=tmp_path)
+    assert _weights_version(port) - before == 1 + 2
+    steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    if mode == "async":
+        assert all(m["async/staleness_max"] <= 1 for m in steps), steps
 
 
 def test_close_stops_the_server(server):

@@ -128,7 +128,7 @@ def test_the_bounded_vllm_client_still_reads_the_real_servers_answers(tmp_path):
     try:
         backend = VLLMServerBackend(None, port=server.server_address[1], weights_dir=str(tmp_path))
         backend.wait_until_ready(2.0)
-        assert backend._request("/health") == {"status": "ok", "model": "m"}
+        assert backend._request("/health") == {"status": "ok", "model": "m", "weights_version": 0}
         with pytest.raises(VLLMServerError, match=r"/generate: HTTP 400: field 'prompts': expected list"):
             backend._request("/generate", {"prompts": "x"})
     finally:

@@ -5,6 +5,13 @@ token ids with their sampling log-probs (so the truncated importance-sampling co
 with the colocated backend). After each update it writes its weights (checkpoint names) as a
 safetensors file into a directory the server also sees, posts the file's path, and deletes the file
 once the server has loaded it; why a file and not NCCL: ``vllm_server.py``.
+
+Several training processes (DDP) share one server, and only the first pushes: the processes hold the
+same weights after each update, so one load per update is enough, and N processes each writing and
+loading the same weights would cost N times the sync. Every process then waits at a barrier until
+that push has landed, so none samples from the server before the new weights are in (the async
+producer of a process holds its generator's lock meanwhile: ``rollout/weight_sync.py``). The server
+counts its loads (``weights_version``); the pushing process checks that each push added exactly one.
 """
 
 from __future__ import annotations
@@ -55,6 +62,25 @@ def write_weights(weights, directory: str) -> str:
     return path
 
 
+def _distributed() -> bool:
+    import torch.distributed as dist  # (train/parallel.py is a floor above: the same check, inline)
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _first_process() -> bool:
+    import torch.distributed as dist
+
+    return not _distributed() or dist.get_rank() == 0
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if _distributed():
+        dist.barrier()
+
+
 def _fresh_weights_dir() -> str:
     """A new directory in shared memory (/dev/shm, where there is one: no disk write), else in the temp dir."""
     return tempfile.mkdtemp(prefix="grouprl-weights-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
@@ -65,8 +91,10 @@ class VLLMServerBackend:
     hf backend does. ``weights_dir`` must be visible to the server (default: a fresh one under /dev/shm)."""
 
     def __init__(self, tokenizer, host: str = "127.0.0.1", port: int = 8000, weights_dir: str | None = None,
-                 stops: list[int] | None = None):
+                 stops: list[int] | None = None, pushes: bool = True):
         self.tokenizer = tokenizer
+        self.pushes = pushes  # False on every process but the first of a DDP run: it alone pushes the weights
+        self.weights_version: int | None = None  # the server's load count after this process's last push
         self.stops = stops or ([tokenizer.eos_token_id] if tokenizer is not None else [])  # sampling.stop_token_ids
         self.deadline_s = DEADLINE_S  # every request's total deadline (/health's own is shorter)
         self.port = port
@@ -121,11 +149,19 @@ class VLLMServerBackend:
         return [to_completion(c["ids"], c["logprobs"], self.tokenizer, self.stops) for c in answer["completions"]]
 
     def load_weights(self, model) -> None:
-        path = write_weights(checkpoint_weights(model), self.weights_dir)
-        try:
-            self._request("/load_weights", {"path": path})
-        finally:
-            os.unlink(path)
+        """Push ``model``'s weights (the pushing process), then wait until every process is past the push."""
+        if self.pushes:
+            before = self._request("/health", timeout=60.0).get("weights_version")
+            path = write_weights(checkpoint_weights(model), self.weights_dir)
+            try:
+                version = self._request("/load_weights", {"path": path}).get("weights_version")
+            finally:
+                os.unlink(path)
+            if isinstance(before, int) and version != before + 1:  # another pusher on this server
+                raise VLLMServerError(f"vllm server at {self.address}: weights_version went {before} -> {version} "
+                                      "over one push: another trainer pushes to this server")
+            self.weights_version = version
+        _barrier()  # no process samples from the server before the push has landed (a no-op in one process)
 
     def close_server(self) -> None:
         """Ask the server to stop (it answers first)."""
@@ -137,7 +173,8 @@ def build_vllm_server_backend(policy, cfg) -> VLLMServerBackend:
     (a warm start or a resumed run may differ from the checkpoint the server loaded)."""
     speed = cfg.speed
     backend = VLLMServerBackend(policy.tokenizer, speed.vllm_server_host, speed.vllm_server_port,
-                                speed.vllm_server_weights_dir or None, stop_token_ids(policy.tokenizer, policy.model))
+                                speed.vllm_server_weights_dir or None, stop_token_ids(policy.tokenizer, policy.model),
+                                pushes=_first_process())
     backend.wait_until_ready(speed.vllm_server_timeout)
     backend.load_weights(policy.model)
     return backend

@@ -2,13 +2,16 @@
 
 Routes (the client is ``rollout/backends/vllm_client.py``, ``generation_backend: vllm_server``):
 
-- ``GET /health``: ``{"status": "ok", "model": ...}`` once the engine is built.
+- ``GET /health``: ``{"status": "ok", "model": ..., "weights_version": n}`` once the engine is built;
+  ``weights_version`` counts the weight loads so far (0: the checkpoint it started from).
 - ``POST /generate``: ``{"prompts": [[token ids]...], "eos_token_id", "max_new_tokens", "temperature",
   "top_p", "top_k", "greedy"}`` -> ``{"completions": [{"ids": [...], "logprobs": [...]}...]}``, one per
-  prompt, in order; identical consecutive prompts are one request with ``n`` samples, as in the
+  prompt, in order, and the ``weights_version`` that sampled them; identical consecutive prompts are one request with ``n`` samples, as in the
   colocated backend (``vllm.sample``). Log-probs are the sampling ones (after temperature).
 - ``POST /load_weights``: ``{"path": FILE}``, a safetensors file of the trainer's weights under their
   checkpoint names; loaded through the same in-place ``reload_weights`` route as the colocated backend.
+  Answers ``{"loaded": tensors, "weights_version": n}``. Several training processes share one server and
+  only the first pushes (``vllm_client.py``): one load per update.
 - ``POST /close``: answers, then stops the server; SIGTERM and Ctrl-C stop it too.
 
 Errors answer ``{"error": "one line"}``: 400 for a bad request (wrong fields, a prompt vLLM refuses),
@@ -88,6 +91,7 @@ class EngineServer(ThreadingHTTPServer):
         self.engine, self.model_path = engine, model_path
         self.request_errors = _request_errors()
         self.lock = threading.Lock()  # vLLM's LLM is not thread-safe: one request at a time
+        self.weights_version = 0  # loads so far: a load lands between two generate requests, never inside one
 
     @property
     def url(self) -> str:
@@ -104,7 +108,9 @@ class EngineServer(ThreadingHTTPServer):
         prompts, params, eos = parse_generate(body)
         with self.lock:
             samples = sample(self.engine, prompts, params, eos)
-        return {"completions": [{"ids": ids, "logprobs": logprobs} for ids, logprobs in samples]}
+            version = self.weights_version
+        return {"completions": [{"ids": ids, "logprobs": logprobs} for ids, logprobs in samples],
+                "weights_version": version}
 
     def load_weights(self, body) -> dict:
         from grouprl.rollout.backends.vllm import reload_weights
@@ -113,7 +119,9 @@ class EngineServer(ThreadingHTTPServer):
         weights = load_weight_file(path)
         with self.lock:
             reload_weights(self.engine, weights)
-        return {"loaded": len(weights)}
+            self.weights_version += 1
+            version = self.weights_version
+        return {"loaded": len(weights), "weights_version": version}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -133,7 +141,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path == "/health":
-            self._answer(HTTPStatus.OK, {"status": "ok", "model": self.server.model_path})
+            self._answer(HTTPStatus.OK, {"status": "ok", "model": self.server.model_path,
+                                         "weights_version": self.server.weights_version})
         else:
             self._answer(HTTPStatus.NOT_FOUND, {"error": f"no route GET {self.path}; known: GET /health"})
 

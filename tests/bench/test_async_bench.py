@@ -1,0 +1,72 @@
+"""bench/async_rollouts.py's parts that decide what it measures, without training: the tool service is a real
+HTTP process that answers the calculator after its 0.3 s, and the SmolLM2 judge workload keeps the main
+job's batch (2 prompts x 8 completions) with the judge as its only reward; experiments/async_learning.py
+reads a finished run back (its resume) with its training curve."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from judge_standin import ServedProcess
+
+from grouprl.run_config import build_config
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(path: Path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tool_service_answers_over_http_after_its_delay(tmp_path):
+    service = ServedProcess([sys.executable, str(REPO / "bench" / "async_rollouts.py"), "--serve-tool", "{port}"],
+                            tmp_path / "tool.log", startup_s=60)
+    service.start()
+    try:
+        start = time.perf_counter()
+        url = f"http://127.0.0.1:{service.port}/calc?expression=4821%20*%2097"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            body = json.loads(reply.read())
+        elapsed = time.perf_counter() - start
+        with urllib.request.urlopen(f"http://127.0.0.1:{service.port}/calc?expression=4821%20*", timeout=10) as reply:
+            bad = json.loads(reply.read())
+    finally:
+        service.kill()
+    assert body == {"value": "467637"}
+    assert 0.3 <= elapsed < 3.0
+    assert "error" in bad and "value" not in bad
+
+
+def test_the_smollm2_judge_workload_keeps_the_main_jobs_batch(tmp_path):
+    bench = load(REPO / "bench" / "async_rollouts.py")
+    recipe = tmp_path / "judge.yaml"
+    recipe.write_text(json.dumps(bench.smollm2_judge_recipe("http://127.0.0.1:9/v1")))
+    cfg = build_config(recipe, {})
+    main_job = build_config(REPO / "recipes" / "SmolLM2-135M-Instruct" / "grpo" / "config_arithmetic.yaml", {})
+    assert cfg.model.model_name_or_path == "smollm2-135m-instruct"
+    assert (cfg.rollout.batch_size, cfg.rollout.num_generations) == (2, 8)
+    assert cfg.rollout == main_job.rollout
+    assert [r.name for r in cfg.task.rewards] == ["judge"]
+    assert cfg.task.rewards[0].options["base_url"] == "http://127.0.0.1:9/v1"
+
+
+def test_a_finished_learning_run_is_read_back_not_rerun(tmp_path):
+    experiment = load(REPO / "experiments" / "async_learning.py")
+    out = tmp_path / "sync_0"
+    out.mkdir()
+    (out / "summary.json").write_text(json.dumps({"accuracy_before": 0.27, "accuracy_after": 0.5,
+                                                  "wall_seconds": 130.0}))
+    (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": s / 10}) + "\n" for s in (1, 2)))
+    (out / "load.json").write_text(json.dumps({"before": [1, 1, 1], "after": [2, 2, 2]}))
+    # a model that does not exist: running it would fail, so reading it back is the only way to pass
+    result = experiment.run(str(tmp_path / "missing"), out, 0, 20, 200, [])
+    assert result["after"] == 0.5 and result["train_accuracy"] == [(1, 0.1), (2, 0.2)]
+    assert not (tmp_path / "runs.log").exists()
