@@ -17,7 +17,6 @@ generated turns, tool messages and template tokens between turns); generated tok
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import time
 from collections import defaultdict
