@@ -43,11 +43,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from vs_trl_workers import BENCH_SYSTEM_PROMPT, grouprl_cli, worker_grouprl, worker_trl  # noqa: E402
+import vs_trl_tools  # noqa: E402  (the tool config: conversations with tool calls)
 
 SHAPES = {  # prompts per step, K, new tokens, vLLM max_model_len
     "tiny": dict(prompts=16, k=8, max_new_tokens=8, max_model_len=256),
     "gsm8k": dict(prompts=1, k=8, max_new_tokens=256, max_model_len=512),
     "smollm2": dict(prompts=2, k=8, max_new_tokens=96, max_model_len=512),
+    "tool": vs_trl_tools.TOOL_SHAPE,  # tool_arithmetic conversations (bench/vs_trl_tools.py)
 }
 QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
                   num_key_value_heads=2, vocab_size=151936, max_position_embeddings=32768, rope_theta=1e6,
@@ -64,6 +66,8 @@ def build_model(config: str, args, path: Path) -> str:
         from grouprl.policy.pretrained import materialize_pretrained
 
         return str(materialize_pretrained("smollm2-135m-instruct"))
+    if config == "tool":
+        return vs_trl_tools.build_tool_model(args, path)
     a = argparse.Namespace(**{**vars(args), "config": config, "backend": "hf", **SHAPES[config]})
     task = load_task(build_config(cli=grouprl_cli(a, str(path)), environ={}))
     corpus = task.tokenizer_corpus() + (BENCH_SYSTEM_PROMPT[config] or "")
@@ -94,6 +98,7 @@ def summarize(runs: list[dict], warmup: int) -> dict:
         "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "setup_rss_mb": max(r["setup_rss_mb"] for r in runs),
         "per_round_median_step_s": [statistics.median(r["step_times"][warmup:]) for r in runs],
         "median_phase_s": phases, "engine_dtype": sorted({str(r.get("engine_dtype")) for r in runs}),
+        **vs_trl_tools.work_per_step(runs, warmup),
     }
     stats = [s for r in runs for s in r.get("update_stats", [])[warmup:] if s]
     if stats:
@@ -135,7 +140,7 @@ def run_worker(which: str, config: str, backend: str, args, model: str, result_f
            "--threads", str(args.threads), "--lr", str(args.lr), "--seed", str(args.seed),
            "--prompts", str(args.prompts or shape["prompts"])] + (["--no-grouped"] if args.no_grouped else []) \
         + (["--no-prefill-once"] if args.no_prefill_once else []) + ["--grouped-layout", args.grouped_layout] \
-        + ["--vllm-dtype", args.vllm_dtype]
+        + ["--vllm-dtype", args.vllm_dtype, "--sft-steps", str(args.sft_steps)]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
                TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1", PYTHONPATH=str(HERE.parent / "src"))
     if backend == "vllm":  # the same engine settings for both sides: in-process, 1 GiB KV cache, no pinning
@@ -175,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
                         "checkpoint on this CPU (both are recorded as engine_dtype)")
     p.add_argument("--no-prefill-once", action="store_true", help="grouprl, hf backend: prefill every prompt copy")
     p.add_argument("--vllm-python", default=str(HERE.parent / ".venv-vllm" / "bin" / "python"))
+    p.add_argument("--sft-steps", type=int, default=300, help="tool config: tool SFT steps of the tiny model")
     p.add_argument("--model", default=None)
     p.add_argument("--result-file", default=None)
     p.add_argument("--out", default=str(HERE / "results" / "vs_trl.json"))
@@ -184,7 +190,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.which != "both":
         shape = SHAPES[args.config]
         args.k, args.max_new_tokens, args.max_model_len = shape["k"], shape["max_new_tokens"], shape["max_model_len"]
-        result = (worker_grouprl if args.which == "grouprl" else worker_trl)(args)
+        workers = (vs_trl_tools.worker_grouprl_tools, vs_trl_tools.worker_trl_tools) if args.config == "tool" \
+            else (worker_grouprl, worker_trl)
+        result = workers[args.which != "grouprl"](args)
         Path(args.result_file).write_text(json.dumps(result))
         return
     if "vllm" in args.backends and not Path(args.vllm_python).exists():
