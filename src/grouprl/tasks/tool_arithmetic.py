@@ -49,6 +49,7 @@ _ERROR_WORDS = ("Error: tool call is not valid JSON; unknown tool available: unc
                 "number integer string or")
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 QUESTION_KINDS = ("mixed", "multiply", "convert")
+SECTION = "tool_arithmetic"  # cfg.tool_arithmetic: this task's own config section
 
 
 class ToolArithmeticConfig(Section):
@@ -197,12 +198,12 @@ class ToolArithmeticTask(Task):
         return out
 
 
-@register_task("tool_arithmetic", max_new_tokens=96, section=("tool_arithmetic", ToolArithmeticConfig))
+@register_task("tool_arithmetic", max_new_tokens=96, section=(SECTION, ToolArithmeticConfig))
 def build_tool_arithmetic(cfg: Config) -> ToolArithmeticTask:
     if cfg.tools.episode_mode != "conversation":
         raise ConfigError("task 'tool_arithmetic' needs episode_mode: conversation (section tools); got "
                           f"{cfg.tools.episode_mode!r}")
     n_train, n_eval = cfg.task.n_train or 10_000, max(cfg.eval.n_eval, 1)
-    kinds = getattr(cfg, "tool_arithmetic").tool_questions  # the section this module registers
+    kinds = getattr(cfg, SECTION).tool_questions  # a registered section: Config's type does not name it
     return ToolArithmeticTask("tool_arithmetic", rows(n_train, 0, kinds), rows(n_eval, EVAL_SEED_OFFSET, kinds),
                               cfg.task.system_prompt or SYSTEM_PROMPT, questions=kinds)
