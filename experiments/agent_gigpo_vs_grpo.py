@@ -27,9 +27,9 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
-from grouprl.job.evaluate import evaluate
+from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy, evaluate
 from grouprl.job.run import run_training
-from grouprl.job.tool_sft import sft_conversations
+from grouprl.job.tool_sft import sft_conversations, tool_sft
 from grouprl.observe.jsonl import read_jsonl
 from grouprl.policy.loading import load_policy
 from grouprl.policy.tiny import init_tiny
@@ -70,6 +70,34 @@ def warm_start(cfg, task, out: Path, console: Console) -> dict:
     return json.loads(info.read_text())
 
 
+def continue_warm_start(cfg, task, out: Path, steps: int, console: Console) -> dict:
+    """Up to ``steps`` more SFT steps on the shared checkpoint, with the same stop rule (checked every 50
+    steps on 32 sampled training conversations); recorded in ``sft_info.json`` as ``continued``."""
+    sft_model, info_path = out / "warmup" / "sft_model", out / "warmup" / "sft_info.json"
+    info = json.loads(info_path.read_text())
+    start = time.perf_counter()
+    scorer, settings = Scorer.from_config(cfg, task), episode_settings(cfg, task)
+    measure = check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES],
+                             SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES), settings)
+    checks: list[float] = []
+
+    def stop_when(model, tokenizer) -> bool:
+        checks.append(measure(model, tokenizer)["success_rate"])
+        console.log(f"continued SFT check {len(checks)}: sampled success {checks[-1]:.3f}")
+        return checks[-1] >= cfg.train.sft_target_accuracy
+
+    tool_sft(str(sft_model), task, settings, out / "warmup" / "sft_model_continued", steps, cfg.train.sft_learning_rate,
+             cfg.train.sft_batch_size, seed=1, n_episodes=cfg.train.sft_demo_episodes, stop_when=stop_when,
+             check_every=50, console=console)
+    sft_model.rename(out / "warmup" / "sft_model_first")
+    (out / "warmup" / "sft_model_continued").rename(sft_model)
+    info.setdefault("continued", []).append({"max_steps": steps, "steps": 50 * len(checks) if checks and checks[-1]
+                                             >= cfg.train.sft_target_accuracy else steps, "checks": checks,
+                                             "seconds": time.perf_counter() - start, "load_average": os.getloadavg()})
+    info_path.write_text(json.dumps(info))
+    return info
+
+
 def train_run(recipe_overrides: dict, run_dir: Path, eval_cfg, console: Console) -> dict:
     """One RL run (no built-in evaluations: the greedy one before is the same for every run), then the
     held-out evaluation of its final checkpoint."""
@@ -105,6 +133,19 @@ def summarise(results: dict) -> dict:
     return out
 
 
+def reevaluate(cfg, out: Path, console: Console) -> None:
+    """The held-out evaluation again, on the SFT model and every run's final checkpoint, added to results.json
+    as ``reevaluated`` (greedy, so the success rates must match; the task's measures may have grown since)."""
+    results = json.loads((out / "results.json").read_text())
+    again = {"before": held_out(cfg, str(out / "warmup" / "sft_model"))}
+    for run in results["runs"]:
+        name = f"seed{run['seed']}/{run['estimator']}"
+        again[name] = held_out(cfg, str(out / name / f"checkpoint-{results['settings']['max_steps']}"))
+        console.log(f"{name}: {again[name]}")
+    results["reevaluated"] = again
+    (out / "results.json").write_text(json.dumps(results, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
@@ -114,6 +155,10 @@ def main() -> None:
     parser.add_argument("--n_eval", type=int, default=200)
     parser.add_argument("--sft_target", type=float, default=0.15, help="sampled success that stops the tool SFT")
     parser.add_argument("--sft_steps", type=int, default=600, help="the most SFT steps")
+    parser.add_argument("--sft_continue", type=int, default=0,
+                        help="continue the existing warm start by up to this many SFT steps (same stop rule), then stop")
+    parser.add_argument("--reevaluate", action="store_true",
+                        help="evaluate the SFT model and the runs' final checkpoints again, into results.json")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (1: steadiest on a shared machine)")
     parser.add_argument("--out", default=str(ROOT / "experiments" / "results" / "agent_gigpo_vs_grpo"))
     args = parser.parse_args()
@@ -126,6 +171,12 @@ def main() -> None:
     task = load_task(cfg)
     results: dict = {"recipe": str(RECIPE.relative_to(ROOT)), "settings": vars(args), "runs": [],
                      "load_average_at_start": os.getloadavg(), "sft": warm_start(cfg, task, out, console)}
+    if args.reevaluate:
+        reevaluate(cfg, out, console)
+        return
+    if args.sft_continue:
+        continue_warm_start(cfg, task, out, args.sft_continue, console)
+        return
     sft_model = out / "warmup" / "sft_model"
     results["before"] = held_out(cfg, str(sft_model))
     console.log(f"before RL (SFT model), held-out greedy: {results['before']}")

@@ -114,9 +114,12 @@ def test_each_step_of_the_chain_is_measured_on_the_tool_results_it_saw(tokenizer
                                      SamplingParams(max_new_tokens=200), settings)
         measured[turns] = ToolArithmeticTask("t", task_rows, task_rows).eval_metrics(episodes)
     assert measured[0] == {"steps/convert/lookup_right": 0.0, "steps/convert/compute_right": 0.0,
-                           "steps/convert/answer_right": 0.0}
+                           "steps/convert/answer_right": 0.0, "steps/convert/compute_right_given_lookup_wrong": 0.0}
     assert measured[1]["steps/convert/lookup_right"] == 1.0 and measured[1]["steps/convert/compute_right"] == 0.0
+    assert measured[1]["steps/convert/compute_right_given_lookup_right"] == 0.0
     assert measured[2]["steps/convert/compute_right"] == 1.0 and measured[2]["steps/convert/answer_right"] == 0.0
+    assert measured[2]["steps/convert/compute_right_given_lookup_right"] == 1.0
+    assert "steps/convert/compute_right_given_lookup_wrong" not in measured[2]
     # the model writing the number itself is not the calculator's result; a wrong unit's lookup is not right
     row = {"question": "How many feet are in 15 miles?", "ground_truth": "79200", "kind": "convert"}
     forged = Episode(group_id=0, index_in_group=0, row=row, steps=[Step(

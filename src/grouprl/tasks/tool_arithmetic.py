@@ -188,13 +188,19 @@ class ToolArithmeticTask(Task):
 
     def eval_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """``steps/<kind>/<step>_right``: the share of episodes of each question kind whose lookup, calculator
-        call and final answer were right (:func:`step_kind_metrics`)."""
+        call and final answer were right (:func:`step_kind_metrics`); for conversions also how often the
+        calculator step was right after a right lookup and after a wrong one (``compute_right_given_lookup_
+        right|wrong``: how much the second call depends on the first, for a model that may know factors)."""
         out: dict[str, float] = {}
         for kind in ("multiply", "convert"):
             mine = [step_kind_metrics(ep.row, ep) for ep in episodes if (ep.row or {}).get("kind") == kind]
             for name in ("lookup_right", "compute_right", "answer_right") if mine else ():
                 if kind == "convert" or name != "lookup_right":
                     out[f"steps/{kind}/{name}"] = sum(m[name] for m in mine) / len(mine)
+            for lookup in ("right", "wrong") if kind == "convert" else ():
+                after = [m["compute_right"] for m in mine if m["lookup_right"] == (lookup == "right")]
+                if after:
+                    out[f"steps/convert/compute_right_given_lookup_{lookup}"] = sum(after) / len(after)
         return out
 
 
