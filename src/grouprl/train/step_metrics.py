@@ -72,9 +72,15 @@ def batch_metrics(
     )
     if multi_step:
         n_steps = max(len(steps), 1)
+        # the first turn's anchor ("start") is shared by the whole group; the later turns are where
+        # anchors can group turns taken with the same tool results in hand, or not
+        later = torch.tensor([t > 0 for ep in episodes for t in range(len(ep.steps))], dtype=torch.bool)
         m.update(
             {
                 "anchor_nonsingleton_share": int((advantages.anchor_size > 1).sum()) / n_steps,
+                "anchor_nonsingleton_share_later_turns": (
+                    int((advantages.anchor_size[later] > 1).sum()) / max(int(later.sum()), 1)
+                ),
                 "step_advantage_abs": sum(abs(v) for v in advantages.step_advantage.tolist()) / n_steps,
             }
         )
