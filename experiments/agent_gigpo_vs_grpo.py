@@ -42,7 +42,8 @@ from grouprl.tasks import load_task
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "tiny" / "tool_conversion_agent.yaml"
 EVAL_KEYS = ("success_rate", "episode_length", "invalid_action_rate", "agent/calls_per_episode",
-             "steps/convert/lookup_right", "steps/convert/compute_right", "steps/convert/answer_right")
+             "steps/convert/lookup_right", "steps/convert/compute_right", "steps/convert/answer_right",
+             "steps/convert/compute_right_given_lookup_right", "steps/convert/compute_right_given_lookup_wrong")
 TRAIN_KEYS = ("anchor_nonsingleton_share", "anchor_nonsingleton_share_later_turns", "step_advantage_abs",
               "agent/calls_per_episode", "tools/invalid_call_rate")
 
