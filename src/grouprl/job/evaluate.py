@@ -11,6 +11,7 @@ rate as ``accuracy`` too, with episode length and invalid-action rate.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -32,27 +33,20 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-PROGRESS_CHUNKS = 10  # with a progress callback, rows are rolled out in about this many pieces
-
-
 def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
              scorer: Scorer, out_path: str | Path | None = None,
              settings: EpisodeSettings | ConversationSettings | None = None,
              pool=None, k: int = 1, progress: Callable[[int, int, int], None] | None = None) -> dict[str, float]:
     """``k`` episodes per row, scored; the outcome measures, ``pass@k`` and the task's own measures.
     ``out_path``: one record per episode (replaced, never appended to). ``progress(rows done, rows,
-    tokens generated)``: called as pieces of the rows finish (``job/progress.py``)."""
-    chunk = max(1, -(-len(rows) // PROGRESS_CHUNKS)) if progress is not None else max(len(rows), 1)
-    episodes, tokens = [], 0
-    for start in range(0, len(rows), chunk):
-        part = rows[start:start + chunk]
-        done = run_episodes([task.env_factory(row) for row in part], part, k, backend, tokenizer, params,
-                            settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in part], pool=pool,
-                            first_group=start)  # groups numbered across the pieces where they are born
-        episodes += done
-        if progress is not None:
-            tokens += sum(len(step.action_ids) for ep in done for step in ep.steps)
-            progress(start + len(part), len(rows), tokens)
+    tokens generated)``: called from inside the batched generation (the hf backend, after each decode
+    step) and once at the end (``job/progress.py``); the rows are generated in one batch either way."""
+    if progress is not None:  # k episodes per row: rows done = sequences done // k
+        params = replace(params, progress=lambda done, total, tokens: progress(done // k, len(rows), tokens))
+    episodes = run_episodes([task.env_factory(row) for row in rows], rows, k, backend, tokenizer, params,
+                            settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in rows], pool=pool)
+    if progress is not None:
+        progress(len(rows), len(rows), sum(len(step.action_ids) for ep in episodes for step in ep.steps))
     with scorer.eval_mode():
         verdicts = scorer.score(episodes).verdicts
     result = outcome_metrics(episodes, verdicts, scorer.part_keys, task.multi_step)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from grouprl.registry import Registry
+from grouprl.rollout.decode import decode, generate_kwargs, sampling_warpers
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
 from grouprl.policy.cache_keyword import cache_keyword
@@ -48,24 +49,22 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     pad = tokenizer.pad_token_id
     was_training = model.training
     model.eval()
+    # grouprl's decode loop (rollout/decode.py: shared prefixes prefilled once, finished rows leave the batch,
+    # progress per step) where it samples as generate would; prefill_once off keeps generate itself
+    warpers = sampling_warpers(model, params) if prefill_once else None
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start : start + params.batch_size]
-        kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not params.greedy, eos_token_id=stops,
-                      pad_token_id=pad, use_cache=True)
-        if not params.greedy:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
+        if warpers is not None:
+            done, made = len(out), sum(len(c.ids) for c in out)  # the earlier chunks' rows and tokens
+            report = None if params.progress is None else (
+                lambda finished, _, tokens, base=params.progress, done=done, made=made:
+                base(done + finished, len(prompt_ids), made + tokens))
+            new_rows = decode(model, chunk, params, warpers, stops, pad, device, report)
         else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
-        shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
-        if shared is not None:
-            ids, mask, kwargs[cache_keyword(model)] = shared
-        else:
-            ids, mask = left_pad(chunk, pad)
-        width = ids.shape[1]
-        seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+            new_rows = _hf_generate(model, chunk, params, stops, pad, device, prefill_once)
         rows, cut = [], []
-        for row in seqs[:, width:].tolist():
+        for row in new_rows:
             end = next((j for j, token in enumerate(row) if token in stops), None)
             # a row without a stop ran to max_new_tokens and holds no padding: every token is the model's
             # (dropping pad ids would drop real tokens where pad is an ordinary token, e.g. <|endoftext|>)
@@ -76,6 +75,22 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     if was_training:
         model.train()
     return out
+
+
+def _hf_generate(model, chunk: list[list[int]], params: SamplingParams, stops: list[int], pad: int,
+                 device: torch.device, prefill_once: bool) -> list[list[int]]:
+    """HF ``generate`` on a left-padded chunk (the reference path; a group's prompt prefilled once with
+    ``prefill_once``): each row's new tokens, padding after a stop included."""
+    kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
+                  **generate_kwargs(params))
+    shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
+    if shared is not None:
+        ids, mask, kwargs[cache_keyword(model)] = shared
+    else:
+        ids, mask = left_pad(chunk, pad)
+    width = ids.shape[1]
+    seqs = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kwargs)
+    return seqs[:, width:].tolist()
 
 
 class HFBackend:

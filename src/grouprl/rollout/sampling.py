@@ -3,8 +3,8 @@ protocol (``generate``, ``load_weights``), and the ids a completion stops at. Ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
     from grouprl.config import Config
@@ -28,6 +28,9 @@ class SamplingParams:
     top_k: int = 0
     greedy: bool = False
     batch_size: int = 256
+    # (sequences finished, sequences, tokens generated), called by the hf backend after each decode step
+    # (a long evaluation's progress from inside one batched generation); other backends ignore it
+    progress: Callable[[int, int, int], None] | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def for_rollout(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
