@@ -35,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[1]
 CONVERSATION_RECIPE = ROOT / "recipes" / "tiny" / "tool_arithmetic.yaml"  # the SFT's expert conversations
 AGENT_RECIPE = ROOT / "recipes" / "tiny" / "tool_arithmetic_agent.yaml"  # RL and evaluation: the example agent
 SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct"
+# a tool call is ~35 SmolLM2 tokens (one per digit), the answer ~10: 64 new tokens a turn cut no solution short and
+# stop greedy rambling early (the recipe's 112 suits the tiny model's word tokens)
+MAX_NEW_TOKENS = 64
+EVAL_BATCH = 20  # requests per generate call: 100 at once held ~7 GB (KV caches) and met the OOM killer here
 KEYS = ("accuracy", "episode_length", "invalid_action_rate", "agent/calls_per_episode", "agent/failed_episodes")
 STEP_KEYS = ("step", "reward", "success_rate", "agent/calls_per_episode", "agent/failed_episodes", "step_time",
              "generation_time", "update_time")
@@ -57,7 +61,8 @@ def held_out(model: str | Path, rows_from: int, n: int, threads: int, out: Path 
     from grouprl.rollout.runner import episode_settings
     from grouprl.tasks import load_task
 
-    cfg = recipe_config(AGENT_RECIPE, model, threads, n_eval=rows_from + n)
+    cfg = recipe_config(AGENT_RECIPE, model, threads, n_eval=rows_from + n, max_new_tokens=MAX_NEW_TOKENS,
+                        eval_batch_size=EVAL_BATCH)
     task = load_task(cfg)
     rows = task.eval_rows[rows_from:rows_from + n]
     policy = load_policy(cfg.model, str(model), torch.device("cpu"), need_reference=False)
@@ -115,7 +120,8 @@ def rl_run(warm: str | Path, out: Path, seed: int, max_steps: int, batch_size: i
 
     cfg = recipe_config(AGENT_RECIPE, warm, threads, output_dir=str(out), seed=seed, max_steps=max_steps,
                         batch_size=batch_size, num_generations=num_generations, learning_rate=learning_rate,
-                        n_eval=0, save_steps=max_steps, save_trajectories_every=1, logging_steps=1)
+                        n_eval=0, save_steps=max_steps, max_new_tokens=MAX_NEW_TOKENS,
+                        save_trajectories_every=1, logging_steps=1)
     summary = run_training(cfg, console)
     return {"checkpoint": summary["final_checkpoint"], "wall_seconds": summary["wall_seconds"],
             "steps": [{k: m.get(k) for k in STEP_KEYS} for m in read_jsonl(out / "metrics.jsonl")]}
@@ -142,14 +148,16 @@ def plot(result: dict[str, Any], path: Path) -> None:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", default=str(SMOLLM2))
-    parser.add_argument("--sft_steps", type=int, default=60, help="at most; the check may stop it earlier")
-    parser.add_argument("--sft_learning_rate", type=float, default=1e-4)
+    parser.add_argument("--warm", help="a results.json of an earlier run: reuse its SFT model (no SFT here) and, "
+                        "where it measured the same n_eval, its before measurement, and the seeds it finished with the same RL settings")
+    parser.add_argument("--sft_steps", type=int, default=20, help="at most; the check may stop it earlier")
+    parser.add_argument("--sft_learning_rate", type=float, default=3e-5)
     parser.add_argument("--sft_batch_size", type=int, default=4)
-    parser.add_argument("--check_every", type=int, default=10)
+    parser.add_argument("--check_every", type=int, default=2)
     parser.add_argument("--n_check", type=int, default=16, help="training rows of the SFT's stop check (greedy)")
-    parser.add_argument("--sft_target", type=float, default=0.3)
+    parser.add_argument("--sft_target", type=float, default=0.25)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--max_steps", type=int, default=8)
+    parser.add_argument("--max_steps", type=int, default=6)
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--num_generations", type=int, default=4)
     parser.add_argument("--learning_rate", type=float, default=2e-5)
@@ -162,14 +170,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     console, out, work = Console(), Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"settings": vars(args), "load_average_start": os.getloadavg(), "seeds": {}}
-    result["sft"] = warm_start(args.model, work / "sft_model", args.sft_steps, args.sft_learning_rate,
-                               args.sft_batch_size, args.check_every, args.n_check, args.sft_target, args.threads,
-                               console)
+    earlier = json.loads(Path(args.warm).read_text()) if args.warm else {}
+    result["sft"] = earlier.get("sft") or warm_start(args.model, work / "sft_model", args.sft_steps,
+                                                     args.sft_learning_rate, args.sft_batch_size, args.check_every,
+                                                     args.n_check, args.sft_target, args.threads, console)
     save = lambda: (out / "results.json").write_text(json.dumps(result, indent=2))  # noqa: E731 - after each part
-    result["before"] = held_out(result["sft"]["model"], 0, args.n_eval, args.threads, work / "before.jsonl")
+    if earlier.get("before", {}).get("n") == args.n_eval:  # the same model on the same rows: measured already
+        result["before"] = earlier["before"]
+    else:
+        result["before"] = held_out(result["sft"]["model"], 0, args.n_eval, args.threads, work / "before.jsonl")
     console.log(f"held-out before RL: {result['before']}")
     save()
+    rl_keys = ("max_steps", "batch_size", "num_generations", "learning_rate", "n_eval")
+    same_rl = all(earlier.get("settings", {}).get(k) == getattr(args, k) for k in rl_keys)
     for seed in args.seeds:
+        if same_rl and str(seed) in earlier.get("seeds", {}):  # finished earlier with the same RL settings
+            result["seeds"][str(seed)] = earlier["seeds"][str(seed)]
+            continue
         run = rl_run(result["sft"]["model"], work / f"rl_seed{seed}", seed, args.max_steps, args.batch_size,
                      args.num_generations, args.learning_rate, args.threads, console)
         run["after"] = held_out(run["checkpoint"], 0, args.n_eval, args.threads, work / f"after_seed{seed}.jsonl")

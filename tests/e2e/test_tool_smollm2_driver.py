@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,10 +37,10 @@ def tiny_tool_model(tmp_path_factory) -> Path:
 def test_the_driver_warms_measures_trains_through_the_agent_and_measures_again(tiny_tool_model, tmp_path):
     driver = _driver()
     out, work = tmp_path / "results", tmp_path / "work"
-    result = driver.main(["--model", str(tiny_tool_model), "--sft_steps", "2", "--check_every", "1", "--n_check", "2",
-                          "--sft_target", "1.01", "--seeds", "0", "1", "--max_steps", "1", "--batch_size", "2",
-                          "--num_generations", "2", "--n_eval", "3", "--sft_learning_rate", "1e-3",
-                          "--out", str(out), "--work", str(work)])
+    args = ["--model", str(tiny_tool_model), "--sft_steps", "2", "--check_every", "1", "--n_check", "2",
+            "--sft_target", "1.01", "--seeds", "0", "1", "--max_steps", "1", "--batch_size", "2",
+            "--num_generations", "2", "--n_eval", "3", "--sft_learning_rate", "1e-3", "--out", str(out), "--work", str(work)]
+    result = driver.main(args)
     assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(result))
     assert (out / "training_success.png").stat().st_size > 0
     # the SFT ran both steps (the unreachable target never stopped it), checking after each
@@ -59,3 +60,13 @@ def test_the_driver_warms_measures_trains_through_the_agent_and_measures_again(t
     # the seeds trained from the same warm model but apart: their rollouts are their own
     rollouts = [(work / f"rl_seed{s}" / "rollouts" / "rollouts.jsonl").read_text() for s in (0, 1)]
     assert rollouts[0] and rollouts[1] and rollouts[0] != rollouts[1]
+    # a relaunch from its results reuses the SFT model, the before measurement and the finished seeds, and
+    # trains only a seed it has not run
+    shutil.copy(out / "results.json", tmp_path / "first.json")
+    seed0_metrics = (work / "rl_seed0" / "metrics.jsonl").read_text()
+    again = driver.main(args[:args.index("--seeds") + 1] + ["0", "2"] + args[args.index("--seeds") + 3:]
+                        + ["--warm", str(tmp_path / "first.json")])
+    assert again["sft"] == result["sft"] and again["before"] == result["before"]
+    assert again["seeds"]["0"] == result["seeds"]["0"] and sorted(again["seeds"]) == ["0", "2"]
+    assert (work / "rl_seed2" / "metrics.jsonl").is_file()
+    assert (work / "rl_seed0" / "metrics.jsonl").read_text() == seed0_metrics  # not trained again
