@@ -39,6 +39,9 @@ SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct
 # stop greedy rambling early (the recipe's 112 suits the tiny model's word tokens)
 MAX_NEW_TOKENS = 64
 EVAL_BATCH = 20  # requests per generate call: 100 at once held ~7 GB (KV caches) and met the OOM killer here
+# the recipe's 300 s per episode is a latency guard; 100 agents sharing one loaded CPU thread (load ~15 on 2
+# cores) took longer than that to finish, so every episode failed as timed out: this measures learning, not latency
+EPISODE_TIMEOUT = 7200.0
 KEYS = ("accuracy", "episode_length", "invalid_action_rate", "agent/calls_per_episode", "agent/failed_episodes")
 STEP_KEYS = ("step", "reward", "success_rate", "agent/calls_per_episode", "agent/failed_episodes", "step_time",
              "generation_time", "update_time")
@@ -48,7 +51,7 @@ def recipe_config(recipe: Path, model: str | Path, threads: int, **overrides: An
     from grouprl.run_config import build_config
 
     return build_config(recipe, {"model_name_or_path": str(model), "device": "cpu", "num_threads": threads,
-                                 **overrides}, environ={})
+                                 "episode_timeout": EPISODE_TIMEOUT, **overrides}, environ={})
 
 
 def held_out(model: str | Path, rows_from: int, n: int, threads: int, out: Path | None = None) -> dict[str, Any]:
@@ -120,7 +123,7 @@ def rl_run(warm: str | Path, out: Path, seed: int, max_steps: int, batch_size: i
 
     cfg = recipe_config(AGENT_RECIPE, warm, threads, output_dir=str(out), seed=seed, max_steps=max_steps,
                         batch_size=batch_size, num_generations=num_generations, learning_rate=learning_rate,
-                        n_eval=0, save_steps=max_steps, max_new_tokens=MAX_NEW_TOKENS,
+                        n_eval=0, save_steps=max_steps, max_new_tokens=MAX_NEW_TOKENS, overwrite_output_dir=True,
                         save_trajectories_every=1, logging_steps=1)
     summary = run_training(cfg, console)
     return {"checkpoint": summary["final_checkpoint"], "wall_seconds": summary["wall_seconds"],
