@@ -137,12 +137,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3))
-    for seed, run in result["seeds"].items():
-        steps = [s["step"] for s in run["steps"]]
-        ax.plot(steps, [s["success_rate"] for s in run["steps"]], marker="o", label=f"seed {seed}")
-    ax.axhline(result["before"]["accuracy"], color="grey", ls="--", label="held-out before RL")
-    ax.set(xlabel="RL step", ylabel="training success", title="SmolLM2-135M-Instruct, example agent, GiGPO")
-    ax.legend(fontsize=7)
+    names = ["before RL"] + [f"after, seed {seed}" for seed in result["seeds"]]
+    values = [result["before"]["accuracy"]] + [run["after"]["accuracy"] for run in result["seeds"].values()]
+    ax.bar(names, values, color=["grey"] + ["tab:blue"] * len(result["seeds"]))
+    ax.set(ylabel=f"held-out success (n={result['before']['n']}, greedy)", ylim=(0, 1),
+           title="SmolLM2-135M-Instruct through the example agent")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -200,7 +199,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result["after_mean"] = sum(afters) / len(afters)
     result["load_average_end"] = os.getloadavg()
     save()
-    plot(result, out / "training_success.png")
+    plot(result, out / "held_out.png")
     return result
 
 

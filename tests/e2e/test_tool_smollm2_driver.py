@@ -42,7 +42,7 @@ def test_the_driver_warms_measures_trains_through_the_agent_and_measures_again(t
             "--num_generations", "2", "--n_eval", "3", "--sft_learning_rate", "1e-3", "--out", str(out), "--work", str(work)]
     result = driver.main(args)
     assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(result))
-    assert (out / "training_success.png").stat().st_size > 0
+    assert (out / "held_out.png").stat().st_size > 0
     # the SFT ran both steps (the unreachable target never stopped it), checking after each
     assert [c["step"] for c in result["sft"]["checks"]] == [1, 2]
     assert (Path(result["sft"]["model"]) / "model.safetensors").is_file()
