@@ -1,7 +1,8 @@
 """The real-model tool driver (experiments/tool_smollm2.py) end to end on a tiny model: tool SFT with its
 stop checks, one held-out measurement before RL, a ``grouprl train`` run through the example agent per
 seed, the after measurement on that run's final checkpoint, and the results file with what the docs cite.
-The SmolLM2 run itself (minutes per step on one thread) is ``slow``."""
+The SmolLM2 run itself (about an hour of one CPU thread) is not a test: its command and numbers are in
+docs/real_models.md, "A real model learns the tools"."""
 
 from __future__ import annotations
 
