@@ -157,7 +157,8 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
             cut.append(end is None)
         texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
         out.extend(Completion(r, t, c) for r, t, c in zip(rows, texts, cut))
-        layers = _cache_layers(result.past_key_values)
+        # transformers >= 5.24 names it ``cache`` (reading ``past_key_values`` warns); older releases do not have it
+        layers = _cache_layers(result["cache"] if "cache" in result else result.past_key_values)
         bytes_per_token = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in layers)
         for i, (prompt, generated) in enumerate(zip(chunk, rows)):
             # the cache holds the prompt's real slots, then every generated token but the last one
