@@ -115,7 +115,8 @@ def warm_start(model: str | Path, out: Path, steps: int, learning_rate: float, b
 
 
 def rl_run(warm: str | Path, out: Path, seed: int, max_steps: int, batch_size: int, num_generations: int,
-           learning_rate: float, threads: int, console: Console, temperature: float = 1.0) -> dict[str, Any]:
+           learning_rate: float, threads: int, console: Console, temperature: float = 1.0,
+           gradient_accumulation_steps: int = 1) -> dict[str, Any]:
     """``grouprl train`` with the example agent from the warm model; no evaluation inside (the driver
     measures before once and after per seed on the same rows); the final checkpoint and the step metrics."""
     from grouprl.job.run import run_training
@@ -124,7 +125,8 @@ def rl_run(warm: str | Path, out: Path, seed: int, max_steps: int, batch_size: i
     cfg = recipe_config(AGENT_RECIPE, warm, threads, output_dir=str(out), seed=seed, max_steps=max_steps,
                         batch_size=batch_size, num_generations=num_generations, learning_rate=learning_rate,
                         n_eval=0, save_steps=max_steps, max_new_tokens=MAX_NEW_TOKENS, overwrite_output_dir=True,
-                        save_trajectories_every=1, logging_steps=1, temperature=temperature)
+                        save_trajectories_every=1, logging_steps=1, temperature=temperature,
+                        gradient_accumulation_steps=gradient_accumulation_steps)
     summary = run_training(cfg, console)
     return {"checkpoint": summary["final_checkpoint"], "wall_seconds": summary["wall_seconds"],
             "steps": [{k: m.get(k) for k in STEP_KEYS} for m in read_jsonl(out / "metrics.jsonl")]}
@@ -163,6 +165,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--num_generations", type=int, default=4)
     parser.add_argument("--learning_rate", type=float, default=2e-5)
+    parser.add_argument("--gradient_accumulation_steps", type=int, default=1,
+                        help="micro-batches per update (a step of 4 x 8 conversations in one backward needs ~10 GB)")
     parser.add_argument("--temperature", type=float, default=1.0,
                         help="rollout temperature of the RL runs (the held-out measurements stay greedy)")
     parser.add_argument("--n_eval", type=int, default=100)
@@ -185,14 +189,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         result["before"] = held_out(result["sft"]["model"], 0, args.n_eval, args.threads, work / "before.jsonl")
     console.log(f"held-out before RL: {result['before']}")
     save()
-    rl_keys = ("max_steps", "batch_size", "num_generations", "learning_rate", "n_eval", "temperature")
+    rl_keys = ("max_steps", "batch_size", "num_generations", "learning_rate", "n_eval", "temperature",
+               "gradient_accumulation_steps")
     same_rl = all(earlier.get("settings", {}).get(k) == getattr(args, k) for k in rl_keys)
     for seed in args.seeds:
         if same_rl and str(seed) in earlier.get("seeds", {}):  # finished earlier with the same RL settings
             result["seeds"][str(seed)] = earlier["seeds"][str(seed)]
             continue
         run = rl_run(result["sft"]["model"], work / f"rl_seed{seed}", seed, args.max_steps, args.batch_size,
-                     args.num_generations, args.learning_rate, args.threads, console, args.temperature)
+                     args.num_generations, args.learning_rate, args.threads, console, args.temperature,
+                     args.gradient_accumulation_steps)
         run["after"] = held_out(run["checkpoint"], 0, args.n_eval, args.threads, work / f"after_seed{seed}.jsonl")
         console.log(f"seed {seed}: held-out after RL: {run['after']}")
         result["seeds"][str(seed)] = run
