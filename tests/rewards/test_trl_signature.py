@@ -83,8 +83,7 @@ def test_prompts_and_columns_reach_the_function(reward_file):
                   and getattr(m, "__file__", None) == str(reward_file))
     call = module.seen[-1]
     assert call["prompts"] == [[{"role": "system", "content": "sys"}, {"role": "user", "content": "capital of France?"}]]
-    # every column, the row's answer under its column name as TRL passes it; not grouprl's group_ids
-    assert call["kwargs"] == ["ground_truth", "keyword", "question", "solution"]
+    assert call["kwargs"] == ["keyword", "question", "solution"]  # columns; not grouprl's group_ids
 
 
 def test_non_finite_and_wrong_length_are_errors_not_scores(reward_file):

@@ -63,8 +63,8 @@ def as_typed_reward(fn: Callable, name: str | None = None) -> Callable:
             prompts.append([m.model_dump(exclude_none=True) for m in messages[:last]])
             completions.append([m.model_dump(exclude_none=True) for m in messages[last:]])
         kwargs = {k: v for k, v in columns.items() if k not in PIPELINE_KEYS}
-        if ground_truths is not None and "ground_truth" not in kwargs:
-            # the pipeline hands the rows' answers apart; TRL would pass a "ground_truth" column by that name
+        if ground_truths is not None and "ground_truth" not in kwargs and "ground_truth" in accepted:
+            # the pipeline hands the rows' answers apart; a function that names the column gets it, as from TRL
             kwargs["ground_truth"] = list(ground_truths)
         if not takes_var_kw:  # a function without **kwargs gets only the columns it names
             kwargs = {k: v for k, v in kwargs.items() if k in accepted}
