@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grouprl.rollout.decode import generate_kwargs
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
 from grouprl.policy.cache_keyword import cache_keyword
@@ -125,12 +126,8 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start:start + params.batch_size]
         hits = [store.longest_prefix(p) for p in chunk]
-        kwargs = dict(max_new_tokens=params.max_new_tokens, do_sample=not params.greedy, eos_token_id=stops,
-                      pad_token_id=pad, use_cache=True, return_dict_in_generate=True)
-        if not params.greedy:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
+        kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
+                      return_dict_in_generate=True, **generate_kwargs(params))
         if any(h is not None for h in hits):
             ids, mask, width = _layout(chunk, hits, pad)
             ids, mask = ids.to(device), mask.to(device)
