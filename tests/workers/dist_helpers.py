@@ -66,4 +66,4 @@ def main(out: Path) -> None:
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]))
-    D.end_processes()
+    D.end_processes(exit_process=True)

@@ -55,4 +55,4 @@ def run(disc_dir: str, out: Path, parallel: DataParallel) -> None:
 
 if __name__ == "__main__":
     run(sys.argv[2], Path(sys.argv[1]), DataParallel.start())
-    end_processes()
+    end_processes(exit_process=True)

@@ -87,4 +87,4 @@ if __name__ == "__main__":
     parallel = DataParallel.start()
     for name in CASES:
         run(name, sys.argv[2], Path(sys.argv[1]), parallel)
-    end_processes()
+    end_processes(exit_process=True)
