@@ -143,12 +143,12 @@ SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct
 VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "--vllm_max_model_len", "512"]
 
 
-def judge_reward(base_url: str, timeout: float) -> dict:
+def judge_reward(base_url: str, timeout: float = 20.0) -> dict:
     return {"name": "judge", "options": {"base_url": base_url, "model": "grader", "concurrency": 16,
                                          "timeout": timeout, "retries": 1}}
 
 
-def smollm2_judge_recipe(base_url: str, timeout: float) -> dict:
+def smollm2_judge_recipe(base_url: str, timeout: float = 20.0) -> dict:
     """The main job's recipe (2 prompts x 8 completions of SmolLM2), scored by the judge alone."""
     import yaml
 

@@ -128,7 +128,7 @@ class AsyncScheduler:
                 if isinstance(drawn, BaseException):
                     raise drawn
                 episodes, scores, seconds = self.produce(drawn, self.generator)
-                installed = self.generator.take_install_seconds()  # pushes its generate calls installed
+                installed = self.generator.take_install_seconds()  # pushes installed since the last batch
                 if installed is not None:
                     seconds = {**seconds, "weight_install_time": installed}
                 result = Produced(index, episodes, scores, drawn.data_position, seconds)

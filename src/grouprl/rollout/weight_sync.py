@@ -57,7 +57,7 @@ class GeneratorCopy:
         self.installs: list[float] = []  # the producer's seconds per install of staged weights
         self._staging_lock = threading.Lock()
         self._pending: int | None = None  # the staged version not installed yet
-        self._unread = threading.local()  # install seconds per producer thread, read by the scheduler
+        self._unread = 0.0  # install seconds not yet reported (``take_install_seconds``)
         self._slots: list[int] = []  # the state-dict entries staged (by position: a wrapper's keys differ)
         self._staged: list[torch.Tensor] = []
         self._entries = 0
@@ -150,12 +150,15 @@ class GeneratorCopy:
                     mine[slot].copy_(staged)
             self.version, self._pending = self._pending, None
             seconds = time.perf_counter() - start
+            self._unread += seconds
         self.installs.append(seconds)
-        self._unread.seconds = getattr(self._unread, "seconds", 0.0) + seconds
 
     def take_install_seconds(self) -> float | None:
-        """Seconds this thread spent installing pushes since it last asked (None: no own model to install in)."""
+        """Seconds spent installing pushes since anyone last asked, on whatever thread generated (a producer, an
+        agent endpoint's batcher): the scheduler reports them with the batch that finishes next, so their sum
+        over a run is exact; None: no own model to install in."""
         if self.own_model is None:
             return None
-        seconds, self._unread.seconds = getattr(self._unread, "seconds", 0.0), 0.0
+        with self._staging_lock:
+            seconds, self._unread = self._unread, 0.0
         return seconds
