@@ -7,7 +7,9 @@ Two latency-bound workloads, on the tiny model (``--base tiny``, the default) or
   whose ``calculator`` is a real HTTP service on 127.0.0.1 answering in 0.3 s (this file, ``--serve-tool``,
   in its own process; the tool the model calls is a user tool file that requests it);
 - **judge**: 2-digit addition scored by an LLM judge over a real OpenAI-compatible server answering in
-  0.5 s (``tests/judge_standin.py --delay 0.5``).
+  0.5 s (``tests/judge_standin.py --delay 0.5``), many requests at once; ``--judge-delay`` sets its seconds
+  per answer and ``--judge-concurrency 1`` serves one request at a time (the others queue at the server),
+  the workload then named ``judge_<delay>s_c<concurrency>``.
 
 and one compute-bound one, ``main``: the main job (``grouprl train``: SmolLM2, 2-digit addition, 2 prompts x
 8 completions) with no latency at all, on the HF backend or, with ``--backend vllm`` (run this file with
@@ -28,6 +30,7 @@ Writes ``bench/results/async_rollouts.json`` (tiny) or ``async_rollouts_smollm2.
 
     python bench/async_rollouts.py --steps 6
     python bench/async_rollouts.py --base smollm2 --steps 5
+    python bench/async_rollouts.py --base smollm2 --only judge --judge-concurrency 1 --steps 4
     /work/main/.venv-vllm/bin/python bench/async_rollouts.py --base smollm2 --only main --backend vllm
 """
 
@@ -121,7 +124,8 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     asynchronous = train(work / f"{name}_async", [*common, *model, "--rollout_mode", "async", "--max_staleness", "1",
                                                   "--max_inflight", "2"], log)
     keys = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
-            "async/staleness_mean", "async/weight_sync_time", "async/producer_generation_time",
+            "async/staleness_mean", "async/weight_sync_time", "async/producer_weight_install_time",
+            "async/producer_generation_time",
             "async/producer_score_time", "reward")
     mean = lambda rows, k: sum(r.get(k, 0.0) for r in rows[1:]) / max(len(rows) - 1, 1)  # noqa: E731
     result = {
@@ -139,14 +143,18 @@ SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct
 VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "--vllm_max_model_len", "512"]
 
 
-def smollm2_judge_recipe(base_url: str) -> dict:
+def judge_reward(base_url: str, timeout: float = 20.0) -> dict:
+    return {"name": "judge", "options": {"base_url": base_url, "model": "grader", "concurrency": 16,
+                                         "timeout": timeout, "retries": 1}}
+
+
+def smollm2_judge_recipe(base_url: str, timeout: float = 20.0) -> dict:
     """The main job's recipe (2 prompts x 8 completions of SmolLM2), scored by the judge alone."""
     import yaml
 
     recipe = yaml.safe_load((ROOT / "recipes/SmolLM2-135M-Instruct/grpo/config_arithmetic.yaml").read_text())
     keep = {k: v for k, v in recipe.items() if k not in ("output_dir", "n_eval")}
-    return {**keep, "rewards": [{"name": "judge", "options": {"base_url": base_url, "model": "grader",
-                                                              "concurrency": 16, "timeout": 20, "retries": 1}}]}
+    return {**keep, "rewards": [judge_reward(base_url, timeout)]}
 
 
 def smollm2_tool_model(recipe: Path, out: Path, steps: int) -> str:
@@ -174,6 +182,10 @@ def main() -> None:
     parser.add_argument("--tool-model", default=None, help="a warm tool model (a run's sft_model): no SFT here")
     parser.add_argument("--tool-sft-steps", type=int, default=16, help="smollm2: the tool SFT before the tool runs")
     parser.add_argument("--judge-model", default=None, help="a warm arithmetic model (a run's sft_model)")
+    parser.add_argument("--judge-delay", type=float, default=0.5, help="the judge server's seconds per answer")
+    parser.add_argument("--judge-concurrency", type=int, default=0,
+                        help="requests the judge server answers at a time (0: no limit; 1: one at a time)")
+    parser.add_argument("--out", default=None, help="the results file (default: bench/results/async_rollouts*.json)")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
     if args.serve_tool is not None:
@@ -187,25 +199,29 @@ def main() -> None:
     print(f"bench/async_rollouts.py: {args.base}, {args.steps} steps per run, work dir {work}; {load()}", flush=True)
     results: dict = {"steps": args.steps, "load_before": os.getloadavg()}
     out = ROOT / "bench" / "results" / ("async_rollouts_smollm2.json" if smollm2 else "async_rollouts.json")
+    out = Path(args.out) if args.out else out
     kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
 
     def save() -> None:  # after each workload: a bench cut short keeps what it measured
         out.write_text(json.dumps({**kept, **results, "load_after": os.getloadavg()}, indent=1) + "\n")
     if args.only in (None, "judge"):
-        judge = standin(work / "judge.log", mode="digits", delay=0.5)
+        judge = standin(work / "judge.log", mode="digits", delay=args.judge_delay, concurrency=args.judge_concurrency)
         judge.start()
+        # the client's time budget: a queue of 2 producers' 16 requests each at the server must not time out
+        timeout = max(20.0, 4 * 16 * args.judge_delay)
+        name = "judge" if (args.judge_delay, args.judge_concurrency) == (0.5, 0) else \
+            f"judge_{args.judge_delay:g}s_c{args.judge_concurrency}"
         try:
             recipe = work / "judge.yaml"
             if smollm2:
-                recipe.write_text(json.dumps(smollm2_judge_recipe(judge.base_url)))
+                recipe.write_text(json.dumps(smollm2_judge_recipe(judge.base_url, timeout)))
                 common = ["--config", str(recipe), "--max_steps", str(args.steps)]
             else:
-                recipe.write_text(json.dumps({"rewards": [{"name": "judge", "options": {
-                    "base_url": judge.base_url, "model": "grader", "concurrency": 16, "timeout": 20, "retries": 1}}]}))
+                recipe.write_text(json.dumps({"rewards": [judge_reward(judge.base_url, timeout)]}))
                 common = ["--config", str(recipe), "--max_steps", str(args.steps), "--batch_size", "4",
                           "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
             common += ["--model_name_or_path", args.judge_model] if args.judge_model else []
-            results["judge"] = workload("judge", work, common, log)
+            results[name] = workload(name, work, common, log)
             save()
         finally:
             judge.kill()

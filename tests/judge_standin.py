@@ -9,11 +9,13 @@ grouprl's own and are exercised for real; only the grader behind the URL is a sc
 Modes: ``arithmetic`` (pointwise ``SCORE: 10`` / ``SCORE: 0``; group: ``<n>: <score>`` lines), ``digits``
 (partial credit for near misses: 10 x the share of the sum's digits in place), ``even`` (10 for an even
 last digit: a criterion a small student model learns quickly),
-``garbage`` (prose without a score). ``--delay`` seconds per answer. Every request is appended to
+``garbage`` (prose without a score). ``--delay`` seconds per answer; ``--concurrency N`` answers at most N
+requests at a time (the others queue: a judge served one request at a time; 0, the default: no limit).
+Every request is appended to
 ``--log`` (one JSON line: time, in-flight count, the body's fields but the model and messages), so a test
 can count what reached the server.
 
-    python tests/judge_standin.py --port 8123 [--mode arithmetic] [--delay 0.0] [--log requests.jsonl]
+    python tests/judge_standin.py --port 8123 [--mode arithmetic] [--delay 0.0] [--concurrency 0] [--log requests.jsonl]
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def verdict(prompt: str, mode: str) -> str:
 
 class Handler(BaseHTTPRequestHandler):
     mode, delay, log_path = "arithmetic", 0.0, None
+    slots: threading.Semaphore | None = None  # --concurrency: requests answered at a time
     lock = threading.Lock()
     in_flight = 0
 
@@ -100,7 +103,11 @@ class Handler(BaseHTTPRequestHandler):
                 with Handler.lock, open(self.log_path, "a") as fh:
                     fields = {k: v for k, v in body.items() if k not in ("model", "messages")}  # sampling, extras
                     fh.write(json.dumps({"t": time.time(), "in_flight": in_flight, "fields": fields}) + "\n")
-            time.sleep(self.delay)
+            if self.slots is not None:
+                with self.slots:
+                    time.sleep(self.delay)
+            else:
+                time.sleep(self.delay)
             prompt = body["messages"][-1]["content"]
             text = verdict(prompt, self.mode)
             self._send(200, {"id": "judge", "object": "chat.completion", "created": int(time.time()),
@@ -157,8 +164,9 @@ class ServedProcess:
 
 
 def standin(log: Path, mode: str = "arithmetic", delay: float = 0.0, requests_log: Path | None = None,
-            port: int | None = None) -> ServedProcess:
-    command = [sys.executable, __file__, "--port", "{port}", "--mode", mode, "--delay", str(delay)]
+            port: int | None = None, concurrency: int = 0) -> ServedProcess:
+    command = [sys.executable, __file__, "--port", "{port}", "--mode", mode, "--delay", str(delay),
+               "--concurrency", str(concurrency)]
     if requests_log is not None:
         command += ["--log", str(requests_log)]
     return ServedProcess(command, log, port, startup_s=30)
@@ -243,9 +251,11 @@ def main() -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--mode", choices=["arithmetic", "digits", "even", "garbage"], default="arithmetic")
     parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--concurrency", type=int, default=0, help="requests answered at a time (0: no limit)")
     parser.add_argument("--log", default=None)
     args = parser.parse_args()
     Handler.mode, Handler.delay, Handler.log_path = args.mode, args.delay, args.log
+    Handler.slots = threading.Semaphore(args.concurrency) if args.concurrency > 0 else None
     ThreadingHTTPServer.request_queue_size = 256  # the default backlog (5) drops connections under load
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
     server.daemon_threads = True

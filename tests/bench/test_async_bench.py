@@ -70,3 +70,36 @@ def test_a_finished_learning_run_is_read_back_not_rerun(tmp_path):
     result = experiment.run(str(tmp_path / "missing"), out, 0, 20, 200, [])
     assert result["after"] == 0.5 and result["train_accuracy"] == [(1, 0.1), (2, 0.2)]
     assert not (tmp_path / "runs.log").exists()
+
+
+def test_the_judge_served_one_request_at_a_time_queues_the_others(tmp_path):
+    """``--judge-concurrency 1``: the stand-in answers one request at a time, so three sent at once come back
+    one delay apart (a concurrent server would answer them together)."""
+    import threading
+
+    from judge_standin import standin
+
+    server = standin(tmp_path / "judge.log", mode="digits", delay=0.3, concurrency=1)
+    server.start()
+    done: list[float] = []
+
+    def ask():
+        body = json.dumps({"model": "grader", "messages": [{"role": "user", "content": "Question: 2+3\n\nResponse:\n5"}]})
+        request = urllib.request.Request(f"{server.base_url}/chat/completions", data=body.encode(),
+                                         headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            assert "SCORE: 10" in json.loads(reply.read())["choices"][0]["message"]["content"]
+        done.append(time.perf_counter())
+
+    try:
+        start = time.perf_counter()
+        threads = [threading.Thread(target=ask) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+    finally:
+        server.kill()
+    assert len(done) == 3
+    answered = sorted(t - start for t in done)
+    assert answered[2] >= 0.9 - 0.05 and answered[2] - answered[0] >= 0.6 - 0.05, answered

@@ -54,6 +54,7 @@ def test_every_trained_token_is_within_the_staleness_bound(warm_arithmetic_dir, 
     assert all(0 <= m["async/staleness_max"] <= 1 and m["async/dropped_stale_batches"] == 0 for m in metrics)
     assert all(("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
                and m["async/weight_sync_time"] >= 0 for m in metrics)  # a zero-advantage step is skipped
+    assert all(m["async/producer_weight_install_time"] >= 0 for m in metrics)  # hf: the producer installs pushes
     assert metrics[0]["async/staleness_max"] == 0  # the first batch: nothing to be behind yet
     for m in metrics:  # the histogram covers every trained token
         assert abs(m["async/staleness_share/0"] + m["async/staleness_share/1"] - 1) < 1e-9

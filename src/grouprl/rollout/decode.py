@@ -9,7 +9,10 @@ What it does that ``model.generate`` does not (docs/performance.md, "Where the m
 - a **per-step callback** reports rows finished and tokens generated, so a long evaluation shows progress
   from inside one batched generation;
 - per step only the forward, HF's own logits warpers (temperature, top-k, top-p, in ``generate``'s order)
-  and the draw.
+  and the draw;
+- on request (``logprobs``), each **sampled token's log-prob** under the distribution it was drawn from (the
+  warped logits' log-softmax): the behaviour log-probs an asynchronous producer needs
+  (``rollout/weight_sync.py``), without scoring the completions again.
 
 The distribution is ``generate``'s: the same warpers, ``softmax`` then ``torch.multinomial`` on the whole
 chunk's ``(rows, vocab)`` probabilities (finished rows hold a placeholder row), so a fixed generator
@@ -130,8 +133,12 @@ def prefill(model, chunk: list[list[int]], pad: int, device: torch.device):
 
 
 def decode(model, chunk: list[list[int]], params: SamplingParams, warpers: list, stops: list[int], pad: int,
-           device: torch.device, progress: StepProgress | None = None) -> list[list[int]]:
-    """Each prompt's new tokens, up to and including its first stop id (at most ``params.max_new_tokens``)."""
+           device: torch.device, progress: StepProgress | None = None,
+           logprobs: list[list[float]] | None = None) -> list[list[int]]:
+    """Each prompt's new tokens, up to and including its first stop id (at most ``params.max_new_tokens``).
+    ``logprobs`` (one empty list per prompt; sampling only): filled with each drawn token's log-prob under
+    the warped distribution it was drawn from. It reads the same logits and draws nothing, so the tokens
+    are the same with or without it."""
     keyword = cache_keyword(model)
     cache, mask, tokens, positions = prefill(model, chunk, pad, device)
     rows = len(chunk)
@@ -149,6 +156,10 @@ def decode(model, chunk: list[list[int]], params: SamplingParams, warpers: list,
             chosen = torch.argmax(logits, dim=-1)
         else:
             chosen = draw(torch.softmax(logits, dim=-1), alive, rows)
+            if logprobs is not None:
+                picked = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).squeeze(1)
+                for row, value in zip(alive, picked.tolist()):
+                    logprobs[row].append(value)
         generated += len(alive)
         ended = torch.isin(chosen, stop_ids)
         for row, token in zip(alive, chosen.tolist()):

@@ -26,11 +26,14 @@ __all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "Sampling
 
 
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-             device: torch.device, prefill_once: bool = True, turn_cache=None) -> list[Completion]:
+             device: torch.device, prefill_once: bool = True, turn_cache=None,
+             record_logprobs: bool = False) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
     consecutive identical prompts (a group's K copies) are prefilled once (``prefill.shared_prefill``); with a
     ``turn_cache`` (``rollout/turn_cache.py``), a prompt that extends an earlier call's prompt and
-    completion prefills only its new tail (conversation turns)."""
+    completion prefills only its new tail (conversation turns). ``record_logprobs``: completions sampled by
+    grouprl's decode loop carry their tokens' sampling log-probs (``Completion.logprobs``); the other paths
+    (greedy, ``model.generate``, the turn cache) leave them None."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.
     from torch.distributed.fsdp import FSDPModule
@@ -40,11 +43,11 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
             from grouprl.rollout.turn_cache import generate_with_turn_cache
 
             return generate_with_turn_cache(model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once)
-        return _generate(model, tokenizer, prompt_ids, params, device, prefill_once)
+        return _generate(model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs)
 
 
 def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-              device: torch.device, prefill_once: bool = True) -> list[Completion]:
+              device: torch.device, prefill_once: bool = True, record_logprobs: bool = False) -> list[Completion]:
     stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
     was_training = model.training
@@ -52,15 +55,17 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     # grouprl's decode loop (rollout/decode.py: shared prefixes prefilled once, finished rows leave the batch,
     # progress per step) where it samples as generate would; prefill_once off keeps generate itself
     warpers = sampling_warpers(model, params) if prefill_once else None
+    keep_logprobs = record_logprobs and warpers is not None and not params.greedy  # where the loop samples
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start : start + params.batch_size]
+        logprobs: list[list[float]] | None = [[] for _ in chunk] if keep_logprobs else None
         if warpers is not None:
             done, made = len(out), sum(len(c.ids) for c in out)  # the earlier chunks' rows and tokens
             report = None if params.progress is None else (
                 lambda finished, _, tokens, base=params.progress, done=done, made=made:
                 base(done + finished, len(prompt_ids), made + tokens))
-            new_rows = decode(model, chunk, params, warpers, stops, pad, device, report)
+            new_rows = decode(model, chunk, params, warpers, stops, pad, device, report, logprobs)
         else:
             new_rows = _hf_generate(model, chunk, params, stops, pad, device, prefill_once)
         rows, cut = [], []
@@ -71,7 +76,8 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
             rows.append(row if end is None else row[: end + 1])
             cut.append(end is None)
         texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
-        out.extend(Completion(r, t, c) for r, t, c in zip(rows, texts, cut))
+        scores = [None] * len(rows) if logprobs is None else [lp[: len(r)] for lp, r in zip(logprobs, rows)]
+        out.extend(Completion(r, t, c, lp) for r, t, c, lp in zip(rows, texts, cut, scores))
     if was_training:
         model.train()
     return out
@@ -95,15 +101,18 @@ def _hf_generate(model, chunk: list[list[int]], params: SamplingParams, stops: l
 
 class HFBackend:
     """HF ``generate`` on the policy model itself: the weights are always the trained ones.
-    ``turn_cache``: a ``rollout.turn_cache.TurnCache`` to keep each conversation's KV cache between turns."""
+    ``turn_cache``: a ``rollout.turn_cache.TurnCache`` to keep each conversation's KV cache between turns.
+    ``record_logprobs``: sampled completions carry their behaviour log-probs where the decode loop drew them
+    (the asynchronous producer's copy; off for the learner's own backend, whose samples need no correction)."""
 
-    def __init__(self, model, tokenizer, device, prefill_once: bool = True, turn_cache=None):
+    def __init__(self, model, tokenizer, device, prefill_once: bool = True, turn_cache=None,
+                 record_logprobs: bool = False):
         self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
-        self.turn_cache = turn_cache
+        self.turn_cache, self.record_logprobs = turn_cache, record_logprobs
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once,
-                        self.turn_cache)
+                        self.turn_cache, self.record_logprobs)
 
     def load_weights(self, model) -> None:
         self.model = model  # the same object: nothing to copy

@@ -10,8 +10,12 @@ scheduler it has.
 The staleness bound. Batch ``m`` (0, 1, ... in stream order) may start only once the learner has asked
 for batch ``m - max_staleness`` (``m < requested + max_staleness``). The generator holds the weights of
 every update before that request, and at most ``max_staleness`` more updates happen before batch ``m`` is
-taken, so no token of it lags the trained weights by more than ``max_staleness`` versions. ``one_step_off``
-is one worker with ``max_staleness = 1``: batch t+1 is generated while the learner trains on batch t.
+taken, so no token of it lags the trained weights by more than ``max_staleness`` versions. This needs the
+push of every update before that request to reach batch ``m``'s generate calls: the trainer pushes
+(``after_update``) before it asks for its next batch (``next_batch``, on the same thread), and an ``hf``
+push, which only stages the weights (``weight_sync.py``), is installed at the start of the next generate
+call, and batch ``m``'s calls all begin after its claim. ``one_step_off`` is one worker with
+``max_staleness = 1``: batch t+1 is generated while the learner trains on batch t.
 
 Failures are never a hang: a worker's exception reaches the learner at the batch it was making (with the
 batch number), and a learner that waits longer than ``timeout`` seconds for a batch stops with a clear
@@ -124,6 +128,9 @@ class AsyncScheduler:
                 if isinstance(drawn, BaseException):
                     raise drawn
                 episodes, scores, seconds = self.produce(drawn, self.generator)
+                installed = self.generator.take_install_seconds()  # pushes installed since the last batch
+                if installed is not None:
+                    seconds = {**seconds, "weight_install_time": installed}
                 result = Produced(index, episodes, scores, drawn.data_position, seconds)
             except BaseException as err:  # handed to the learner, which raises it with the batch number
                 result = err
@@ -172,7 +179,8 @@ class AsyncScheduler:
         return result
 
     def after_update(self, model, version: int) -> float:
-        """Push the updated weights to the generator (between two of its generate calls); the seconds."""
+        """Push the updated weights to the generator; the learner's seconds (``hf``: staging only, installed at
+        the start of the generator's next call; an engine's own copy: loaded between two calls)."""
         return self.generator.push(model, version)
 
     def close(self) -> None:
