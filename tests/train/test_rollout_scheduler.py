@@ -185,10 +185,17 @@ def test_gigpo_environment_episodes_run_one_step_off(tiny_grid_dir, tmp_path):
 
 def test_dynamic_sampling_refills_from_the_stream(warm_arithmetic_dir, tmp_path):
     out = tmp_path / "run"
-    assert train(warm_arithmetic_dir, out, "--max_steps", "3", "--rollout_mode", "async", "--max_staleness", "1",
-                 "--dynamic_sampling", "{metric: score, max_batches: 3}", "--temperature", "1.2") == 0
+    # K = 2: a group of two 0/1 scores agrees with probability >= 1/2, so a step whose first batch has no
+    # agreeing group (of its two) has probability <= 1/4, and four such steps <= 0.4 % (was K = 4 and 3
+    # steps: about 1 run in 10 never refilled, as the producers' threads interleave their draws)
+    assert train(warm_arithmetic_dir, out, "--max_steps", "4", "--num_generations", "2", "--rollout_mode", "async",
+                 "--max_staleness", "1", "--dynamic_sampling", "{metric: score, max_batches: 3}",
+                 "--temperature", "1.2") == 0
     metrics = rows(out / "metrics.jsonl")
-    assert sum(m["dynamic_sampling/batches"] for m in metrics) > 3  # some step took more than one batch
+    assert sum(m["dynamic_sampling/batches"] for m in metrics) > 4  # some step took more than one batch
+    # and exactly where it must: a step with an agreeing group refilled from the stream
+    assert all(m["dynamic_sampling/batches"] > 1 or m["dynamic_sampling/zero_variance_fraction"] == 0
+               for m in metrics)
     assert all(m["async/staleness_max"] <= 1 for m in metrics)
     for r in rows(out / "rollouts" / "rollouts.jsonl"):
         assert 0 <= r["step"] - 1 - r["policy_versions"][0] <= 1, r
