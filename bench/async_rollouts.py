@@ -185,6 +185,8 @@ def main() -> None:
     parser.add_argument("--judge-delay", type=float, default=0.5, help="the judge server's seconds per answer")
     parser.add_argument("--judge-concurrency", type=int, default=0,
                         help="requests the judge server answers at a time (0: no limit; 1: one at a time)")
+    parser.add_argument("--tool-args", default="", help="extra `grouprl train` arguments for the tool runs, e.g. "
+                        "'--gradient_accumulation_steps 4 --learning_rate 1e-5' for SmolLM2")
     parser.add_argument("--out", default=None, help="the results file (default: bench/results/async_rollouts*.json)")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
@@ -243,6 +245,7 @@ def main() -> None:
             if smollm2 and not args.tool_model:
                 args.tool_model = smollm2_tool_model(work / "tool.yaml", work, args.tool_sft_steps)
             common += ["--model_name_or_path", args.tool_model] if args.tool_model else []
+            common += args.tool_args.split()
             results["tool"] = workload("tool", work, common, log)
             save()
         finally:
