@@ -60,6 +60,20 @@ def test_both_backends_give_valid_completions(setup):
     assert all(lp <= 0.0 for c in vl for lp in c.logprobs)
 
 
+def test_greedy_on_identical_prompts_is_one_request_copied(setup):
+    """Identical consecutive prompts (a group's copies, a held-out set with a repeated row) become one request;
+    greedy there asked vLLM for n > 1, which it refuses: one greedy sample serves every copy, and it equals
+    the HF backend's greedy completion."""
+    model, tok, engine, prompts = setup  # each prompt twice in a row
+    params = SamplingParams(max_new_tokens=8, greedy=True)
+    vl = engine.generate(prompts, params)
+    hf = generate(model, tok, prompts, params, torch.device("cpu"))
+    assert [c.ids for c in vl] == [c.ids for c in hf]
+    assert all(vl[i].ids == vl[i + 1].ids and vl[i].logprobs == vl[i + 1].logprobs for i in range(0, len(vl), 2))
+    vl[0].ids.append(-1)  # copies, not one list shared by every row
+    assert vl[1].ids != vl[0].ids
+
+
 def test_engine_follows_the_trainer_after_load_weights(setup):
     model, tok, engine, prompts = setup
     params = SamplingParams(max_new_tokens=10, temperature=1.0)

@@ -18,9 +18,11 @@ the learner's thread, one on the producer's).
 The staleness bound (``rollout/scheduler.py``) still holds: the trainer stages the push of update t
 (``after_update``) before it asks for its next batch, and a batch may start only after that request, so
 its first generate call installs weights at least as new as update t, as an installed push did before.
-An engine without an own model (vLLM) keeps the locked push: it loads the weights under the generate lock,
-so it waits for a call in progress (vLLM's own load replaces its weights in place, and a staging copy of
-an engine's weights would be a second engine).
+An in-process engine (vLLM colocated) is staged the same way: the push copies the policy's weights under
+their checkpoint names (LoRA merged) into a staging list, and the next generate call hands that list to
+the engine's own load (``load_checkpoint_weights``), which converts them into its dtype in place. An
+engine in another process (``vllm_server``) keeps the locked push: its load is a step every training
+process takes together (one pusher, then a barrier), which a producer thread must not run.
 
 The behaviour log-probs (the sampled tokens' log-probs under the weights that sampled them) are the
 engine's own when it reports them: vLLM, and for ``hf`` grouprl's decode loop, which records each sampled
@@ -60,6 +62,7 @@ class GeneratorCopy:
         self._unread = 0.0  # install seconds not yet reported (``take_install_seconds``)
         self._slots: list[int] = []  # the state-dict entries staged (by position: a wrapper's keys differ)
         self._staged: list[torch.Tensor] = []
+        self._engine_staged: list[tuple[str, torch.Tensor]] = []  # vLLM colocated: checkpoint names, made at 1st push
         self._entries = 0
         if own_model is not None:  # one staging tensor per distinct tensor (tied weights copied once)
             seen: set[tuple[int, int]] = set()
@@ -129,7 +132,18 @@ class GeneratorCopy:
                 for slot, staged in zip(self._slots, self._staged):
                     staged.copy_(theirs[slot])
                 self._pending = version
-        else:
+        elif hasattr(self.backend, "load_checkpoint_weights"):  # an in-process engine (vLLM colocated)
+            from grouprl.rollout.backends.vllm import checkpoint_weights
+
+            weights = checkpoint_weights(model)  # views of the live parameters (LoRA: merged copies)
+            with self._staging_lock, torch.no_grad():
+                if [name for name, _ in self._engine_staged] != [name for name, _ in weights]:
+                    self._engine_staged = [(name, t.detach().clone()) for name, t in weights]
+                else:
+                    for (_, staged), (_, t) in zip(self._engine_staged, weights):
+                        staged.copy_(t)
+                self._pending = version
+        else:  # an engine in another process (vllm_server): its load is a collective step of every process
             with self.lock:
                 self.backend.load_weights(model)
                 self.version = version
@@ -144,10 +158,14 @@ class GeneratorCopy:
             if self._pending is None:
                 return
             start = time.perf_counter()
-            mine = list(self.own_model.state_dict().values())
-            with torch.no_grad():
-                for slot, staged in zip(self._slots, self._staged):
-                    mine[slot].copy_(staged)
+            if self.own_model is None:  # the engine loads the staged copy (converting to its dtype)
+                engine: Any = self.backend  # a VLLMBackend (push checked that it has the method)
+                engine.load_checkpoint_weights(self._engine_staged)
+            else:
+                mine = list(self.own_model.state_dict().values())
+                with torch.no_grad():
+                    for slot, staged in zip(self._slots, self._staged):
+                        mine[slot].copy_(staged)
             self.version, self._pending = self._pending, None
             seconds = time.perf_counter() - start
             self._unread += seconds
@@ -157,7 +175,7 @@ class GeneratorCopy:
         """Seconds spent installing pushes since anyone last asked, on whatever thread generated (a producer, an
         agent endpoint's batcher): the scheduler reports them with the batch that finishes next, so their sum
         over a run is exact; None: no own model to install in."""
-        if self.own_model is None:
+        if self.own_model is None and not hasattr(self.backend, "load_checkpoint_weights"):
             return None
         with self._staging_lock:
             seconds, self._unread = self._unread, 0.0

@@ -117,12 +117,16 @@ def sample(llm, prompt_ids: list[list[int]], params: SamplingParams,
     with ``n`` samples: vLLM prefills the prompt once and forks its KV cache, instead of K prefills."""
     runs = group_identical(prompt_ids)
     requests = [{"prompt_token_ids": list(p)} for p, _ in runs]
-    outputs = llm.generate(requests, [_sampling(params, n, eos) for _, n in runs], use_tqdm=False)
-    samples = []
-    for out in outputs:
+    # greedy: vLLM refuses n > 1, and identical prompts decode identically: one sample, copied n times
+    copies = [n if params.greedy else 1 for _, n in runs]
+    sampling = [_sampling(params, 1 if params.greedy else n, eos) for _, n in runs]
+    outputs = llm.generate(requests, sampling, use_tqdm=False)
+    samples: list[tuple[list[int], list[float] | None]] = []
+    for out, times in zip(outputs, copies):
         for s in out.outputs:
             ids = list(s.token_ids)
-            samples.append((ids, [lp[t].logprob for lp, t in zip(s.logprobs, ids)] if s.logprobs else None))
+            logprobs = [lp[t].logprob for lp, t in zip(s.logprobs, ids)] if s.logprobs else None
+            samples.extend((list(ids), None if logprobs is None else list(logprobs)) for _ in range(times))
     return samples
 
 
@@ -165,9 +169,14 @@ class VLLMBackend:
         return completions
 
     def load_weights(self, model) -> None:
+        self.load_checkpoint_weights(checkpoint_weights(model))
+
+    def load_checkpoint_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Weights already under their checkpoint names (``checkpoint_weights``; an async producer's staged
+        copy, ``rollout/weight_sync.py``)."""
         if self.asleep:
             self.llm.wake_up(tags=["weights"])
-        reload_weights(self.llm, checkpoint_weights(model))
+        reload_weights(self.llm, weights)
         if self.asleep:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
