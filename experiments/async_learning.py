@@ -18,6 +18,10 @@ mode, so that two instances can run the modes side by side on one ``--work``). W
     python experiments/async_learning.py --job tiny --steps 400 --seeds 0 1 2
     python experiments/async_learning.py --job main --seeds 0 1 2
     python experiments/async_learning.py --job tool --seeds 0 1 2 --n_eval 100
+    python experiments/async_learning.py --job tool --seeds 0 1 2 3 4 --n_eval 100 --learning_rate 2.5e-4
+
+``--learning_rate`` overrides the job's own for every run (the warm start keeps its own) and writes to
+``experiments/results/async_learning/<job>_lr<rate>/``.
 """
 
 from __future__ import annotations
@@ -97,19 +101,25 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a warm model (a tiny run's sft_model); else warmed here")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the job's own)")
     parser.add_argument("--n_eval", type=int, default=200)
+    parser.add_argument("--learning_rate", type=float, default=None,
+                        help="the RL learning rate of every run (default: the job's own; the warm start keeps its own)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES),
                         help="run only these (two instances on one --work run side by side; a last one reports)")
     parser.add_argument("--work", type=Path, default=None, help="run directories (reused: finished runs are kept)")
     args = parser.parse_args()
-    out = ROOT / "experiments" / "results" / "async_learning" / args.job
+    name = args.job if args.learning_rate is None else f"{args.job}_lr{args.learning_rate:g}"
+    out = ROOT / "experiments" / "results" / "async_learning" / name
     work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / f"async_learning_{args.job}_{int(time.time())}"
     work.mkdir(parents=True, exist_ok=True)
     flags, warm_flags = JOBS[args.job]
+    if args.learning_rate is not None:  # after the recipe's flags, so it wins
+        flags = [*flags, "--learning_rate", str(args.learning_rate)]
     if args.model is None and warm_flags is not None:  # the tiny warm start (and one step), once for every run
         run("", work / "warm", 0, 1, 0, warm_flags)
         args.model = str(work / "warm" / "sft_model")
-    results: dict = {"job": args.job, "steps": args.steps, "n_eval": args.n_eval, "work": str(work),
+    results: dict = {"job": args.job, "steps": args.steps, "learning_rate": args.learning_rate, "n_eval": args.n_eval,
+                     "work": str(work),
                      "load_before": os.getloadavg(), "runs": {}}
     for seed in args.seeds:
         for mode, extra in MODES.items():
@@ -132,7 +142,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    plot(results, args.seeds, out / "curves.png", f"{args.job} job: sync vs async (max_staleness 1), "
+    rate = "" if args.learning_rate is None else f", lr {args.learning_rate:g}"
+    plot(results, args.seeds, out / "curves.png", f"{args.job} job{rate}: sync vs async (max_staleness 1), "
          f"{len(args.seeds)} seeds, held-out n = {args.n_eval}")
     print("\n".join(lines))
 
