@@ -39,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"sync": [], "async": ["--rollout_mode", "async", "--max_staleness", "1", "--max_inflight", "2"]}
 TOOL_RECIPE = ["--config", str(ROOT / "recipes" / "tiny" / "tool_arithmetic.yaml")]
+COLLAPSE = 0.5  # a run whose held-out accuracy after RL is below this share of its accuracy before collapsed
 # per job: the flags of every run, and the warm start's flags (None: no warm start, the job's own model)
 JOBS: dict[str, tuple[list[str], list[str] | None]] = {
     "tiny": ([], ["--model", "tiny"]),
@@ -132,13 +133,20 @@ def main() -> None:
     results["load_after"] = os.getloadavg()
     if len(results["runs"]) < len(MODES) * len(args.seeds):
         return  # one mode of a pair: the report comes from a run over both
-    lines = ["| mode | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | spread (max - min) |",
-             "|---|" + "---|" * (len(args.seeds) + 2)]
+    lines = ["| mode | " + " | ".join(f"seed {s}" for s in args.seeds)
+             + " | mean | spread (max - min) | mean without collapses | collapses |",
+             "|---|" + "---|" * (len(args.seeds) + 4)]
     for mode in MODES:
-        after = [results["runs"][f"{mode}/{s}"]["after"] for s in args.seeds]
-        results[mode] = {"mean": statistics.mean(after), "spread": max(after) - min(after)}
+        runs = [results["runs"][f"{mode}/{s}"] for s in args.seeds]
+        after = [r["after"] for r in runs]
+        # a collapse: held-out accuracy after RL below half of what the same warm model had before it
+        kept = [r["after"] for r in runs if r["after"] >= COLLAPSE * r["before"]]
+        results[mode] = {"mean": statistics.mean(after), "spread": max(after) - min(after),
+                         "collapses": len(after) - len(kept), "mean_without_collapses": statistics.mean(kept)
+                         if kept else None}
         lines.append(f"| {mode} | " + " | ".join(f"{a:.3f}" for a in after)
-                     + f" | {results[mode]['mean']:.3f} | {results[mode]['spread']:.3f} |")
+                     + f" | {results[mode]['mean']:.3f} | {results[mode]['spread']:.3f} | "
+                     + (f"{statistics.mean(kept):.3f}" if kept else "-") + f" | {len(after) - len(kept)} |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "table.md").write_text("\n".join(lines) + "\n")
