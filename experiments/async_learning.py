@@ -18,6 +18,10 @@ mode, so that two instances can run the modes side by side on one ``--work``). W
     python experiments/async_learning.py --job tiny --steps 400 --seeds 0 1 2
     python experiments/async_learning.py --job main --seeds 0 1 2
     python experiments/async_learning.py --job tool --seeds 0 1 2 --n_eval 100
+    python experiments/async_learning.py --job tool --seeds 0 1 2 3 4 --n_eval 100 --learning_rate 2.5e-4
+
+``--learning_rate`` overrides the job's own for every run (the warm start keeps its own) and writes to
+``experiments/results/async_learning/<job>_lr<rate>/``.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"sync": [], "async": ["--rollout_mode", "async", "--max_staleness", "1", "--max_inflight", "2"]}
 TOOL_RECIPE = ["--config", str(ROOT / "recipes" / "tiny" / "tool_arithmetic.yaml")]
+COLLAPSE = 0.5  # a run whose held-out accuracy after RL is below this share of its accuracy before collapsed
 # per job: the flags of every run, and the warm start's flags (None: no warm start, the job's own model)
 JOBS: dict[str, tuple[list[str], list[str] | None]] = {
     "tiny": ([], ["--model", "tiny"]),
@@ -97,19 +102,25 @@ def main() -> None:
     parser.add_argument("--model", default=None, help="a warm model (a tiny run's sft_model); else warmed here")
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps per run (default: the job's own)")
     parser.add_argument("--n_eval", type=int, default=200)
+    parser.add_argument("--learning_rate", type=float, default=None,
+                        help="the RL learning rate of every run (default: the job's own; the warm start keeps its own)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=list(MODES),
                         help="run only these (two instances on one --work run side by side; a last one reports)")
     parser.add_argument("--work", type=Path, default=None, help="run directories (reused: finished runs are kept)")
     args = parser.parse_args()
-    out = ROOT / "experiments" / "results" / "async_learning" / args.job
+    name = args.job if args.learning_rate is None else f"{args.job}_lr{args.learning_rate:g}"
+    out = ROOT / "experiments" / "results" / "async_learning" / name
     work = args.work or Path(os.environ.get("TMPDIR", "/tmp")) / f"async_learning_{args.job}_{int(time.time())}"
     work.mkdir(parents=True, exist_ok=True)
     flags, warm_flags = JOBS[args.job]
+    if args.learning_rate is not None:  # after the recipe's flags, so it wins
+        flags = [*flags, "--learning_rate", str(args.learning_rate)]
     if args.model is None and warm_flags is not None:  # the tiny warm start (and one step), once for every run
         run("", work / "warm", 0, 1, 0, warm_flags)
         args.model = str(work / "warm" / "sft_model")
-    results: dict = {"job": args.job, "steps": args.steps, "n_eval": args.n_eval, "work": str(work),
+    results: dict = {"job": args.job, "steps": args.steps, "learning_rate": args.learning_rate, "n_eval": args.n_eval,
+                     "work": str(work),
                      "load_before": os.getloadavg(), "runs": {}}
     for seed in args.seeds:
         for mode, extra in MODES.items():
@@ -122,17 +133,25 @@ def main() -> None:
     results["load_after"] = os.getloadavg()
     if len(results["runs"]) < len(MODES) * len(args.seeds):
         return  # one mode of a pair: the report comes from a run over both
-    lines = ["| mode | " + " | ".join(f"seed {s}" for s in args.seeds) + " | mean | spread (max - min) |",
-             "|---|" + "---|" * (len(args.seeds) + 2)]
+    lines = ["| mode | " + " | ".join(f"seed {s}" for s in args.seeds)
+             + " | mean | spread (max - min) | mean without collapses | collapses |",
+             "|---|" + "---|" * (len(args.seeds) + 4)]
     for mode in MODES:
-        after = [results["runs"][f"{mode}/{s}"]["after"] for s in args.seeds]
-        results[mode] = {"mean": statistics.mean(after), "spread": max(after) - min(after)}
+        runs = [results["runs"][f"{mode}/{s}"] for s in args.seeds]
+        after = [r["after"] for r in runs]
+        # a collapse: held-out accuracy after RL below half of what the same warm model had before it
+        kept = [r["after"] for r in runs if r["after"] >= COLLAPSE * r["before"]]
+        results[mode] = {"mean": statistics.mean(after), "spread": max(after) - min(after),
+                         "collapses": len(after) - len(kept), "mean_without_collapses": statistics.mean(kept)
+                         if kept else None}
         lines.append(f"| {mode} | " + " | ".join(f"{a:.3f}" for a in after)
-                     + f" | {results[mode]['mean']:.3f} | {results[mode]['spread']:.3f} |")
+                     + f" | {results[mode]['mean']:.3f} | {results[mode]['spread']:.3f} | "
+                     + (f"{statistics.mean(kept):.3f}" if kept else "-") + f" | {len(after) - len(kept)} |")
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     (out / "table.md").write_text("\n".join(lines) + "\n")
-    plot(results, args.seeds, out / "curves.png", f"{args.job} job: sync vs async (max_staleness 1), "
+    rate = "" if args.learning_rate is None else f", lr {args.learning_rate:g}"
+    plot(results, args.seeds, out / "curves.png", f"{args.job} job{rate}: sync vs async (max_staleness 1), "
          f"{len(args.seeds)} seeds, held-out n = {args.n_eval}")
     print("\n".join(lines))
 

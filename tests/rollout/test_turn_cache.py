@@ -105,3 +105,77 @@ def test_the_hf_backend_keeps_turn_caches_for_conversations_only():
     off = build_config(None, {**conversation, "turn_kv_cache": False}, environ={})
     assert make_backend(policy, off).turn_cache is None
     assert make_backend(policy, build_config(None, {"task": "arithmetic"}, environ={})).turn_cache is None
+
+
+class _Producer:
+    """A long-lived thread that runs the calls it is handed, one at a time (an async rollout producer)."""
+
+    def __init__(self):
+        import queue
+        import threading
+
+        self.calls: queue.Queue = queue.Queue()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        while (item := self.calls.get()) is not None:
+            function, args, done = item
+            done.append(function(*args))
+
+    def run(self, function, *args):
+        done: list = []
+        self.calls.put((function, args, done))
+        while not done:
+            self.thread.join(timeout=0.01)
+        return done[0]
+
+    def stop(self):
+        self.calls.put(None)
+        self.thread.join()
+
+
+def test_two_producers_taking_turns_each_keep_their_conversations_caches():
+    """max_inflight 2: two producer threads share the generator copy and alternate at its lock. Each turn
+    rides on its own conversation's kept cache (keeping only the last call's let the other producer's call
+    evict it: no turn reused anything), with the tokens re-encoding gives; a push drops every kept cache."""
+    import copy
+
+    from grouprl.rollout.weight_sync import GeneratorCopy
+
+    model, tokenizer = tiny()
+    cpu = torch.device("cpu")
+    params = SamplingParams(max_new_tokens=8, greedy=True, batch_size=8)
+    generator = GeneratorCopy.for_hf(HFBackend(model, tokenizer, cpu, turn_cache=TurnCache()), version=0)
+    store = generator.backend.turn_cache
+    first = {
+        "a": [ids(tokenizer, f"<|im_start|>user\nWhat is {n} * 3?<|im_end|>\n<|im_start|>assistant\n") for n in (12, 48)],
+        "b": [ids(tokenizer, f"<|im_start|>user\nHow many feet are in {n} miles?<|im_end|>\n<|im_start|>assistant\n")
+              for n in (47, 12)],
+    }
+    producers = {"a": _Producer(), "b": _Producer()}
+    try:
+        turn1 = {k: producers[k].run(generator.generate, first[k], params) for k in ("a", "b")}  # a, then b
+        tail = ids(tokenizer, "\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n")
+        second = {k: [p + c.ids + tail for p, c in zip(first[k], turn1[k])] for k in ("a", "b")}
+        for k in ("a", "b"):  # a's second turn comes after b's first call, b's after a's second
+            before = store.stats.reused_tokens
+            again = producers[k].run(generator.generate, second[k], params)
+            assert [c.ids for c in again] == [c.ids for c in generate(model, tokenizer, second[k], params, cpu)]
+            assert store.stats.reused_tokens - before == sum(len(p) + len(c.ids) - 1 for p, c in
+                                                             zip(first[k], turn1[k]))
+
+        updated = copy.deepcopy(model)
+        with torch.no_grad():
+            for parameter in updated.parameters():
+                parameter.add_(0.05 * torch.randn_like(parameter))
+        generator.push(updated, 1)  # the learner's update lands between two turns
+        third = [p + tail for p in second["a"]]
+        before = store.stats.reused_tokens
+        after_push = producers["a"].run(generator.generate, third, params)
+        assert store.stats.reused_tokens == before  # nothing made with the old weights was reused
+        assert [c.ids for c in after_push] == [c.ids for c in generate(updated, tokenizer, third, params, cpu)]
+        assert {c.policy_version for c in after_push} == {1}
+    finally:
+        for producer in producers.values():
+            producer.stop()

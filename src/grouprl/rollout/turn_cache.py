@@ -15,13 +15,18 @@ prefilled into that cache, then ``generate`` decodes as usual (the same pattern 
 (tests/rollout/test_turn_cache.py): only the order of floating-point sums differs.
 
 The kept caches are valid for one set of weights: they are dropped whenever a parameter changed
-in place since they were stored (an optimizer step, ``load_state_dict``), and only the last
-call's are kept (every live episode of a conversation batch is in each call). ``max_bytes`` caps
-what is kept; rows past it are simply re-encoded next turn.
+in place since they were stored (an optimizer step, ``load_state_dict``, a generator push), and
+only each calling thread's last call's are kept (every live episode of a conversation batch is in
+each call its thread makes). Per thread, because the asynchronous producers (``max_inflight`` > 1)
+share one generator and take turns at its lock: keeping only the last call's entries let each
+producer's call evict the other's, so no turn ever reused a cache. A prompt may ride on any
+thread's entry (a token-exact prefix under the same weights is the same keys and values).
+``max_bytes`` caps what is kept, all threads together; rows past it are simply re-encoded next turn.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -52,9 +57,18 @@ class TurnCacheStats:
 @dataclass
 class TurnCache:
     max_bytes: int = 1 << 30
-    entries: list[_Entry] = field(default_factory=list)
+    by_thread: dict[int, list[_Entry]] = field(default_factory=dict)  # each calling thread's last call's entries
     weights_version: int | None = None
     stats: TurnCacheStats = field(default_factory=TurnCacheStats)
+
+    @property
+    def entries(self) -> list[_Entry]:
+        return [entry for kept in self.by_thread.values() for entry in kept]
+
+    def bytes_of_others(self, thread: int) -> int:
+        """What the other threads' kept entries hold (they count toward ``max_bytes``)."""
+        return sum(k.nbytes + v.nbytes for t, kept in self.by_thread.items() if t != thread
+                   for entry in kept for k, v in entry.layers)
 
     def longest_prefix(self, prompt: list[int]) -> _Entry | None:
         """The kept entry covering the longest prefix of ``prompt`` (at least one token is left to prefill)."""
@@ -115,13 +129,14 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
     """``generation.generate``'s contract, reusing ``store``'s kept caches and refilling it with this call's."""
     version = parameters_version(model)
     if version != store.weights_version:
-        store.entries, store.weights_version = [], version
+        store.by_thread, store.weights_version = {}, version
+    thread = threading.get_ident()
     stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
     was_training = model.training
     model.eval()
     kept: list[_Entry] = []
-    kept_bytes = 0
+    kept_bytes = store.bytes_of_others(thread)
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start:start + params.batch_size]
@@ -167,7 +182,7 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
             kept.append(_Entry(tuple(prompt) + tuple(generated[:-1]),
                                [(k[i].index_select(1, index).clone(), v[i].index_select(1, index).clone())
                                 for k, v in layers]))
-    store.entries = kept
+    store.by_thread[thread] = kept
     store.stats.calls += 1
     if was_training:
         model.train()
