@@ -96,7 +96,7 @@ def load() -> str:
 
 
 def train(out: Path, args: list[str], log: Path) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "grouprl.cli", "train", "--output_dir", str(out), "--n_eval", "0", "--device", "cpu",
            "--seed", "3", *args]
     print(f"  {load()}", flush=True)
@@ -139,6 +139,7 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     return result
 
 
+THREADS = 1  # torch threads of every run (--threads): one a thread, so two producers and the learner share
 SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct"
 VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "--vllm_max_model_len", "512"]
 
@@ -185,11 +186,15 @@ def main() -> None:
     parser.add_argument("--judge-delay", type=float, default=0.5, help="the judge server's seconds per answer")
     parser.add_argument("--judge-concurrency", type=int, default=0,
                         help="requests the judge server answers at a time (0: no limit; 1: one at a time)")
+    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (sync with 2 threads "
+                        "is the fair baseline on 2 cores: async's threads then oversubscribe them)")
     parser.add_argument("--tool-args", default="", help="extra `grouprl train` arguments for the tool runs, e.g. "
                         "'--gradient_accumulation_steps 4 --learning_rate 1e-5' for SmolLM2")
     parser.add_argument("--out", default=None, help="the results file (default: bench/results/async_rollouts*.json)")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
+    global THREADS
+    THREADS = args.threads
     if args.serve_tool is not None:
         ThreadingHTTPServer(("127.0.0.1", args.serve_tool), ToolHandler).serve_forever()
         return
