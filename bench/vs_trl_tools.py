@@ -186,7 +186,7 @@ def worker_trl_tools(args) -> dict:
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     import torch
     from datasets import Dataset
-    from transformers import AutoModelForCausalLM, PrinterCallback, TrainerCallback
+    from transformers import AutoModelForCausalLM, PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
@@ -194,7 +194,7 @@ def worker_trl_tools(args) -> dict:
     from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows
     from grouprl.tools.chat_template import ensure_tool_template
 
-    from vs_trl_workers import _trl_vllm_cpu_sync
+    from vs_trl_workers import _trl_vllm_cpu_sync, step_timer, timed_trl, trl_vllm_kwargs
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -215,9 +215,6 @@ def worker_trl_tools(args) -> dict:
             return scores
 
         use_vllm = args.backend == "vllm"
-        vllm_kwargs = dict(vllm_mode="colocate", vllm_importance_sampling_correction=True,
-                           vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0,
-                           vllm_max_model_length=args.max_model_len, vllm_enable_sleep_mode=False) if use_vllm else {}
         config = GRPOConfig(
             output_dir=out, loss_type="dapo", beta=0.0, num_generations=args.k,
             per_device_train_batch_size=args.k * args.prompts, gradient_accumulation_steps=1,
@@ -225,7 +222,7 @@ def worker_trl_tools(args) -> dict:
             temperature=1.0, top_p=1.0, top_k=args.top_k, learning_rate=args.lr, weight_decay=0.0, lr_scheduler_type="constant",
             max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=True,
             gradient_checkpointing=False, use_vllm=use_vllm, report_to="none", logging_steps=1, save_strategy="no",
-            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **vllm_kwargs)
+            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **trl_vllm_kwargs(args))
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
         tokenizer = load_tokenizer(args.model)
         ensure_tool_template(tokenizer, "auto")  # grouprl's rendering of Qwen2.5's tool format
@@ -233,11 +230,7 @@ def worker_trl_tools(args) -> dict:
         clock = PhaseClock(model.get_decoder())
         res: dict = defaultdict(list)
 
-        class Timed(GRPOTrainer):
-            def _generate(self, prompts):
-                with clock.phase("generation"):
-                    return super()._generate(prompts)
-
+        class Timed(timed_trl(GRPOTrainer, clock)):
             def _tool_call_loop(self, *a, **kw):
                 out = super()._tool_call_loop(*a, **kw)
                 self._bench_tool_calls = out[4]
@@ -251,27 +244,12 @@ def worker_trl_tools(args) -> dict:
                     res[key].append(value)
                 return batch
 
-            def training_step(self, *a, **kw):
-                start, cpu = time.perf_counter(), time.process_time()
-                try:
-                    return super().training_step(*a, **kw)
-                finally:
-                    self._bench_start, self._bench_cpu = start, cpu
-
         trainer = Timed(model=model, reward_funcs=answer_reward, args=config, train_dataset=dataset,
                         processing_class=tokenizer, tools=trl_tools())
         trainer.remove_callback(PrinterCallback)
         if use_vllm and not torch.cuda.is_available():
             _trl_vllm_cpu_sync(trainer)
-
-        class StepEnd(TrainerCallback):
-            def on_step_end(self, a, state, control, **kw):
-                elapsed = time.perf_counter() - trainer._bench_start
-                res["step_times"].append(elapsed)
-                res["cpu_times"].append(time.process_time() - trainer._bench_cpu)
-                res["phases"].append(clock.take(elapsed))
-
-        trainer.add_callback(StepEnd())
+        trainer.add_callback(step_timer(trainer, res, clock))
         setup_rss = rss_mb()
         trainer.train()
         return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb()}

@@ -136,6 +136,53 @@ def gpu_sync_and_peak_mb(device: str) -> float | None:
     return torch.cuda.max_memory_allocated() / 2**20
 
 
+def trl_vllm_kwargs(args) -> dict:
+    """TRL's colocated vLLM set as grouprl's engine runs (token-level truncated IS, cap 2, no sleep); {} on hf."""
+    if args.backend != "vllm":
+        return {}
+    return dict(vllm_mode="colocate", vllm_importance_sampling_correction=True,
+                vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0,
+                vllm_max_model_length=args.max_model_len, vllm_enable_sleep_mode=False)
+
+
+def timed_trl(trainer_cls, clock: "PhaseClock", device: str = "cpu"):
+    """``trainer_cls`` (TRL's GRPOTrainer) with its generation timed as a phase and each training step's start
+    (wall and process CPU) kept for ``step_timer``."""
+
+    class Timed(trainer_cls):
+        def _generate(self, prompts):
+            with clock.phase("generation"):
+                return super()._generate(prompts)
+
+        def training_step(self, *a, **kw):
+            gpu_sync_and_peak_mb(device)
+            start, cpu = time.perf_counter(), time.process_time()
+            try:
+                return super().training_step(*a, **kw)
+            finally:
+                self._bench_start, self._bench_cpu = start, cpu
+
+    return Timed
+
+
+def step_timer(trainer, res: dict, clock: "PhaseClock", device: str = "cpu", report=None):
+    """A callback recording each step's wall and CPU seconds (``training_step`` .. optimizer step done), its
+    phases and the peak GPU memory into ``res``; ``report`` (optional) gets the results so far."""
+    from transformers import TrainerCallback
+
+    class StepEnd(TrainerCallback):
+        def on_step_end(self, a, state, control, **kw):
+            res["peak_gpu_mb"] = gpu_sync_and_peak_mb(device)
+            elapsed = time.perf_counter() - trainer._bench_start
+            res["step_times"].append(elapsed)
+            res["cpu_times"].append(time.process_time() - trainer._bench_cpu)
+            res["phases"].append(clock.take(elapsed))
+            if report:
+                report({**res, "peak_rss_mb": peak_rss_mb()})
+
+    return StepEnd()
+
+
 def worker_grouprl(args, report=None) -> dict:
     """``report`` (optional) gets the results so far after every step (bench/device_check.py keeps them if a
     later step runs past its time)."""
@@ -230,9 +277,6 @@ def worker_trl(args, report=None) -> dict:
         n = args.k * args.prompts
         device, dtype = getattr(args, "device", "cpu"), getattr(args, "dtype", "float32")
         use_vllm = args.backend == "vllm"
-        vllm_kwargs = dict(vllm_mode="colocate", vllm_importance_sampling_correction=True,
-                           vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0,
-                           vllm_max_model_length=args.max_model_len, vllm_enable_sleep_mode=False) if use_vllm else {}
         config = GRPOConfig(
             output_dir=out, loss_type="dapo", beta=0.0, num_generations=args.k,
             per_device_train_batch_size=n, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
@@ -240,49 +284,25 @@ def worker_trl(args, report=None) -> dict:
             max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=device == "cpu",
             bf16=dtype == "bfloat16",
             gradient_checkpointing=False, use_vllm=use_vllm, report_to="none", logging_steps=1, save_strategy="no",
-            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **vllm_kwargs)
+            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **trl_vllm_kwargs(args))
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, dtype))
         tokenizer = load_tokenizer(args.model)  # AutoTokenizer picks Qwen2Tokenizer for the char tokenizer
         clock = PhaseClock(model.get_decoder())
         res = defaultdict(list)
 
-        class Timed(GRPOTrainer):
-            def _generate(self, prompts):
-                with clock.phase("generation"):
-                    return super()._generate(prompts)
-
+        class Timed(timed_trl(GRPOTrainer, clock, device)):
             def _generate_and_score_completions(self, inputs):
                 batch = super()._generate_and_score_completions(inputs)
                 res["tokens"].append(int(batch["prompt_mask"].sum() + batch["completion_mask"].sum()))
                 res["completion_tokens"].append(int(batch["completion_mask"].sum()))
                 return batch
 
-            def training_step(self, *a, **kw):
-                gpu_sync_and_peak_mb(device)
-                start, cpu = time.perf_counter(), time.process_time()
-                try:
-                    return super().training_step(*a, **kw)
-                finally:
-                    self._bench_start, self._bench_cpu = start, cpu
-
         trainer = Timed(model=model, reward_funcs=arithmetic_digits_reward, args=config, train_dataset=dataset,
                         processing_class=tokenizer)
         trainer.remove_callback(PrinterCallback)
         if use_vllm and not torch.cuda.is_available():
             _trl_vllm_cpu_sync(trainer)
-        from transformers import TrainerCallback
-
-        class StepEnd(TrainerCallback):
-            def on_step_end(self, a, state, control, **kw):
-                res["peak_gpu_mb"] = gpu_sync_and_peak_mb(device)
-                elapsed = time.perf_counter() - trainer._bench_start  # training_step .. optimizer step done
-                res["step_times"].append(elapsed)
-                res["cpu_times"].append(time.process_time() - trainer._bench_cpu)
-                res["phases"].append(clock.take(elapsed))
-                if report:
-                    report({**res, "peak_rss_mb": peak_rss_mb()})
-
-        trainer.add_callback(StepEnd())
+        trainer.add_callback(step_timer(trainer, res, clock, device, report))
         setup_rss = rss_mb()
         trainer.train()
         engine = getattr(getattr(trainer, "vllm_generation", None), "llm", None) if use_vllm else None
