@@ -62,7 +62,9 @@ class GeneratorCopy:
         self._unread = 0.0  # install seconds not yet reported (``take_install_seconds``)
         self._slots: list[int] = []  # the state-dict entries staged (by position: a wrapper's keys differ)
         self._staged: list[torch.Tensor] = []
-        self._engine_staged: list[tuple[str, torch.Tensor]] = []  # vLLM colocated: checkpoint names, made at 1st push
+        # an in-process engine (vLLM colocated) is staged too: its weights under checkpoint names, made at 1st push
+        self._stages_engine = own_model is None and hasattr(backend, "load_checkpoint_weights")
+        self._engine_staged: list[tuple[str, torch.Tensor]] = []
         self._entries = 0
         if own_model is not None:  # one staging tensor per distinct tensor (tied weights copied once)
             seen: set[tuple[int, int]] = set()
@@ -132,7 +134,7 @@ class GeneratorCopy:
                 for slot, staged in zip(self._slots, self._staged):
                     staged.copy_(theirs[slot])
                 self._pending = version
-        elif hasattr(self.backend, "load_checkpoint_weights"):  # an in-process engine (vLLM colocated)
+        elif self._stages_engine:
             from grouprl.rollout.backends.vllm import checkpoint_weights
 
             weights = checkpoint_weights(model)  # views of the live parameters (LoRA: merged copies)
@@ -158,8 +160,8 @@ class GeneratorCopy:
             if self._pending is None:
                 return
             start = time.perf_counter()
-            if self.own_model is None:  # the engine loads the staged copy (converting to its dtype)
-                engine: Any = self.backend  # a VLLMBackend (push checked that it has the method)
+            if self._stages_engine:  # the engine loads the staged copy (converting to its dtype)
+                engine: Any = self.backend  # a VLLMBackend
                 engine.load_checkpoint_weights(self._engine_staged)
             else:
                 mine = list(self.own_model.state_dict().values())
@@ -174,8 +176,8 @@ class GeneratorCopy:
     def take_install_seconds(self) -> float | None:
         """Seconds spent installing pushes since anyone last asked, on whatever thread generated (a producer, an
         agent endpoint's batcher): the scheduler reports them with the batch that finishes next, so their sum
-        over a run is exact; None: no own model to install in."""
-        if self.own_model is None and not hasattr(self.backend, "load_checkpoint_weights"):
+        over a run is exact; None: nothing is staged (an engine in another process loads under the lock)."""
+        if self.own_model is None and not self._stages_engine:
             return None
         with self._staging_lock:
             seconds, self._unread = self._unread, 0.0
