@@ -1,6 +1,7 @@
 """grouprl's decode loop on the real model (SmolLM2-135M-Instruct, the main job's): the main job's held-out
 prompts (the chat template's system prompt shared by all) greedy, and a training step's groups sampled at
-its temperature, give exactly what ``model.generate`` gives."""
+its temperature, give exactly what ``model.generate`` gives: grouprl's default path (the decode loop, its linear
+layers through oneDNN) against HF's own (``generate``, ATen's kernels)."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ def main_job_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
 
 def run(model, tokenizer, prompts, params, fast: bool, seed: int = 0):
     torch.manual_seed(seed)
-    return HFBackend(model, tokenizer, torch.device("cpu"), prefill_once=fast).generate(prompts, params)
+    return HFBackend(model, tokenizer, torch.device("cpu"), prefill_once=fast, onednn=fast).generate(prompts, params)
 
 
 def test_held_out_prompts_greedy_are_token_identical_to_generate(real):

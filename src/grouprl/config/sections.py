@@ -201,6 +201,11 @@ class SpeedConfig(Section):
         "and prefill only what the last turn added (same tokens; off: every turn re-encodes the "
         "whole conversation)",
     )
+    onednn_generation: bool = Field(
+        True,
+        description="hf generation on CPU: fp32 linear layers through oneDNN (1.2-1.3x faster decoding than "
+        "ATen's MKL path at generation's row counts; same fp32 math, another summation order); off: ATen",
+    )
     sampling_correction: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate",
         description="when the backend reports sampling log-probs (vllm): weight each token's "

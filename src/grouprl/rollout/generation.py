@@ -17,6 +17,7 @@ from grouprl.rollout.decode import decode, generate_kwargs, sampling_warpers
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
 from grouprl.policy.cache_keyword import cache_keyword
+from grouprl.policy.onednn_linear import onednn_linears
 
 if TYPE_CHECKING:
     from grouprl.config import Config
@@ -27,18 +28,20 @@ __all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "Sampling
 
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              device: torch.device, prefill_once: bool = True, turn_cache=None,
-             record_logprobs: bool = False) -> list[Completion]:
+             record_logprobs: bool = False, onednn: bool = True) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
     consecutive identical prompts (a group's K copies) are prefilled once (``prefill.shared_prefill``); with a
     ``turn_cache`` (``rollout/turn_cache.py``), a prompt that extends an earlier call's prompt and
     completion prefills only its new tail (conversation turns). ``record_logprobs``: completions sampled by
     grouprl's decode loop carry their tokens' sampling log-probs (``Completion.logprobs``); the other paths
-    (greedy, ``model.generate``, the turn cache) leave them None."""
+    (greedy, ``model.generate``, the turn cache) leave them None. ``onednn``: fp32 CPU linear layers through
+    oneDNN while generating (``policy/onednn_linear.py``: 1.2-1.3x faster decoding here, same fp32 math)."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.
     from torch.distributed.fsdp import FSDPModule
 
-    with torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode():
+    no_grad = torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode()
+    with no_grad, onednn_linears(model, onednn):
         if turn_cache is not None:
             from grouprl.rollout.turn_cache import generate_with_turn_cache
 
@@ -103,16 +106,17 @@ class HFBackend:
     """HF ``generate`` on the policy model itself: the weights are always the trained ones.
     ``turn_cache``: a ``rollout.turn_cache.TurnCache`` to keep each conversation's KV cache between turns.
     ``record_logprobs``: sampled completions carry their behaviour log-probs where the decode loop drew them
-    (the asynchronous producer's copy; off for the learner's own backend, whose samples need no correction)."""
+    (the asynchronous producer's copy; off for the learner's own backend, whose samples need no correction).
+    ``onednn``: CPU fp32 linear layers through oneDNN while generating (``speed.onednn_generation``)."""
 
     def __init__(self, model, tokenizer, device, prefill_once: bool = True, turn_cache=None,
-                 record_logprobs: bool = False):
+                 record_logprobs: bool = False, onednn: bool = True):
         self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
-        self.turn_cache, self.record_logprobs = turn_cache, record_logprobs
+        self.turn_cache, self.record_logprobs, self.onednn = turn_cache, record_logprobs, onednn
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once,
-                        self.turn_cache, self.record_logprobs)
+                        self.turn_cache, self.record_logprobs, self.onednn)
 
     def load_weights(self, model) -> None:
         self.model = model  # the same object: nothing to copy
@@ -140,7 +144,8 @@ def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
         from grouprl.rollout.turn_cache import TurnCache
 
         turn_cache = TurnCache()
-    return HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once, turn_cache)
+    return HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once, turn_cache,
+                     onednn=cfg.speed.onednn_generation)
 
 
 # A factory (policy, cfg) -> backend: built-ins import their engine inside it; a user's is named
