@@ -1,9 +1,11 @@
 """grouprl's decode loop (rollout/decode.py) samples as HF ``generate`` does, with less work.
 
 The reference is ``model.generate`` itself on the left-padded chunk (``prefill_once=False`` keeps it): greedy
-completions token-identical, sampled ones identical under the same seed (the loop draws on the whole
-chunk's shape, so a row leaving the batch does not move the others' draws), stops honoured; and the work
-saved is counted (the common prefix and each distinct prompt embedded once, finished rows out of the batch).
+completions token-identical, sampled ones with the ``multinomial`` draw identical under the same seed (the loop
+draws on the whole chunk's shape, so a row leaving the batch does not move the others' draws), stops
+honoured; the default ``inverse_cdf`` draw samples the same distribution (a chi-square test against the
+warped probabilities); and the work saved is counted (the common prefix and each distinct prompt embedded
+once, finished rows out of the batch).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grouprl.policy.loading import load_tokenizer
-from grouprl.rollout.decode import common_prefix_length, sampling_warpers
+from grouprl.rollout.decode import common_prefix_length, decode, draw_inverse_cdf, sampling_warpers
 from grouprl.rollout.generation import HFBackend, SamplingParams, stop_token_ids
 
 PREFIX = "Solve. Reply with digits. "
@@ -37,9 +39,10 @@ def load(model_dir, scale: float = 4.0):
     return model, load_tokenizer(str(model_dir))
 
 
-def run(model, tokenizer, prompts, params, fast: bool, seed: int = 1):
+def run(model, tokenizer, prompts, params, fast: bool, seed: int = 1, draw_with: str = "multinomial"):
     torch.manual_seed(seed)
-    return HFBackend(model, tokenizer, torch.device("cpu"), prefill_once=fast).generate(prompts, params)
+    backend = HFBackend(model, tokenizer, torch.device("cpu"), prefill_once=fast, draw_with=draw_with)
+    return backend.generate(prompts, params)
 
 
 @pytest.fixture(scope="module")
@@ -167,3 +170,60 @@ def test_progress_counts_rows_and_tokens_across_chunks(tiny):
     assert seen[-1] == (16, 16, sum(len(c.ids) for c in completions))
     assert [s[0] for s in seen] == sorted(s[0] for s in seen) and [s[2] for s in seen] == sorted(s[2] for s in seen)
     assert {s[0] for s in seen} >= {6, 12}  # each chunk's rows counted on top of the earlier chunks'
+
+
+def chi_square(counts: torch.Tensor, probs: torch.Tensor) -> tuple[float, int]:
+    """Pearson's statistic of observed ``counts`` against ``probs`` (entries with probability > 0), and its
+    degrees of freedom."""
+    keep = probs > 0
+    expected = probs[keep] * counts.sum()
+    return float(((counts[keep] - expected) ** 2 / expected).sum()), int(keep.sum()) - 1
+
+
+def test_inverse_cdf_draws_each_entry_with_its_probability_and_never_a_zeroed_one():
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(60) * 2, dim=0)
+    probs[torch.randperm(60)[:20]] = 0.0  # entries top-k / top-p removed, the last one among them
+    probs[-1] = 0.0
+    probs[3] = 1e-4  # a rare one
+    probs = probs / probs.sum()
+    n = 400_000
+    drawn = draw_inverse_cdf(probs.expand(n, -1))
+    counts = torch.bincount(drawn, minlength=60).double()
+    assert counts[probs == 0].sum() == 0
+    stat, df = chi_square(counts, probs.double())
+    assert stat < df + 7 * (2 * df) ** 0.5, (stat, df)  # p < 1e-6 for a correct sampler (normal approximation)
+    # a row with all its mass on one entry and zeros after it: that entry, every time (u stays below the sum)
+    one = torch.zeros(1000, 50)
+    one[:, 7] = 1.0
+    assert bool((draw_inverse_cdf(one) == 7).all())
+    with pytest.raises(RuntimeError, match="nan"):
+        draw_inverse_cdf(torch.full((2, 5), float("nan")))
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, 0), (0.7, 0.9, 0), (1.3, 1.0, 7)])
+def test_the_default_draw_samples_the_warped_distribution_in_the_loop(tiny, temperature, top_p, top_k):
+    """The first new token of 6,000 copies of one prompt, drawn by the decode loop with inverse_cdf, against
+    the probabilities of the warped logits (temperature, top-k, top-p as generate applies them); the
+    multinomial draw's counts pass the same test, and the two draws differ token for token."""
+    model, tok = tiny
+    prompt = prompts_of(tok, [1])[0]
+    params = SamplingParams(max_new_tokens=1, temperature=temperature, top_p=top_p, top_k=top_k, batch_size=6000)
+    warpers = sampling_warpers(model, params)
+    with torch.inference_mode():
+        logits = model(input_ids=torch.tensor([prompt])).logits[:, -1].float()
+        for warp in warpers:
+            logits = warp(None, logits)
+        probs = torch.softmax(logits, dim=-1)[0].double()
+    stops, pad, cpu = stop_token_ids(tok, model), tok.pad_token_id, torch.device("cpu")
+    firsts = {}
+    for draw_with in ("inverse_cdf", "multinomial"):
+        torch.manual_seed(3)
+        with torch.inference_mode():
+            rows = decode(model, [prompt] * 6000, params, warpers, stops, pad, cpu, draw_with=draw_with)
+        firsts[draw_with] = torch.tensor([r[0] for r in rows])
+        counts = torch.bincount(firsts[draw_with], minlength=probs.numel()).double()
+        assert counts[probs == 0].sum() == 0, draw_with
+        stat, df = chi_square(counts, probs)
+        assert df >= 3 and stat < df + 7 * (2 * df) ** 0.5, (draw_with, stat, df)
+    assert not torch.equal(firsts["inverse_cdf"], firsts["multinomial"])

@@ -36,7 +36,8 @@ def main_job_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
 
 def run(model, tokenizer, prompts, params, fast: bool, seed: int = 0):
     torch.manual_seed(seed)
-    return HFBackend(model, tokenizer, torch.device("cpu"), prefill_once=fast, onednn=fast).generate(prompts, params)
+    backend = HFBackend(model, tokenizer, torch.device("cpu"), prefill_once=fast, onednn=fast, draw_with="multinomial")
+    return backend.generate(prompts, params)  # multinomial: generate's own draws, so a seed gives its tokens
 
 
 def test_held_out_prompts_greedy_are_token_identical_to_generate(real):

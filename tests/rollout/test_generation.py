@@ -33,7 +33,9 @@ def load(model_dir):
 
 def run(model, tokenizer, prompts, params, prefill_once, seed=1):
     torch.manual_seed(seed)
-    return HFBackend(model, tokenizer, torch.device("cpu"), prefill_once).generate(prompts, params)
+    # multinomial: generate's own draws (the default inverse_cdf draws the same distribution, other tokens)
+    backend = HFBackend(model, tokenizer, torch.device("cpu"), prefill_once, draw_with="multinomial")
+    return backend.generate(prompts, params)
 
 
 def test_greedy_completions_equal_the_padded_generate(tiny_arithmetic_dir):

@@ -206,6 +206,13 @@ class SpeedConfig(Section):
         description="hf generation on CPU: fp32 linear layers through oneDNN (1.2-1.3x faster decoding than "
         "ATen's MKL path at generation's row counts; same fp32 math, another summation order); off: ATen",
     )
+    sampling_draw: Literal["inverse_cdf", "multinomial"] = Field(
+        "inverse_cdf",
+        description="hf decode loop: how a token is drawn from the warped probabilities: inverse_cdf (one "
+        "uniform number a row, the cumulative sum inverted) or multinomial (torch.multinomial: one "
+        "exponential per vocabulary entry, HF generate's own draws, so a seed gives generate's tokens); "
+        "the same distribution",
+    )
     sampling_correction: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate",
         description="when the backend reports sampling log-probs (vllm): weight each token's "

@@ -28,14 +28,15 @@ __all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "Sampling
 
 def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
              device: torch.device, prefill_once: bool = True, turn_cache=None,
-             record_logprobs: bool = False, onednn: bool = True) -> list[Completion]:
+             record_logprobs: bool = False, onednn: bool = True, draw_with: str = "inverse_cdf") -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
     consecutive identical prompts (a group's K copies) are prefilled once (``prefill.shared_prefill``); with a
     ``turn_cache`` (``rollout/turn_cache.py``), a prompt that extends an earlier call's prompt and
     completion prefills only its new tail (conversation turns). ``record_logprobs``: completions sampled by
     grouprl's decode loop carry their tokens' sampling log-probs (``Completion.logprobs``); the other paths
     (greedy, ``model.generate``, the turn cache) leave them None. ``onednn``: fp32 CPU linear layers through
-    oneDNN while generating (``policy/onednn_linear.py``: 1.2-1.3x faster decoding here, same fp32 math)."""
+    oneDNN while generating (``policy/onednn_linear.py``: 1.2-1.3x faster decoding here, same fp32 math).
+    ``draw_with``: the decode loop's draw, ``inverse_cdf`` or ``multinomial`` (``rollout/decode.py``)."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.
     from torch.distributed.fsdp import FSDPModule
@@ -46,11 +47,12 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
             from grouprl.rollout.turn_cache import generate_with_turn_cache
 
             return generate_with_turn_cache(model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once)
-        return _generate(model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs)
+        return _generate(model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs, draw_with)
 
 
 def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-              device: torch.device, prefill_once: bool = True, record_logprobs: bool = False) -> list[Completion]:
+              device: torch.device, prefill_once: bool = True, record_logprobs: bool = False,
+              draw_with: str = "inverse_cdf") -> list[Completion]:
     stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
     was_training = model.training
@@ -68,7 +70,7 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
             report = None if params.progress is None else (
                 lambda finished, _, tokens, base=params.progress, done=done, made=made:
                 base(done + finished, len(prompt_ids), made + tokens))
-            new_rows = decode(model, chunk, params, warpers, stops, pad, device, report, logprobs)
+            new_rows = decode(model, chunk, params, warpers, stops, pad, device, report, logprobs, draw_with)
         else:
             new_rows = _hf_generate(model, chunk, params, stops, pad, device, prefill_once)
         rows, cut = [], []
@@ -107,16 +109,18 @@ class HFBackend:
     ``turn_cache``: a ``rollout.turn_cache.TurnCache`` to keep each conversation's KV cache between turns.
     ``record_logprobs``: sampled completions carry their behaviour log-probs where the decode loop drew them
     (the asynchronous producer's copy; off for the learner's own backend, whose samples need no correction).
-    ``onednn``: CPU fp32 linear layers through oneDNN while generating (``speed.onednn_generation``)."""
+    ``onednn``: CPU fp32 linear layers through oneDNN while generating (``speed.onednn_generation``).
+    ``draw_with``: the decode loop's draw (``speed.sampling_draw``: ``inverse_cdf`` or ``multinomial``)."""
 
     def __init__(self, model, tokenizer, device, prefill_once: bool = True, turn_cache=None,
-                 record_logprobs: bool = False, onednn: bool = True):
+                 record_logprobs: bool = False, onednn: bool = True, draw_with: str = "inverse_cdf"):
         self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
         self.turn_cache, self.record_logprobs, self.onednn = turn_cache, record_logprobs, onednn
+        self.draw_with = draw_with
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once,
-                        self.turn_cache, self.record_logprobs, self.onednn)
+                        self.turn_cache, self.record_logprobs, self.onednn, self.draw_with)
 
     def load_weights(self, model) -> None:
         self.model = model  # the same object: nothing to copy
@@ -145,7 +149,7 @@ def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
 
         turn_cache = TurnCache()
     return HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once, turn_cache,
-                     onednn=cfg.speed.onednn_generation)
+                     onednn=cfg.speed.onednn_generation, draw_with=cfg.speed.sampling_draw)
 
 
 # A factory (policy, cfg) -> backend: built-ins import their engine inside it; a user's is named
