@@ -198,6 +198,10 @@ def worker_grouprl(args, report=None) -> dict:
     out = tempfile.mkdtemp(prefix="bench_grouprl_")
     try:
         cfg = build_config(cli=grouprl_cli(args, out), environ={})
+        if cfg.runtime.tune_malloc:  # as `grouprl train` does (job/malloc_tuning.py); TRL runs glibc's defaults
+            from grouprl.job.malloc_tuning import tune_malloc
+
+            tune_malloc()
         task = load_task(cfg)
         device = getattr(args, "device", "cpu")
         policy = load_policy(cfg.model, args.model, torch.device(device), need_reference=False)

@@ -104,6 +104,11 @@ class LoggingConfig(Section):
 class RuntimeConfig(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = Field("auto", description="auto = cuda, else mps, else cpu")
     num_threads: int | None = Field(None, gt=0, description="torch CPU threads (empty = torch default)")
+    tune_malloc: bool = Field(
+        True,
+        description="glibc: keep freed tensor memory for reuse (mmap threshold 32 MiB, trim threshold 2 GiB) "
+        "instead of returning it to the kernel after every op (job/malloc_tuning.py); false: glibc's defaults",
+    )
     gradient_checkpointing: bool = Field(False, description="recompute activations in the backward: less memory")
     reshard_on_resume: bool = Field(False, description="allow resuming with another process count (new RNG streams)")
 

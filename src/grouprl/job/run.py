@@ -31,6 +31,7 @@ from grouprl.tasks import load_task
 from grouprl.data.chat_format import check_chat_template
 from grouprl.job.evaluate import evaluate
 from grouprl.job.machine_load import busy_machine_advice
+from grouprl.job.malloc_tuning import tune_malloc
 from grouprl.job.preemption import Preemption
 from grouprl.job.progress import phase_progress
 from grouprl.job.run_dir import RunFolder
@@ -120,6 +121,8 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     out = folder.out
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
+    if cfg.runtime.tune_malloc:
+        tune_malloc()
     advice = busy_machine_advice() if main else None
     if advice:  # once, at the start: the run's step times are read against it
         console.log(advice)
