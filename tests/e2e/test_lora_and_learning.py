@@ -42,18 +42,23 @@ def test_grpo_raises_the_reward_of_a_prompt(warm_arithmetic_dir, tmp_path):
 
     The schedule is pinned (constant LR, AdamW beta2 0.99): the test was tuned with those, and when
     the defaults became a linear decay to 0 with beta2 0.999 (right for 400-step runs), 40 steps
-    no longer moved the reward enough (0.10 -> 0.14)."""
-    out = tmp_path / "learn"
-    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                 "--n_train", "4", "--batch_size", "4", "--num_generations", "8", "--max_steps", "40",
-                 "--learning_rate", "3e-3", "--lr_scheduler_type", "constant", "--adam_beta2", "0.99",
-                 "--n_eval", "0", "--seed", "1"]) == 0
-    rewards = [m["reward"] for m in _rows(out / "metrics.jsonl")]
-    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
-    assert last > first + 0.2, (first, last)
+    no longer moved the reward enough (0.10 -> 0.14). Two seeds, because one run's gain is a sample path:
+    over seeds 1-3 and both draws (inverse_cdf, multinomial) it ranged 0.09-0.24 (mean 0.19), where a run
+    that does not learn moves by ~0.04 (the first and last five steps are 160 samples each); the mean of
+    two must exceed 0.12 and neither may fall."""
+    gains = []
+    for seed in (1, 2):
+        out = tmp_path / f"learn{seed}"
+        assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
+                     "--n_train", "4", "--batch_size", "4", "--num_generations", "8", "--max_steps", "40",
+                     "--learning_rate", "3e-3", "--lr_scheduler_type", "constant", "--adam_beta2", "0.99",
+                     "--n_eval", "0", "--seed", str(seed)]) == 0
+        rewards = [m["reward"] for m in _rows(out / "metrics.jsonl")]
+        gains.append(sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5)
+    assert min(gains) > 0 and sum(gains) / 2 > 0.12, gains
 
     # The same run drawn by `grouprl plot`: a PNG of the reward curve and one prompt's accuracy.
-    rollouts = out / "rollouts" / "rollouts.jsonl"
+    rollouts = tmp_path / "learn2" / "rollouts" / "rollouts.jsonl"
     records = _rows(rollouts)
     assert len(records) == 40 * 4 * 8 and {r["step"] for r in records} == set(range(1, 41))
     png = tmp_path / "curve.png"

@@ -323,7 +323,10 @@ def test_live_dashboard_groups_and_env_group(browser, session):
     page.wait_for_selector("table.traj-steps tbody tr")
     assert page.locator("table.episodes-list tr.selected").get_attribute("data-episode") == f"g{group}-e3"
     assert page.locator("table.traj-steps tbody tr").count() == record["episode_length"]
-    assert page.locator("table.traj-steps tbody tr").first.locator("td").nth(2).text_content() == record["completion"]
+    rows = page.locator("table.traj-steps tbody tr")
+    # the record's completion is the episode's last action; each row shows its own step's
+    assert rows.first.locator("td").nth(2).text_content() == record["actions"][0]
+    assert rows.last.locator("td").nth(2).text_content() == record["completion"] == record["actions"][-1]
 
 
 def test_trajectory_view_shows_steps_and_anchor_group(browser, session):
