@@ -61,16 +61,13 @@ class OneDNNLinear(nn.Linear):
         return F.linear(input, weight, self.bias)
 
 
-def use_onednn_layers(model: nn.Module) -> int:
+def use_onednn_layers(model: nn.Module) -> None:
     """Turn every plain ``nn.Linear`` of ``model`` into a :class:`OneDNNLinear` (its class only: parameters,
-    hooks and state dict stay); how many it turned. Subclasses (LoRA wrappers, quantized layers) are left as
-    they are; the plain linears inside them are turned."""
-    turned = 0
+    hooks and state dict stay). Subclasses (LoRA wrappers, quantized layers) are left as they are; the plain
+    linears inside them are turned."""
     for module in model.modules():
         if type(module) is nn.Linear:
             module.__class__ = OneDNNLinear
-            turned += 1
-    return turned
 
 
 @contextmanager

@@ -89,8 +89,7 @@ class GeneratorCopy:
             parameter.requires_grad_(False)
         cache = TurnCache() if hf_backend.turn_cache is not None else None
         backend = HFBackend(model, hf_backend.tokenizer, hf_backend.device, hf_backend.prefill_once, cache,
-                            record_logprobs=True, onednn=getattr(hf_backend, "onednn", True),
-                            draw_with=getattr(hf_backend, "draw_with", "inverse_cdf"))
+                            record_logprobs=True, onednn=hf_backend.onednn, draw_with=hf_backend.draw_with)
         return cls(backend, version, own_model=model, pad_id=hf_backend.tokenizer.pad_token_id,
                    trainer_backend=hf_backend)
 
