@@ -95,8 +95,8 @@ def load() -> str:
     return "load average %.2f %.2f %.2f (%d cores)" % (*os.getloadavg(), os.cpu_count() or 0)
 
 
-def train(out: Path, args: list[str], log: Path) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(THREADS), "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
+def train(out: Path, args: list[str], log: Path, threads: int | None = None) -> list[dict]:
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads or THREADS), "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
     cmd = [sys.executable, "-m", "grouprl.cli", "train", "--output_dir", str(out), "--n_eval", "0", "--device", "cpu",
            "--seed", "3", *args]
     print(f"  {load()}", flush=True)
@@ -116,11 +116,11 @@ def throughput(metrics: list[dict]) -> float:
 
 def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     load_before = os.getloadavg()
-    print(f"{name}: sync", flush=True)
-    sync = train(work / f"{name}_sync", common, log)
+    print(f"{name}: sync ({SYNC_THREADS or THREADS} threads)", flush=True)
+    sync = train(work / f"{name}_sync", common, log, SYNC_THREADS)
     warm = work / f"{name}_sync" / "sft_model"
     model = ["--model_name_or_path", str(warm)] if warm.is_dir() else []
-    print(f"{name}: async", flush=True)
+    print(f"{name}: async ({THREADS} threads)", flush=True)
     asynchronous = train(work / f"{name}_async", [*common, *model, "--rollout_mode", "async", "--max_staleness", "1",
                                                   "--max_inflight", "2"], log)
     keys = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
@@ -134,11 +134,13 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
         "async": {k: mean(asynchronous, k) for k in keys if k in asynchronous[-1]},
     }
     result["ratio"] = result["async_steps_per_s"] / result["sync_steps_per_s"]
+    result["sync_threads"], result["async_threads"] = SYNC_THREADS or THREADS, THREADS
     result["load_before"], result["load_after"] = load_before, os.getloadavg()
     print(f"{name}: async / sync step throughput = {result['ratio']:.2f}x  ({json.dumps(result)})", flush=True)
     return result
 
 
+SYNC_THREADS = 0  # --sync-threads: the sync run's torch threads (0: THREADS), e.g. sync's best (2) vs async's (1)
 THREADS = 1  # torch threads of every run (--threads): one a thread, so two producers and the learner share
 SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct"
 VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "--vllm_max_model_len", "512"]
@@ -188,13 +190,15 @@ def main() -> None:
                         help="requests the judge server answers at a time (0: no limit; 1: one at a time)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (sync with 2 threads "
                         "is the fair baseline on 2 cores: async's threads then oversubscribe them)")
+    parser.add_argument("--sync-threads", type=int, default=0, help="the sync run's OMP_NUM_THREADS (0: --threads): "
+                        "--sync-threads 2 --threads 1 puts sync's best setting on 2 cores against async's")
     parser.add_argument("--tool-args", default="", help="extra `grouprl train` arguments for the tool runs, e.g. "
                         "'--gradient_accumulation_steps 4 --learning_rate 1e-5' for SmolLM2")
     parser.add_argument("--out", default=None, help="the results file (default: bench/results/async_rollouts*.json)")
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
-    global THREADS
-    THREADS = args.threads
+    global THREADS, SYNC_THREADS
+    THREADS, SYNC_THREADS = args.threads, args.sync_threads
     if args.serve_tool is not None:
         ThreadingHTTPServer(("127.0.0.1", args.serve_tool), ToolHandler).serve_forever()
         return

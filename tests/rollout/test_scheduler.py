@@ -105,3 +105,88 @@ def test_a_hung_episode_is_a_timeout_not_a_hang():
     finally:
         release.set()
         scheduler.close()
+
+
+class SlowEngine(CountingEngine):
+    """Each generate call takes ``seconds`` (a conversation turn's decoding)."""
+
+    def __init__(self, seconds: float):
+        super().__init__()
+        self.seconds, self.calls = seconds, 0
+
+    def generate(self, prompt_ids, params):
+        self.calls += 1
+        time.sleep(self.seconds)
+        return super().generate(prompt_ids, params)
+
+
+def test_close_waits_for_the_producer_and_stops_it_at_its_next_generate_call():
+    engine = SlowEngine(0.2)
+    turns_done = []
+
+    def produce(drawn, generator):  # batch 0 at once; the later ones a 40-turn conversation (8 s to its end)
+        for turn in range(40 if drawn.rows[0]["i"] else 0):
+            generator.generate([[1]], None)
+            turns_done.append((drawn.rows[0]["i"], turn))
+        return [], None, {}
+
+    scheduler = AsyncScheduler(lambda i: Drawn([{"i": i}], i, i + 1), produce, GeneratorCopy(engine, version=0),
+                               max_staleness=1, workers=2, timeout=30.0, position=0)
+    scheduler.next_batch(0)  # the learner's last batch
+    deadline = time.perf_counter() + 10
+    while engine.calls < 2 and time.perf_counter() < deadline:  # a producer is mid-conversation in batch 1
+        time.sleep(0.01)
+    assert engine.calls >= 2
+    start = time.perf_counter()
+    scheduler.close()
+    waited = time.perf_counter() - start
+    assert all(not t.is_alive() for t in scheduler._threads), "a producer outlived close()"
+    assert waited < 2.0, f"close() waited {waited:.1f}s: the producers ran their conversations on"
+    assert not [t for b, t in turns_done if b > 0 and t == 39], "a dropped batch ran to its end"
+
+
+EXIT_SCRIPT = """
+import sys, torch
+from grouprl.rollout.sampling import Completion
+from grouprl.rollout.scheduler import AsyncScheduler, Drawn
+from grouprl.rollout.weight_sync import GeneratorCopy
+
+import threading
+started = threading.Event()
+
+class TorchEngine:  # decoding-like work: torch kernels that release the GIL, ~1 s a call
+    def generate(self, prompt_ids, params):
+        started.set()
+        a = torch.randn(600, 600)
+        for _ in range(150):
+            a = torch.tanh(a @ a / 600)
+        return [Completion([0], "0", False, [0.0]) for _ in prompt_ids]
+    def load_weights(self, model):
+        pass
+
+def produce(drawn, generator):
+    for _ in range(20):  # a long conversation: the learner finishes first
+        generator.generate([[1]], None)
+    return [], None, {}
+
+torch.set_num_threads(1)
+scheduler = AsyncScheduler(lambda i: Drawn([{"i": i}], i, i + 1), lambda d, g: ([], None, {}) if d.rows[0]["i"] == 0
+                           else produce(d, g), GeneratorCopy(TorchEngine(), version=0), max_staleness=1, workers=2,
+                           timeout=60.0, position=0)
+scheduler.next_batch(0)
+assert started.wait(30)  # a producer is inside torch, mid-conversation
+scheduler.close()
+print("closed", flush=True)
+"""
+
+
+def test_a_run_that_closes_with_producers_mid_conversation_exits_cleanly(tmp_path):
+    """The process ends with exit 0 and no C++ abort: no producer is left inside torch at interpreter exit."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "close_and_exit.py"
+    script.write_text(EXIT_SCRIPT)
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    assert "closed" in proc.stdout and "terminate called" not in proc.stderr

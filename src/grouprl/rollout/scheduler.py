@@ -20,10 +20,18 @@ call, and batch ``m``'s calls all begin after its claim. ``one_step_off`` is one
 Failures are never a hang: a worker's exception reaches the learner at the batch it was making (with the
 batch number), and a learner that waits longer than ``timeout`` seconds for a batch stops with a clear
 error (``RolloutTimeout``). Collectives never run here: the caller gathers on its own thread.
+
+Stopping. ``close`` drops the batches in flight, but waits until no producer is inside the model: a
+producer sees the stop at its next generate call (``_Stoppable``: a conversation's next turn, a batch's next
+chunk), raises ``ProducerStopped`` there, and exits. A daemon thread still in torch's C++ code when the
+interpreter shuts down aborts the whole process ("terminate called without an active exception", exit 134)
+after a run that had finished: an async run whose episodes wait on a tool kept a producer mid-conversation
+when the learner took its last batch.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +40,8 @@ from typing import Any
 
 from grouprl.records import Episode
 from grouprl.rollout.weight_sync import GeneratorCopy
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -65,6 +75,26 @@ class RolloutTimeout(RuntimeError):
 
 class RolloutProducerError(RuntimeError):
     """A producer worker raised while making a batch; the learner stops with its error."""
+
+
+class ProducerStopped(Exception):
+    """Raised in a producer at its next generate call after ``close``: the batch in flight is dropped."""
+
+
+class _Stoppable:
+    """The generator as a producer sees it: ``generate`` refuses once the scheduler is stopping; anything
+    else is the generator's own."""
+
+    def __init__(self, generator: GeneratorCopy, stopping: Callable[[], bool]):
+        self._generator, self._stopping = generator, stopping
+
+    def generate(self, prompt_ids, params):
+        if self._stopping():
+            raise ProducerStopped("the scheduler is closing")
+        return self._generator.generate(prompt_ids, params)
+
+    def __getattr__(self, name: str):
+        return getattr(self._generator, name)
 
 
 class SyncScheduler:
@@ -127,7 +157,7 @@ class AsyncScheduler:
             try:
                 if isinstance(drawn, BaseException):
                     raise drawn
-                episodes, scores, seconds = self.produce(drawn, self.generator)
+                episodes, scores, seconds = self.produce(drawn, _Stoppable(self.generator, lambda: self._stopping))
                 installed = self.generator.take_install_seconds()  # pushes installed since the last batch
                 if installed is not None:
                     seconds = {**seconds, "weight_install_time": installed}
@@ -184,10 +214,14 @@ class AsyncScheduler:
         return self.generator.push(model, version)
 
     def close(self) -> None:
-        """Stop the workers (a batch in flight is dropped: a resumed run regenerates it)."""
+        """Stop the workers (a batch in flight is dropped: a resumed run regenerates it) and wait until each
+        has left the model: at most its generate call in progress, else ``timeout`` seconds (a hung one is
+        logged and left; the learner is done with it)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
         for thread in self._threads:
             if thread is not threading.current_thread():
-                thread.join(timeout=1.0)
+                thread.join(timeout=self.timeout)
+                if thread.is_alive():
+                    log.warning("rollout producer %s still running %gs after close", thread.name, self.timeout)
