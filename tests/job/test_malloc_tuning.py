@@ -20,26 +20,34 @@ if sys.argv[1] == "tuned":
     from grouprl.job.malloc_tuning import tune_malloc
     assert tune_malloc() and tune_malloc()  # set, and a second call is a no-op that says so
 torch.ones(1)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+rounds = []
 for _ in range(20):
+    before = faults()
     batch = [torch.ones(2_000_000 + 10_000 * j) for j in range(10)]  # ~8 MB each, ~80 MB in all
     del batch
-print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+    rounds.append(faults() - before)
+print(*rounds)
 """
 
 
-def page_faults(mode: str) -> int:
+def page_faults(mode: str) -> list[int]:
+    """The minor page faults of each of the 20 rounds."""
     done = subprocess.run([sys.executable, "-c", PATTERN, mode], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    return int(done.stdout.split()[-1])
+    return [int(x) for x in done.stdout.split()[-20:]]
 
 
 @glibc
 def test_tuned_malloc_reuses_freed_tensor_memory_instead_of_faulting_it_in_again():
     default, tuned = page_faults("default"), page_faults("tuned")
-    # the first round's ~80 MB (~20k pages) must be faulted in either way; after that, only glibc's defaults
-    # hand the memory back to the kernel (the freed heap top is trimmed) and fault it in again every round
-    assert tuned < 0.6 * default, (tuned, default)
+    # The first round's ~80 MB (~20k pages) is faulted in either way. After it, glibc's defaults hand memory
+    # back to the kernel and fault it in again while their dynamic mmap threshold catches up with the sizes
+    # (measured: ~20k and ~12-18k pages in rounds 2 and 3, then ~2k, then 0; in one CI run ~22k in all);
+    # tuned, the freed heap is reused from round 2 on (~2-6k pages in all, then 0).
+    assert tuned[0] > 15_000 and default[0] > 15_000, (tuned[0], default[0])  # the pattern faults at all
+    assert sum(tuned[1:]) < 0.6 * sum(default[1:]), (tuned, default)
+    assert sum(tuned[5:]) < 500, tuned  # a steady state that faults nothing
 
 
 @glibc
