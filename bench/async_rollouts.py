@@ -116,7 +116,7 @@ def throughput(metrics: list[dict]) -> float:
 
 def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     load_before = os.getloadavg()
-    print(f"{name}: sync ({SYNC_THREADS or THREADS} threads)", flush=True)
+    print(f"{name}: sync ({SYNC_THREADS} threads)", flush=True)
     sync = train(work / f"{name}_sync", common, log, SYNC_THREADS)
     warm = work / f"{name}_sync" / "sft_model"
     model = ["--model_name_or_path", str(warm)] if warm.is_dir() else []
@@ -134,13 +134,13 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
         "async": {k: mean(asynchronous, k) for k in keys if k in asynchronous[-1]},
     }
     result["ratio"] = result["async_steps_per_s"] / result["sync_steps_per_s"]
-    result["sync_threads"], result["async_threads"] = SYNC_THREADS or THREADS, THREADS
+    result["sync_threads"], result["async_threads"] = SYNC_THREADS, THREADS
     result["load_before"], result["load_after"] = load_before, os.getloadavg()
     print(f"{name}: async / sync step throughput = {result['ratio']:.2f}x  ({json.dumps(result)})", flush=True)
     return result
 
 
-SYNC_THREADS = 0  # --sync-threads: the sync run's torch threads (0: THREADS), e.g. sync's best (2) vs async's (1)
+SYNC_THREADS = 1  # --sync-threads: the sync run's torch threads (default THREADS), e.g. sync's best (2) vs async's (1)
 THREADS = 1  # torch threads of every run (--threads): one a thread, so two producers and the learner share
 SMOLLM2 = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct"
 VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "--vllm_max_model_len", "512"]
@@ -198,7 +198,7 @@ def main() -> None:
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
     global THREADS, SYNC_THREADS
-    THREADS, SYNC_THREADS = args.threads, args.sync_threads
+    THREADS, SYNC_THREADS = args.threads, args.sync_threads or args.threads
     if args.serve_tool is not None:
         ThreadingHTTPServer(("127.0.0.1", args.serve_tool), ToolHandler).serve_forever()
         return

@@ -215,13 +215,14 @@ class AsyncScheduler:
 
     def close(self) -> None:
         """Stop the workers (a batch in flight is dropped: a resumed run regenerates it) and wait until each
-        has left the model: at most its generate call in progress, else ``timeout`` seconds (a hung one is
-        logged and left; the learner is done with it)."""
+        has left the model: at most its generate call in progress, else ``timeout`` seconds for them all (a hung
+        one is logged and left; the learner is done with it)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+        deadline = time.monotonic() + self.timeout
         for thread in self._threads:
             if thread is not threading.current_thread():
-                thread.join(timeout=self.timeout)
+                thread.join(timeout=max(0.0, deadline - time.monotonic()))
                 if thread.is_alive():
                     log.warning("rollout producer %s still running %gs after close", thread.name, self.timeout)
