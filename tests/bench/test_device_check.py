@@ -108,3 +108,22 @@ def test_a_part_past_its_cap_is_killed_and_the_next_still_runs(tmp_path):
 def test_a_bad_cap_is_refused_in_one_line(tmp_path):
     proc = run_check(tmp_path, "--cap", "nosuchpart=3")
     assert proc.returncode == 2 and "--cap nosuchpart=3: expected PART=SECONDS" in proc.stderr
+
+
+def test_generation_probe_runs_on_cpu(tmp_path):
+    """bench/device_generation_probe.py end to end at toy sizes: every path generates the step's rows."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "device_generation_probe.py"
+    spec = importlib.util.spec_from_file_location("device_generation_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "probe.json"
+    results = module.main(["--device", "cpu", "--fast", "--repeats", "1", "--threads", "1", "--profile",
+                           "--out", str(out)])
+    tiny = results["tiny"]
+    assert set(tiny["paths"]) == {"loop inverse_cdf", "loop multinomial", "loop no onednn", "hf generate"}
+    for timing in tiny["paths"].values():
+        assert timing["tokens"] > 0 and timing["median_ms"] > 0
+    assert "decode" in tiny["profile"]
+    assert json.loads(out.read_text())["tiny"]["rows"] == tiny["rows"]

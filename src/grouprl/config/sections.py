@@ -36,6 +36,11 @@ class ModelConfig(Section):
     attn_implementation: str | None = Field(
         None, description="attention kernel for from_pretrained (eager, sdpa, flash_attention_2; empty = default)"
     )
+    cudnn_attention: bool = Field(
+        False,
+        description="CUDA only: let sdpa use cuDNN's attention kernel (off: it plans each new shape, ~1 ms of "
+        "host time a layer, and RL batches change shape at every decode step; torch's flash / efficient kernels run)",
+    )
 
     former_sections = ("loading",)
 

@@ -15,6 +15,7 @@ from transformers import (AutoModelForCausalLM, PreTrainedModel, PreTrainedToken
 
 from grouprl.tokenizer_loading import auto_tokenizer  # noqa: F401 - the policy's loader, re-exported
 from grouprl.config import ModelConfig
+from grouprl.policy.cuda_attention import choose_cudnn_attention
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
     term needs one, the frozen reference from ``reference_path`` (default ``path``). ``revision``
     (a hub branch, tag or commit) and ``attn_implementation`` go to ``from_pretrained``."""
     dtype = pick_dtype(cfg.torch_dtype, device)
+    choose_cudnn_attention(device, cfg.cudnn_attention)  # process-wide, before any forward (policy/cuda_attention.py)
     tokenizer = load_tokenizer(path, revision)
     extra = {k: v for k, v in (("revision", revision), ("attn_implementation", attn_implementation)) if v}
     if (Path(path) / "adapter_config.json").is_file():
