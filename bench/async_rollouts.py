@@ -95,9 +95,12 @@ def load() -> str:
     return "load average %.2f %.2f %.2f (%d cores)" % (*os.getloadavg(), os.cpu_count() or 0)
 
 
-def train(out: Path, args: list[str], log: Path, threads: int | None = None) -> list[dict]:
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads or THREADS), "PYTHONPATH": str(ROOT / "src"), "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "grouprl.cli", "train", "--output_dir", str(out), "--n_eval", "0", "--device", "cpu",
+def train(out: Path, args: list[str], log: Path, threads: int | None = None, device: str = "cpu") -> list[dict]:
+    """One ``grouprl train`` run in its own process; its metrics rows. ``device``: cpu here, cuda in the GPU check
+    (bench/device_check_async.py); PYTHONPATH keeps what the caller had (a GPU image's carried wheels)."""
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads or THREADS), "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "grouprl.cli", "train", "--output_dir", str(out), "--n_eval", "0", "--device", device,
            "--seed", "3", *args]
     print(f"  {load()}", flush=True)
     start = time.perf_counter()

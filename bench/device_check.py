@@ -7,7 +7,9 @@ Parts (bench/device_check_parts.py), in this order, each in its own process with
   step time, tokens/s, peak GPU memory (``torch.cuda.max_memory_allocated``);
 - ``scoring``: grouped (block mask, prefix cache) vs padded log-probs on the device, fp32 and bf16, sdpa and eager;
 - ``lm_head``: one update's peak GPU memory and time, chunked LM head vs whole logits (151,936-token vocabulary);
-- ``trl_tiny``, ``trl_qwen05b``: TRL's GRPOTrainer on the same work as the ``train_*`` parts (HF generation).
+- ``trl_tiny``, ``trl_qwen05b``: TRL's GRPOTrainer on the same work as the ``train_*`` parts (HF generation);
+- ``async_judge``: ``grouprl train`` sync vs async on SmolLM2-135M's architecture, scored by a judge server on
+  127.0.0.1 answering in 0.5 s (bench/device_check_async.py): issue 29's figure on a GPU.
 
 A part that fails or runs past its cap is recorded with its error (and the steps it finished); the others
 still run. The JSON and the markdown table are rewritten after every part, so a run cut short keeps
@@ -39,8 +41,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b"]
-CAPS_S = {"train_tiny": 75, "scoring": 60, "lm_head": 60, "train_qwen05b": 120, "trl_tiny": 75, "trl_qwen05b": 120}
+ORDER = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b", "async_judge"]
+CAPS_S = {"train_tiny": 75, "scoring": 60, "lm_head": 60, "train_qwen05b": 120, "trl_tiny": 75, "trl_qwen05b": 120,
+          "async_judge": 150}
 MIN_PART_S = 20  # a part is not started with less time than this left (it would only be killed)
 VERSIONS = ["torch", "transformers", "trl", "datasets", "accelerate", "peft", "pydantic", "pydantic_core",
             "tokenizers", "huggingface_hub", "numpy", "pyarrow", "fsspec", "dill", "multiprocess", "typing_extensions"]

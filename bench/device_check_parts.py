@@ -25,6 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from vs_trl import QWEN25_05B  # noqa: E402
+from device_check_async import part_async_judge  # noqa: E402
 from vs_trl_workers import BENCH_SYSTEM_PROMPT, gpu_sync_and_peak_mb, grouprl_cli, worker_grouprl, worker_trl  # noqa: E402
 
 # The work per training step, both trainers alike. Random weights never choose eos among 151,936 tokens, so the
@@ -280,4 +281,5 @@ PARTS = {
     "train_qwen05b": train_part("grouprl", "qwen05b"),
     "trl_tiny": train_part("trl", "tiny"),
     "trl_qwen05b": train_part("trl", "qwen05b"),
+    "async_judge": part_async_judge,  # bench/device_check_async.py
 }

@@ -72,8 +72,32 @@ def render(record: dict) -> str:
     lines += _training(parts, record.get("comparison", {})) + [""]
     lines += _scoring(parts.get("scoring") or {}) + [""]
     lines += _lm_head(parts.get("lm_head") or {}) + [""]
+    lines += _async(parts.get("async_judge") or {}) + [""]
     lines += ["## Parts", "", "| part | seconds | cap (s) | status |", "|---|---|---|---|"]
     for name, part in parts.items():
         status = "ok" if not part.get("error") else "FAILED: " + part.get("error_line", "").replace("|", "/")
         lines.append(f"| {name} | {_f(part.get('seconds'), '{:.1f}')} | {_f(part.get('cap_s'), '{:.0f}')} | {status} |")
     return "\n".join(lines) + "\n"
+
+
+def _async(part: dict) -> list[str]:
+    r = part.get("result") or {}
+    lines = ["## Asynchronous rollouts: the main job's work scored by a judge over HTTP", ""]
+    if "steps" in r:
+        lines += [f"{r['model']}; judge {r['judge_delay']} s per answer; {r['steps']} steps a run, "
+                  f"{r['threads']} torch threads; throughput over the steps after the first", ""]
+    lines += ["| mode | steps/s | step (s) | rollout wait (s) | generation (s) | score (s) | update (s) | updates skipped |",
+              "|---|---|---|---|---|---|---|---|"]
+    for mode in ("sync", "async"):
+        m = r.get(mode)
+        if not m:
+            continue
+        means = m["means"]
+        lines.append(f"| {mode} | {m['steps_per_s']:.3f} | {_f(means.get('step_time'))} | "
+                     f"{_f(means.get('rollout_wait_time'))} | "
+                     f"{_f(means.get('generation_time', means.get('async/producer_generation_time')))} | "
+                     f"{_f(means.get('score_time', means.get('async/producer_score_time')))} | "
+                     f"{_f(means.get('update_time'))} | {m['updates_skipped']} |")
+    if "ratio_async_over_sync" in r:
+        lines += ["", f"**async / sync step throughput: {r['ratio_async_over_sync']:.2f}x**"]
+    return lines

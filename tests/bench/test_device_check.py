@@ -15,7 +15,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "device_check.py"
-PARTS = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b"]
+PARTS = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b", "async_judge"]
 
 
 def run_check(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -88,10 +88,24 @@ def test_scoring_and_lm_head_parts_check_what_they_claim(fast_check):
     assert head["loss_abs_diff"] < 1e-2  # the same batch, the same loss, up to bf16 rounding
 
 
+def test_async_part_runs_sync_then_async_on_the_same_work(fast_check):
+    """Two real `grouprl train` runs against a judge server on 127.0.0.1: the sync one, then the async one (its
+    batches one version stale); every update made (random weights score 0: the skip is off)."""
+    r = fast_check[0]["parts"]["async_judge"]["result"]
+    for mode in ("sync", "async"):
+        assert r[mode]["steps"] == r["steps"] and r[mode]["steps_per_s"] > 0, mode
+        assert r[mode]["updates_skipped"] == 0, mode
+        assert r[mode]["means"]["update_time"] > 0, mode
+    assert "async/staleness_mean" not in r["sync"]["means"]
+    assert r["async"]["means"]["async/staleness_mean"] > 0  # the async run trained on batches made by older weights
+    assert r["sync"]["means"]["score_time"] >= r["judge_delay"]  # the judge's latency was waited for in sync
+    assert math.isclose(r["ratio_async_over_sync"], r["async"]["steps_per_s"] / r["sync"]["steps_per_s"])
+
+
 def test_markdown_has_every_table(fast_check):
     md = fast_check[1]
     for heading in ("# grouprl GPU check: cpu", "## Training steps", "## Grouped vs padded scoring",
-                    "## One update's scoring", "## Parts"):
+                    "## One update's scoring", "## Asynchronous rollouts", "## Parts"):
         assert heading in md
     assert md.count("| ok |") == len(PARTS)
 
