@@ -11,7 +11,9 @@ alternate over ``--rounds`` so background load hits all alike.
 Configs (random weights; the architecture comes from a config, nothing is downloaded):
 - tiny:  the grouprl tiny Qwen2 (hidden 128, 4 layers), 16 prompts of ~24 tokens x K=8, 8 new tokens;
 - gsm8k: Qwen2.5-0.5B's architecture (hidden 896, 24 layers, 14/2 heads, vocab 151936), prompts
-         130-170 tokens, K=8 completions of 96-256 tokens (cap 256), ``--groups`` prompts.
+         130-170 tokens, K=8 completions of 96-256 tokens (cap 256), ``--groups`` prompts;
+- smollm2: SmolLM2-135M's dimensions (the main job): 2 prompts of 38-48 tokens x K=8, replies of 1-12 tokens.
+Each run records ``estimate_block_over_cache``: what ``grouped_layout: auto`` estimates for the batch.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ CONFIGS = {
     "tiny": dict(hidden=128, inter=384, layers=4, heads=4, kv=2, vocab=64, prompt=(20, 28), comp=(3, 8), groups=16),
     "gsm8k": dict(hidden=896, inter=4864, layers=24, heads=14, kv=2, vocab=151936, prompt=(130, 170),
                   comp=(96, 256), groups=1),
+    # the main job's shape: SmolLM2-135M's dimensions, 2 prompts (chat template + question) x K=8, replies of 1-12
+    "smollm2": dict(hidden=576, inter=1536, layers=30, heads=9, kv=3, vocab=49152, prompt=(38, 48), comp=(1, 12),
+                    groups=2),
 }
 VARIANTS = ("padded", "grouped", "prefixcache", "padded_bf16", "grouped_bf16", "padded_compile", "packed")
 
@@ -133,7 +138,10 @@ def worker(args) -> dict:
         if ref is not None and err is None:
             err = float((logps.detach().float() - ref)[mask].abs().max())
     ru = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"variant": v, "step_s": times, "forward_s": fwd_times, "cpu_s": cpu_times, "peak_rss_mb": ru,
+    from grouprl.policy.grouped_scoring import layout_costs
+
+    block, cache = layout_costs(model, batch)  # what grouped_layout: auto would estimate for this batch
+    return {"variant": v, "step_s": times, "estimate_block_over_cache": block / cache if cache else None, "forward_s": fwd_times, "cpu_s": cpu_times, "peak_rss_mb": ru,
             "max_abs_logp_err": err,
             "completion_tokens": int(batch.completion_mask.sum()),
             "padded_tokens": int(batch.prompt_ids.numel() + batch.completion_ids.numel()),

@@ -245,8 +245,11 @@ def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
     per attended (query, key) pair, 4 q (scores and values). The block mask runs p + sum T tokens
     per group and attends all (p + sum T)^2 pairs (its mask skips nothing); the cache runs each
     prompt once and N rows padded to the longest completion T_max, each attending W + T_max keys
-    (W: the longest prompt). This model picked the faster layout in every case measured in
-    docs/performance.md (tiny: block; GSM8K shape with lengths 96-256: block; all 256: cache).
+    (W: the longest prompt), plus ``CACHE_OVERHEAD_TOKENS`` tokens' worth of linear work per sample for
+    what FLOPs do not count (each sample's copy of its prompt's keys and values and their summed gradient,
+    a second pass of smaller products). With that term this model picked the faster layout in every case
+    measured in docs/performance.md ("Two layouts"; tiny and the main job's SmolLM2 batches: block, also
+    with every completion at the cap; GSM8K shape with lengths 96-256: block; all 256: cache).
     """
     config = _config(model)
     h = config.hidden_size
@@ -265,8 +268,16 @@ def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
     row = prompt_len + torch.zeros(len(prompts)).index_add_(0, group.cpu(), lengths[kept].float().cpu())
     block = per_token * float(row.sum()) + per_pair * float((row ** 2).sum())
     n, t_max, width = int(kept.sum()), float(lengths.max()), float(prompt_len.max())
-    cache = per_token * (float(prompt_len.sum()) + n * t_max) + per_pair * n * t_max * (width + t_max)
+    cache = per_token * (float(prompt_len.sum()) + n * (t_max + CACHE_OVERHEAD_TOKENS))
+    cache += per_pair * n * t_max * (width + t_max)
     return block, cache
+
+
+# The KV-cache layout's cost beyond its FLOPs, per sample, in tokens of linear-layer work. Fitted on five shapes
+# (bench/scoring_levers.py, 2 threads, fwd+bwd; estimate without it -> measured, block/cache): tiny at T=8
+# 1.08 -> 0.87, SmolLM2 (main job) at T=12 1.03 -> 0.91, GSM8K shape at T=256 1.21 -> 1.18, and two uneven
+# batches (block both ways); with 3 tokens the estimates are 0.86, 0.88 and 1.19.
+CACHE_OVERHEAD_TOKENS = 3
 
 
 def auto_grouped_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
