@@ -72,8 +72,11 @@ def part_async_judge(spec: dict, report) -> dict:
     settings = FAST_SETTINGS if spec["fast"] else SETTINGS
     work = Path(spec["work"]) / "async_judge"
     work.mkdir(parents=True, exist_ok=True)
-    log = work / "runs.log"
-    judge = standin(work / "judge.log", mode="digits", delay=settings["judge_delay"])
+    # the runs' and the judge's logs beside the check's JSON (the work folder is removed at the end; a failed run's
+    # traceback must come back); the judge in this worker's process group, so a part killed at its cap kills it too
+    log = Path(spec["out"]) / "async_judge_runs.log"
+    judge = standin(Path(spec["out"]) / "async_judge_server.log", mode="digits", delay=settings["judge_delay"],
+                    new_session=False)
     judge.start()
     try:
         timeout = max(20.0, 4 * 16 * settings["judge_delay"])  # two producers' 16 requests queued at the server
@@ -83,7 +86,8 @@ def part_async_judge(spec: dict, report) -> dict:
         common = ["--config", str(recipe), "--model_name_or_path", model, "--max_steps", str(settings["steps"]),
                   "--torch_dtype", spec["dtype"], "--skip_zero_advantage_updates", "false"]
         result: dict = {"model": "SmolLM2-135M architecture, random weights", **settings,
-                        "load_before": os.getloadavg()}
+                        "load_before": os.getloadavg(), "judge_pid": judge.proc.pid if judge.proc else None}
+        report(result)
         runs = {"sync": [], "async": ["--rollout_mode", "async", "--max_staleness", "1", "--max_inflight", "2"]}
         for mode, extra in runs.items():
             start = time.perf_counter()

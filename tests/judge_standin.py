@@ -129,12 +129,15 @@ def free_port() -> int:
 
 class ServedProcess:
     """A server command on 127.0.0.1 in its own process group: started (waiting for ``health``),
-    killed with SIGKILL, and restarted on the same port (so a recipe's base_url stays valid)."""
+    killed with SIGKILL, and restarted on the same port (so a recipe's base_url stays valid).
+    ``new_session=False`` keeps it in the caller's process group instead, so that whoever kills that group
+    (bench/device_check.py's time cap on a part) kills the server with it."""
 
     def __init__(self, command: list[str], log: Path, port: int | None = None, health: str = "/health",
-                 startup_s: float = 120.0, env: dict[str, str] | None = None):
+                 startup_s: float = 120.0, env: dict[str, str] | None = None, new_session: bool = True):
         self.command, self.log, self.port, self.health, self.startup_s = command, log, port or free_port(), health, startup_s
         self.env = env or {}  # on top of this process's environment
+        self.new_session = new_session
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -145,7 +148,7 @@ class ServedProcess:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **self.env}
         argv = [a.replace("{port}", str(self.port)) for a in self.command]
         self.proc = subprocess.Popen(argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
+                                     start_new_session=self.new_session)
         deadline = time.time() + self.startup_s
         while time.time() < deadline:
             try:
@@ -159,17 +162,20 @@ class ServedProcess:
 
     def kill(self) -> None:
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            if self.new_session:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            else:
+                self.proc.kill()
             self.proc.wait()
 
 
 def standin(log: Path, mode: str = "arithmetic", delay: float = 0.0, requests_log: Path | None = None,
-            port: int | None = None, concurrency: int = 0) -> ServedProcess:
+            port: int | None = None, concurrency: int = 0, new_session: bool = True) -> ServedProcess:
     command = [sys.executable, __file__, "--port", "{port}", "--mode", mode, "--delay", str(delay),
                "--concurrency", str(concurrency)]
     if requests_log is not None:
         command += ["--log", str(requests_log)]
-    return ServedProcess(command, log, port, startup_s=30)
+    return ServedProcess(command, log, port, startup_s=30, new_session=new_session)
 
 
 try:  # the fixture for tests (``from judge_standin import grader``); the script runs without pytest

@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -100,6 +101,31 @@ def test_async_part_runs_sync_then_async_on_the_same_work(fast_check):
     assert r["async"]["means"]["async/staleness_mean"] > 0  # the async run trained on batches made by older weights
     assert r["sync"]["means"]["score_time"] >= r["judge_delay"]  # the judge's latency was waited for in sync
     assert math.isclose(r["ratio_async_over_sync"], r["async"]["steps_per_s"] / r["sync"]["steps_per_s"])
+
+
+def test_async_part_keeps_its_logs_and_takes_its_judge_down_at_the_cap(tmp_path):
+    """Killed at its cap, the async part leaves its runs' log beside the JSON (the work folder is removed) and no
+    judge server behind (it lives in the part's process group)."""
+    proc = run_check(tmp_path, "--isolate", "process", "--parts", "async_judge", "--cap", "async_judge=12")
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    part = json.loads((tmp_path / "device_check.json").read_text())["parts"]["async_judge"]
+    assert "ran past its cap of 12 s" in part["error"]
+    pid = part["result"]["judge_pid"]
+    assert pid and (tmp_path / "async_judge_server.log").is_file()
+    assert (tmp_path / "async_judge_runs.log").is_file()  # opened when the sync run started
+    deadline = time.time() + 10
+    while time.time() < deadline and _alive(pid):
+        time.sleep(0.2)
+    assert not _alive(pid), f"the judge server {pid} outlived its part"
+
+
+def _alive(pid: int) -> bool:
+    """A running process (a zombie waiting for its reaper counts as gone)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_markdown_has_every_table(fast_check):

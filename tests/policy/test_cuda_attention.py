@@ -48,3 +48,14 @@ def test_loading_on_cpu_keeps_torchs_setting(restore_cudnn_flag, tiny_arithmetic
     torch.backends.cuda.enable_cudnn_sdp(True)
     load_policy(ModelConfig(torch_dtype="float32"), tiny_arithmetic_dir, torch.device("cpu"), need_reference=False)
     assert torch.backends.cuda.cudnn_sdp_enabled() is True
+
+
+def test_load_policy_hands_the_setting_to_the_switch(monkeypatch, tiny_arithmetic_dir):
+    import grouprl.policy.loading as loading
+
+    seen = []
+    monkeypatch.setattr(loading, "choose_cudnn_attention", lambda device, enabled: seen.append((device.type, enabled)))
+    for enabled in (True, False):
+        loading.load_policy(ModelConfig(torch_dtype="float32", cudnn_attention=enabled), tiny_arithmetic_dir,
+                            torch.device("cpu"), need_reference=False)
+    assert seen == [("cpu", True), ("cpu", False)]

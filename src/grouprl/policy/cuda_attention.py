@@ -7,9 +7,9 @@ layer, against ~5 us for the kernel itself at decode sizes. An RL step meets new
 decode step's keys are one token longer, a finished row leaves grouprl's decode batch, every batch of
 prompts and completions has its own lengths. On an H100 the profile of one tiny-model generation (128 rows x
 8 tokens, sampled) had 48 % of its host time in ``_cudnn_attention_forward`` (~1 ms a call, 4 us of GPU time);
-grouprl's decode loop took 263-521 ms (two runs' medians) where HF ``generate`` on the same rows took 55-63 ms,
-and 75 ms with cuDNN off (docs/performance.md, "GPU check", third session). Without cuDNN, torch picks its flash
-or memory-efficient kernel, which need no plan.
+grouprl's decode loop took a median 263 ms in one run and 521 ms in another where HF ``generate`` on the same
+rows took 55-64 ms, and 75 ms with cuDNN off (docs/performance.md, "GPU check", third session). Without cuDNN,
+torch runs its memory-efficient kernel where a mask is passed (flash where none is), neither of which plans.
 
 The switch is torch's own, process-wide (``torch.backends.cuda.enable_cudnn_sdp``): it is set once, where a policy
 is loaded onto a CUDA device, so every thread of the process (an asynchronous producer, the learner) sees the
