@@ -44,10 +44,12 @@ def test_tuned_malloc_reuses_freed_tensor_memory_instead_of_faulting_it_in_again
     # The first round's ~80 MB (~20k pages) is faulted in either way. After it, glibc's defaults hand memory
     # back to the kernel and fault it in again while their dynamic mmap threshold catches up with the sizes
     # (measured: ~20k and ~12-18k pages in rounds 2 and 3, then ~2k, then 0; in one CI run ~22k in all);
-    # tuned, the freed heap is reused from round 2 on (~2-6k pages in all, then 0).
+    # tuned, the freed heap is reused from round 2 on (~2-6k pages in all; later rounds mostly 0, but in about
+    # one process of three a round refaults one tensor's ~2k pages where the heap's free space fell apart,
+    # as the default's later rounds do too: 6 runs here, and a CI run with 2,041 and ~1,900 in rounds 6-20).
     assert tuned[0] > 15_000 and default[0] > 15_000, (tuned[0], default[0])  # the pattern faults at all
     assert sum(tuned[1:]) < 0.6 * sum(default[1:]), (tuned, default)
-    assert sum(tuned[5:]) < 500, tuned  # a steady state that faults nothing
+    assert max(tuned[5:]) < 2_500, tuned  # steady state: never the batch again, at most one tensor's worth
 
 
 @glibc
