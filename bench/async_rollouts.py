@@ -117,6 +117,17 @@ def throughput(metrics: list[dict]) -> float:
     return len(times) / sum(times)
 
 
+PHASE_KEYS = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
+              "async/staleness_mean", "async/weight_sync_time", "async/producer_weight_install_time",
+              "async/producer_generation_time", "async/producer_score_time", "reward")
+
+
+def phase_means(metrics: list[dict]) -> dict:
+    """Each of ``PHASE_KEYS`` the run logged, its mean over the same steps as ``throughput``."""
+    later = metrics[1:] or metrics
+    return {k: sum(r.get(k, 0.0) for r in later) / len(later) for k in PHASE_KEYS if k in metrics[-1]}
+
+
 def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     load_before = os.getloadavg()
     print(f"{name}: sync ({SYNC_THREADS} threads)", flush=True)
@@ -126,15 +137,9 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     print(f"{name}: async ({THREADS} threads)", flush=True)
     asynchronous = train(work / f"{name}_async", [*common, *model, "--rollout_mode", "async", "--max_staleness", "1",
                                                   "--max_inflight", "2"], log)
-    keys = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
-            "async/staleness_mean", "async/weight_sync_time", "async/producer_weight_install_time",
-            "async/producer_generation_time",
-            "async/producer_score_time", "reward")
-    mean = lambda rows, k: sum(r.get(k, 0.0) for r in rows[1:]) / max(len(rows) - 1, 1)  # noqa: E731
     result = {
         "sync_steps_per_s": throughput(sync), "async_steps_per_s": throughput(asynchronous),
-        "sync": {k: mean(sync, k) for k in keys if k in sync[-1]},
-        "async": {k: mean(asynchronous, k) for k in keys if k in asynchronous[-1]},
+        "sync": phase_means(sync), "async": phase_means(asynchronous),
     }
     result["ratio"] = result["async_steps_per_s"] / result["sync_steps_per_s"]
     result["sync_threads"], result["async_threads"] = SYNC_THREADS, THREADS

@@ -40,30 +40,20 @@ FAST_SETTINGS = dict(steps=3, judge_delay=0.2, threads=1)
 
 def smollm2_shape(spec: dict, recipe: Path) -> str:
     """SmolLM2-135M's architecture with random weights (seed 0) in spec["dtype"], saved under spec["work"]."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from device_check_parts import built_once, random_weights  # here: device_check_parts imports this module
 
-    from grouprl.policy.tiny import build_tokenizer
-    from grouprl.run_config import build_config
-    from grouprl.tasks import load_task
+    def build(folder: Path) -> None:
+        from transformers import LlamaConfig, LlamaForCausalLM
 
-    out = Path(spec["work"]) / "models" / "smollm2_shape"
-    if (out / "built").is_file():
-        return str(out)
-    task = load_task(build_config(recipe, {"output_dir": str(Path(spec["work"]) / "task_async")}, environ={}))
-    tok = build_tokenizer(task.tokenizer_corpus() + (task.system_prompt or ""))
-    torch.manual_seed(0)
-    dims = FAST_SMOLLM2 if spec["fast"] else SMOLLM2_135M
-    config = LlamaConfig(**dims, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
-    with torch.device(spec["device"]):
-        model = LlamaForCausalLM(config)
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
-    partial = out.with_name(out.name + ".partial")
-    model.to(getattr(torch, spec["dtype"])).save_pretrained(partial)
-    tok.save_pretrained(partial)
-    (partial / "built").write_text("ok\n")
-    partial.rename(out)
-    return str(out)
+        from grouprl.run_config import build_config
+        from grouprl.tasks import load_task
+
+        task = load_task(build_config(recipe, {"output_dir": str(Path(spec["work"]) / "task_async")}, environ={}))
+        corpus = task.tokenizer_corpus() + (task.system_prompt or "")
+        dims = FAST_SMOLLM2 if spec["fast"] else SMOLLM2_135M
+        random_weights(spec, folder, corpus, LlamaConfig, LlamaForCausalLM, dims)
+
+    return built_once(spec, "smollm2_shape", build)
 
 
 def part_async_judge(spec: dict, report) -> dict:
@@ -102,14 +92,8 @@ def part_async_judge(spec: dict, report) -> dict:
         judge.kill()
 
 
-KEYS = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "reward",
-        "async/staleness_mean", "async/weight_sync_time", "async/producer_weight_install_time",
-        "async/producer_generation_time", "async/producer_score_time")
-
-
 def summarize(rows: list[dict]) -> dict:
     """Steps per second after the first step, the phase means over the same steps, and how many updates ran."""
-    later = rows[1:] or rows
-    means = {k: sum(r.get(k, 0.0) for r in later) / len(later) for k in KEYS if k in rows[-1]}
-    return {"steps": len(rows), "steps_per_s": async_rollouts.throughput(rows), "means": means,
+    return {"steps": len(rows), "steps_per_s": async_rollouts.throughput(rows),
+            "means": async_rollouts.phase_means(rows),
             "updates_skipped": int(sum(r.get("skipped_zero_advantage", 0.0) for r in rows))}

@@ -61,40 +61,54 @@ def _task_corpus(spec: dict, shape: dict) -> str:
     return task.tokenizer_corpus() + (BENCH_SYSTEM_PROMPT[shape["config"]] or "")
 
 
-def saved_model(spec: dict, name: str) -> str:
-    """The model ``name`` (tiny or qwen05b) saved under spec["work"] in spec["dtype"], built by the first part that
-    needs it (random weights, seed 0; built on the device, as a 0.5B model initialises slowly on a CPU)."""
-    import torch
-
+def built_once(spec: dict, name: str, build) -> str:
+    """spec["work"]/models/``name``, made by ``build(folder)`` for the first part that asks (a marker file says the
+    build finished; a part killed while building leaves only the ``.partial`` folder, which the next one redoes)."""
     out = Path(spec["work"]) / "models" / name
     if (out / "built").is_file():
         return str(out)
-    shape = (FAST_TRAIN_SHAPES if spec["fast"] else TRAIN_SHAPES)[name]
-    corpus = _task_corpus(spec, shape)
     partial = out.with_name(name + ".partial")
-    if name == "tiny":
-        from grouprl.policy.tiny import init_tiny
-
-        dims = FAST_TINY_DIMS if spec["fast"] else TINY_DIMS
-        init_tiny(corpus, partial, dims["hidden"], dims["layers"], dims["heads"], seed=0)
-    else:
-        from transformers import Qwen2Config, Qwen2ForCausalLM
-
-        from grouprl.policy.tiny import build_tokenizer
-
-        tok = build_tokenizer(corpus)
-        torch.manual_seed(0)
-        config = Qwen2Config(**qwen_dims(spec), eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                             bos_token_id=None)
-        with torch.device(spec["device"]):
-            model = Qwen2ForCausalLM(config)
-        model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
-        model.to(getattr(torch, spec["dtype"])).save_pretrained(partial)
-        tok.save_pretrained(partial)
-        del model
+    build(partial)
     (partial / "built").write_text("ok\n")
     partial.rename(out)
     return str(out)
+
+
+def random_weights(spec: dict, folder: Path, corpus: str, config_cls, model_cls, dims: dict) -> None:
+    """``model_cls`` of ``config_cls(**dims)`` with random weights (seed 0), built on spec["device"] (a 0.5B model
+    initialises slowly on a CPU), saved to ``folder`` in spec["dtype"] with grouprl's character tokenizer over
+    ``corpus``."""
+    import torch
+
+    from grouprl.policy.tiny import build_tokenizer
+
+    tok = build_tokenizer(corpus)
+    torch.manual_seed(0)
+    config = config_cls(**dims, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
+    with torch.device(spec["device"]):
+        model = model_cls(config)
+    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
+    model.to(getattr(torch, spec["dtype"])).save_pretrained(folder)
+    tok.save_pretrained(folder)
+
+
+def saved_model(spec: dict, name: str) -> str:
+    """The model ``name`` (tiny or qwen05b) saved under spec["work"] in spec["dtype"], built by the first part that
+    needs it (random weights, seed 0)."""
+
+    def build(folder: Path) -> None:
+        corpus = _task_corpus(spec, (FAST_TRAIN_SHAPES if spec["fast"] else TRAIN_SHAPES)[name])
+        if name == "tiny":
+            from grouprl.policy.tiny import init_tiny
+
+            dims = FAST_TINY_DIMS if spec["fast"] else TINY_DIMS
+            init_tiny(corpus, folder, dims["hidden"], dims["layers"], dims["heads"], seed=0)
+        else:
+            from transformers import Qwen2Config, Qwen2ForCausalLM
+
+            random_weights(spec, folder, corpus, Qwen2Config, Qwen2ForCausalLM, qwen_dims(spec))
+
+    return built_once(spec, name, build)
 
 
 def worker_args(spec: dict, shape: dict, model: str) -> argparse.Namespace:

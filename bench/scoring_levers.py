@@ -141,7 +141,8 @@ def worker(args) -> dict:
     from grouprl.policy.grouped_scoring import layout_costs
 
     block, cache = layout_costs(model, batch)  # what grouped_layout: auto would estimate for this batch
-    return {"variant": v, "step_s": times, "estimate_block_over_cache": block / cache if cache else None, "forward_s": fwd_times, "cpu_s": cpu_times, "peak_rss_mb": ru,
+    return {"variant": v, "step_s": times, "estimate_block_over_cache": block / cache if cache else None,
+            "forward_s": fwd_times, "cpu_s": cpu_times, "peak_rss_mb": ru,
             "max_abs_logp_err": err,
             "completion_tokens": int(batch.completion_mask.sum()),
             "padded_tokens": int(batch.prompt_ids.numel() + batch.completion_ids.numel()),
