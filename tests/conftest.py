@@ -72,16 +72,31 @@ def warm_arithmetic_dir(tmp_path_factory, tiny_arithmetic_dir) -> Path:
     from grouprl.job.sft import sft_warm_start
 
     task = load_task(build_config(None, {"n_train": 2000, "n_eval": 8}, environ={}))
-    return sft_warm_start(str(tiny_arithmetic_dir), task.train_rows, task.messages,
-                          tmp_path_factory.mktemp("warm_arith") / "model", max_steps=150, learning_rate=1e-2,
-                          batch_size=32, seed=0)
+    return sft_warm_start(
+        str(tiny_arithmetic_dir),
+        task.train_rows,
+        task.messages,
+        tmp_path_factory.mktemp("warm_arith") / "model",
+        max_steps=150,
+        learning_rate=1e-2,
+        batch_size=32,
+        seed=0,
+    )
 
 
 # Bare-word actions (action_pattern '') keep prompts and actions short, so the warmed model is
 # quick to build; the <action> tag path is covered by test_runner with the untrained model.
 GRID_PROMPT = "Move P to G, avoid H. Reply with one move: up, down, left or right."
-GRID_CLI = {"task": "gridworld", "system_prompt": GRID_PROMPT, "history_length": 1, "action_pattern": "",
-            "show_admissible_actions": False, "max_episode_steps": 6, "max_new_tokens": 6, "n_eval": 16}
+GRID_CLI = {
+    "task": "gridworld",
+    "system_prompt": GRID_PROMPT,
+    "history_length": 1,
+    "action_pattern": "",
+    "show_admissible_actions": False,
+    "max_episode_steps": 6,
+    "max_new_tokens": 6,
+    "n_eval": 16,
+}
 
 
 @pytest.fixture(scope="session")
@@ -93,8 +108,14 @@ def tiny_grid_dir(tmp_path_factory) -> Path:
 
     cfg = build_config(None, GRID_CLI, environ={})
     task = load_task(cfg)
-    return init_tiny(task.tokenizer_corpus(), tmp_path_factory.mktemp("tiny_grid") / "model", TINY_HIDDEN,
-                     TINY_LAYERS, TINY_HEADS, seed=0)
+    return init_tiny(
+        task.tokenizer_corpus(),
+        tmp_path_factory.mktemp("tiny_grid") / "model",
+        TINY_HIDDEN,
+        TINY_LAYERS,
+        TINY_HEADS,
+        seed=0,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -109,9 +130,16 @@ def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
     cfg = build_config(None, GRID_CLI, environ={})
     task = load_task(cfg)
     demos = env_demonstrations(cfg, task, task.train_rows[:200])
-    return sft_warm_start(str(tiny_grid_dir), demos, lambda r: r["messages"],
-                          tmp_path_factory.mktemp("warm_grid") / "model", max_steps=60, learning_rate=1e-2,
-                          batch_size=32, seed=0)
+    return sft_warm_start(
+        str(tiny_grid_dir),
+        demos,
+        lambda r: r["messages"],
+        tmp_path_factory.mktemp("warm_grid") / "model",
+        max_steps=60,
+        learning_rate=1e-2,
+        batch_size=32,
+        seed=0,
+    )
 
 
 @pytest.fixture(scope="session")
@@ -120,8 +148,13 @@ def ray_local():
     ray = pytest.importorskip("ray")
     started = not ray.is_initialized()
     if started:
-        ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024,
-                 log_to_driver=False, ignore_reinit_error=True)
+        ray.init(
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=100 * 1024 * 1024,
+            log_to_driver=False,
+            ignore_reinit_error=True,
+        )
     yield ray
     if started:
         ray.shutdown()
@@ -133,8 +166,7 @@ def trajectory(env, seed: int, actions: list[str]) -> list:
     out: list = [(obs.text, obs.anchor_state)]
     for action in actions:
         result = env.step(action)
-        out.append((result.observation.text, result.observation.anchor_state, result.reward, result.done,
-                    result.info))
+        out.append((result.observation.text, result.observation.anchor_state, result.reward, result.done, result.info))
         if result.done:
             break
     return out

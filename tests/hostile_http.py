@@ -56,8 +56,13 @@ def judge_reply(model: str, prompt: str) -> tuple[str, str]:
 
 def _body(content: str, usage: str = '{"prompt_tokens": 1}') -> bytes:
     """A chat-completions body written by hand, so it can hold what json.dumps never writes."""
-    return ('{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '
-            + content + '}}], "usage": ' + usage + "}").encode()
+    return (
+        '{"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": '
+        + content
+        + '}}], "usage": '
+        + usage
+        + "}"
+    ).encode()
 
 
 RAW_BODIES = {  # what a server controls in a reply: every one must end as that sample's error, never a crash
@@ -94,8 +99,13 @@ class Handler(BaseHTTPRequestHandler):
                 self._raw(RAW_BODIES[model])
             else:
                 text, reason = judge_reply(model, body["messages"][-1]["content"])
-                self._send({"choices": [{"index": 0, "finish_reason": reason,
-                                         "message": {"role": "assistant", "content": text}}]})
+                self._send(
+                    {
+                        "choices": [
+                            {"index": 0, "finish_reason": reason, "message": {"role": "assistant", "content": text}}
+                        ]
+                    }
+                )
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client gave up: what these tests want
 
@@ -115,8 +125,17 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _trickle(self) -> None:
-        data = json.dumps({"choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": "SCORE: 10" + " " * 150}}]})
+        data = json.dumps(
+            {
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": "SCORE: 10" + " " * 150},
+                    }
+                ]
+            }
+        )
         self.send_response(200)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()

@@ -64,8 +64,10 @@ class Handler(BaseHTTPRequestHandler):
         repo, revision = self._repo(repo_id), unquote(revision)
         if repo is None:
             return
-        commits = repo["branches"].get(revision) or [c for cs in repo["branches"].values() for c in cs
-                                                      if c["id"] == revision][-1:]
+        commits = (
+            repo["branches"].get(revision)
+            or [c for cs in repo["branches"].values() for c in cs if c["id"] == revision][-1:]
+        )
         if not commits:
             self.send_response(404)
             self.send_header("X-Error-Code", "RevisionNotFound")
@@ -103,8 +105,10 @@ class Handler(BaseHTTPRequestHandler):
         if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/refs", path):
             if (repo := self._repo(m[1])) is None:
                 return
-            branches = [{"name": b, "ref": f"refs/heads/{b}", "targetCommit": commits[-1]["id"]}
-                        for b, commits in repo["branches"].items()]
+            branches = [
+                {"name": b, "ref": f"refs/heads/{b}", "targetCommit": commits[-1]["id"]}
+                for b, commits in repo["branches"].items()
+            ]
             return self._send(200, {"branches": branches, "tags": [], "converts": [], "pullRequests": []})
         if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/commits/([^/]+)", path):
             if (repo := self._repo(m[1])) is None:
@@ -112,8 +116,19 @@ class Handler(BaseHTTPRequestHandler):
             commits = repo["branches"].get(m[2])
             if commits is None:
                 return self._send(404, {"error": f"revision {m[2]} not found"})
-            return self._send(200, [{"id": c["id"], "title": c["title"], "message": "", "date": "2026-01-01T00:00:00Z",
-                                     "authors": [{"user": "grouprl"}]} for c in reversed(commits)])
+            return self._send(
+                200,
+                [
+                    {
+                        "id": c["id"],
+                        "title": c["title"],
+                        "message": "",
+                        "date": "2026-01-01T00:00:00Z",
+                        "authors": [{"user": "grouprl"}],
+                    }
+                    for c in reversed(commits)
+                ],
+            )
         self._send(404, {"error": f"stand-in does not serve GET {path}"})
 
     def do_POST(self):  # noqa: N802
@@ -122,15 +137,21 @@ class Handler(BaseHTTPRequestHandler):
         with self.state.lock:
             if path == "/api/repos/create":
                 payload = json.loads(body)
-                repo_id = f"{payload['organization']}/{payload['name']}" if payload.get("organization") \
+                repo_id = (
+                    f"{payload['organization']}/{payload['name']}"
+                    if payload.get("organization")
                     else f"user/{payload['name']}"
+                )
                 if repo_id in self.state.repos:
                     return self._send(409, {"error": "You already created this model repo", "url": repo_id})
-                initial = self.state.new_commit(None, {".gitattributes": b"*.safetensors filter=lfs\n"},
-                                                "initial commit")
-                self.state.repos[repo_id] = {"private": payload.get("visibility") == "private"
-                                             or payload.get("private"), "branches": {"main": [initial]},
-                                             "type": payload.get("type") or "model"}
+                initial = self.state.new_commit(
+                    None, {".gitattributes": b"*.safetensors filter=lfs\n"}, "initial commit"
+                )
+                self.state.repos[repo_id] = {
+                    "private": payload.get("visibility") == "private" or payload.get("private"),
+                    "branches": {"main": [initial]},
+                    "type": payload.get("type") or "model",
+                }
                 return self._send(200, {"url": f"http://{self.headers['Host']}/{repo_id}", "name": repo_id})
             if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/branch/([^/]+)", path):
                 if (repo := self._repo(m[1])) is None:
@@ -143,20 +164,28 @@ class Handler(BaseHTTPRequestHandler):
                 return self._send(200, {})
             if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/preupload/([^/]+)", path):
                 files = json.loads(body)["files"]
-                return self._send(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
-                                                  for f in files]})
+                return self._send(
+                    200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in files]}
+                )
             if m := re.fullmatch(r"/api/(?:models|datasets)/(.+)/commit/([^/]+)", path):
                 if (repo := self._repo(m[1])) is None:
                     return
                 lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
                 header = next(x["value"] for x in lines if x["key"] == "header")
-                files = {x["value"]["path"]: base64.b64decode(x["value"]["content"])
-                         for x in lines if x["key"] == "file"}
+                files = {
+                    x["value"]["path"]: base64.b64decode(x["value"]["content"]) for x in lines if x["key"] == "file"
+                }
                 branch = repo["branches"].setdefault(m[2], [])
                 commit = self.state.new_commit(branch[-1] if branch else None, files, header["summary"])
                 branch.append(commit)
-                return self._send(200, {"commitUrl": f"http://{self.headers['Host']}/{m[1]}/commit/{commit['id']}",
-                                        "commitOid": commit["id"], "success": True})
+                return self._send(
+                    200,
+                    {
+                        "commitUrl": f"http://{self.headers['Host']}/{m[1]}/commit/{commit['id']}",
+                        "commitOid": commit["id"],
+                        "success": True,
+                    },
+                )
         self._send(404, {"error": f"stand-in does not serve POST {path}"})
 
 

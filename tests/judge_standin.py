@@ -110,12 +110,23 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(self.delay)
             prompt = body["messages"][-1]["content"]
             text = verdict(prompt, self.mode)
-            self._send(200, {"id": "judge", "object": "chat.completion", "created": int(time.time()),
-                             "model": body.get("model", "judge"),
-                             "choices": [{"index": 0, "finish_reason": "stop",
-                                          "message": {"role": "assistant", "content": text}}],
-                             "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": len(text.split()),
-                                       "total_tokens": len(prompt.split()) + len(text.split())}})
+            self._send(
+                200,
+                {
+                    "id": "judge",
+                    "object": "chat.completion",
+                    "created": int(time.time()),
+                    "model": body.get("model", "judge"),
+                    "choices": [
+                        {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}
+                    ],
+                    "usage": {
+                        "prompt_tokens": len(prompt.split()),
+                        "completion_tokens": len(text.split()),
+                        "total_tokens": len(prompt.split()) + len(text.split()),
+                    },
+                },
+            )
         finally:
             with Handler.lock:
                 Handler.in_flight -= 1
@@ -133,9 +144,23 @@ class ServedProcess:
     ``new_session=False`` keeps it in the caller's process group instead, so that whoever kills that group
     (bench/device_check.py's time cap on a part) kills the server with it."""
 
-    def __init__(self, command: list[str], log: Path, port: int | None = None, health: str = "/health",
-                 startup_s: float = 120.0, env: dict[str, str] | None = None, new_session: bool = True):
-        self.command, self.log, self.port, self.health, self.startup_s = command, log, port or free_port(), health, startup_s
+    def __init__(
+        self,
+        command: list[str],
+        log: Path,
+        port: int | None = None,
+        health: str = "/health",
+        startup_s: float = 120.0,
+        env: dict[str, str] | None = None,
+        new_session: bool = True,
+    ):
+        self.command, self.log, self.port, self.health, self.startup_s = (
+            command,
+            log,
+            port or free_port(),
+            health,
+            startup_s,
+        )
         self.env = env or {}  # on top of this process's environment
         self.new_session = new_session
         self.proc: subprocess.Popen | None = None
@@ -147,8 +172,9 @@ class ServedProcess:
     def start(self) -> str:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", **self.env}
         argv = [a.replace("{port}", str(self.port)) for a in self.command]
-        self.proc = subprocess.Popen(argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=self.new_session)
+        self.proc = subprocess.Popen(
+            argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT, env=env, start_new_session=self.new_session
+        )
         deadline = time.time() + self.startup_s
         while time.time() < deadline:
             try:
@@ -169,10 +195,27 @@ class ServedProcess:
             self.proc.wait()
 
 
-def standin(log: Path, mode: str = "arithmetic", delay: float = 0.0, requests_log: Path | None = None,
-            port: int | None = None, concurrency: int = 0, new_session: bool = True) -> ServedProcess:
-    command = [sys.executable, __file__, "--port", "{port}", "--mode", mode, "--delay", str(delay),
-               "--concurrency", str(concurrency)]
+def standin(
+    log: Path,
+    mode: str = "arithmetic",
+    delay: float = 0.0,
+    requests_log: Path | None = None,
+    port: int | None = None,
+    concurrency: int = 0,
+    new_session: bool = True,
+) -> ServedProcess:
+    command = [
+        sys.executable,
+        __file__,
+        "--port",
+        "{port}",
+        "--mode",
+        mode,
+        "--delay",
+        str(delay),
+        "--concurrency",
+        str(concurrency),
+    ]
     if requests_log is not None:
         command += ["--log", str(requests_log)]
     return ServedProcess(command, log, port, startup_s=30, new_session=new_session)
@@ -197,8 +240,18 @@ def recipe(path: Path, reward: dict, **extra) -> Path:
     """A tiny arithmetic run's recipe: 2 prompts x 4 completions a step, no evaluation."""
     import yaml
 
-    body = {"rewards": [reward], "batch_size": 2, "num_generations": 4, "max_new_tokens": 4,
-            "n_eval": 0, "n_train": 40, "device": "cpu", "seed": 3, "learning_rate": 1e-3, **extra}
+    body = {
+        "rewards": [reward],
+        "batch_size": 2,
+        "num_generations": 4,
+        "max_new_tokens": 4,
+        "n_eval": 0,
+        "n_train": 40,
+        "device": "cpu",
+        "seed": 3,
+        "learning_rate": 1e-3,
+        **extra,
+    }
     path.write_text(yaml.safe_dump(body))
     return path
 
@@ -213,8 +266,9 @@ def cache_lines(out: Path, name: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
 
 
-def train_through_a_restart(srv: ServedProcess, cfg: Path, model_dir: Path, out: Path, down_s: float = 0.0,
-                            steps: int = 4, name: str = "judge") -> int:
+def train_through_a_restart(
+    srv: ServedProcess, cfg: Path, model_dir: Path, out: Path, down_s: float = 0.0, steps: int = 4, name: str = "judge"
+) -> int:
     """Train ``steps`` steps of ``cfg``; once 10 judgements are cached (step 2 of 4 at 8 a step), SIGKILL
     ``srv`` and start it again on its port ``down_s`` seconds later; then check that the run survived within
     its error budget and that the cache holds every answer once. Returns how many answers were cached when
@@ -237,8 +291,19 @@ def train_through_a_restart(srv: ServedProcess, cfg: Path, model_dir: Path, out:
 
     watcher = threading.Thread(target=kill_and_restart, daemon=True)
     watcher.start()
-    code = main(["train", "--config", str(cfg), "--model_name_or_path", str(model_dir), "--output_dir", str(out),
-                 "--max_steps", str(steps)])
+    code = main(
+        [
+            "train",
+            "--config",
+            str(cfg),
+            "--model_name_or_path",
+            str(model_dir),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            str(steps),
+        ]
+    )
     watcher.join(timeout=240)
     assert code == 0 and [e[0] for e in events] == ["killed", "restarted"], (code, events)
     rows = metrics(out)

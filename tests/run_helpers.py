@@ -10,9 +10,34 @@ from grouprl.cli import main
 
 def train(model_dir: Path, out: Path, *extra: str) -> int:
     """One tiny run through ``grouprl train`` (2 prompts x 4 samples a step)."""
-    return main(["train", "--task", "arithmetic", "--model_name_or_path", str(model_dir), "--output_dir", str(out),
-                 "--max_steps", "1", "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "4",
-                 "--n_eval", "0", "--n_train", "20", "--device", "cpu", "--seed", "3", *extra])
+    return main(
+        [
+            "train",
+            "--task",
+            "arithmetic",
+            "--model_name_or_path",
+            str(model_dir),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "4",
+            "--max_new_tokens",
+            "4",
+            "--n_eval",
+            "0",
+            "--n_train",
+            "20",
+            "--device",
+            "cpu",
+            "--seed",
+            "3",
+            *extra,
+        ]
+    )
 
 
 def rows(path: Path) -> list[dict]:
@@ -32,7 +57,16 @@ def one_step_episodes(answers: list[str], truth: str = "1", question: str = "q")
     eps = []
     for i, answer in enumerate(answers):
         ep = Episode(group_id=0, index_in_group=i, row={"question": question, "ground_truth": truth})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": question}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text=answer,
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": question}],
+            )
+        )
         eps.append(ep)
     return eps

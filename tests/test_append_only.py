@@ -19,23 +19,31 @@ from grouprl.observe.jsonl import JsonlAppender, read_jsonl
 from grouprl.rewards.learned.judge_cache import JudgeCache
 
 WRITERS = {
-    "judge_cache": ("from grouprl.rewards.learned.judge_cache import JudgeCache\n"
-                    "cache = JudgeCache(folder)\n"
-                    "for i in range(3):\n"
-                    "    cache.put(f'k{i}', 'SCORE: ' + str(i), {'prompt_tokens': 1})\n"
-                    "fd = cache._fd\n"),
-    "jsonl": ("from grouprl.observe.jsonl import JsonlAppender\n"
-              "sink = JsonlAppender(folder + '/responses.rank0.jsonl')\n"
-              "sink.write_many([{'key': f'k{i}', 'text': 'SCORE: ' + str(i)} for i in range(3)])\n"
-              "fd = sink._fd\n"),
+    "judge_cache": (
+        "from grouprl.rewards.learned.judge_cache import JudgeCache\n"
+        "cache = JudgeCache(folder)\n"
+        "for i in range(3):\n"
+        "    cache.put(f'k{i}', 'SCORE: ' + str(i), {'prompt_tokens': 1})\n"
+        "fd = cache._fd\n"
+    ),
+    "jsonl": (
+        "from grouprl.observe.jsonl import JsonlAppender\n"
+        "sink = JsonlAppender(folder + '/responses.rank0.jsonl')\n"
+        "sink.write_many([{'key': f'k{i}', 'text': 'SCORE: ' + str(i)} for i in range(3)])\n"
+        "fd = sink._fd\n"
+    ),
 }
 
 
 def killed_mid_write(folder, writer: str) -> None:
-    script = textwrap.dedent(f"""
+    script = (
+        textwrap.dedent(f"""
         import os, signal, sys
         folder = {str(folder)!r}
-    """) + WRITERS[writer] + "os.write(fd, b'{\"key\": \"torn\", \"text\": \"SCO')\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    """)
+        + WRITERS[writer]
+        + 'os.write(fd, b\'{"key": "torn", "text": "SCO\')\nos.kill(os.getpid(), signal.SIGKILL)\n'
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == -9, done.stderr
     raw = (folder / "responses.rank0.jsonl").read_bytes()

@@ -30,10 +30,15 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
         for name, field in cls.model_fields.items():
             default = _default(field)
             is_list = get_origin(field.annotation) is list or any(
-                get_origin(a) is list for a in get_args(field.annotation))
+                get_origin(a) is list for a in get_args(field.annotation)
+            )
             group.add_argument(
-                f"--{name}", dest=name, default=argparse.SUPPRESS, nargs="+" if is_list else None,
-                type=str, metavar=name.upper(),
+                f"--{name}",
+                dest=name,
+                default=argparse.SUPPRESS,
+                nargs="+" if is_list else None,
+                type=str,
+                metavar=name.upper(),
                 help=f"{field.description} (default: {default})",
             )
 
@@ -57,8 +62,10 @@ def built_in_job(args: argparse.Namespace) -> dict[str, Any] | None:
 
     if args.model is not None:
         if args.config:
-            raise ConfigError(f"--model {args.model} picks a built-in job; with --config RECIPE, name the model "
-                              "in the recipe or with --model_name_or_path")
+            raise ConfigError(
+                f"--model {args.model} picks a built-in job; with --config RECIPE, name the model "
+                "in the recipe or with --model_name_or_path"
+            )
         return MAIN_JOBS[args.model]
     chosen = {name for name in ("model_name_or_path", "task") if hasattr(args, name)}
     chosen |= {key for section in env_overrides().values() for key in section} & {"model_name_or_path", "task"}
@@ -116,17 +123,23 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         policy = load_policy(cfg.model, args.model, device, need_reference=False)
     except (OSError, ValueError) as err:  # a folder without a model, a hub id that is none
-        raise ConfigError(f"--model {args.model}: cannot load a model and tokenizer there "
-                          f"({str(err).splitlines()[0][:200]})") from None
-    params = SamplingParams(max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens,
-                            temperature=args.temperature,
-                            greedy=not args.sample, batch_size=args.batch_size)
+        raise ConfigError(
+            f"--model {args.model}: cannot load a model and tokenizer there ({str(err).splitlines()[0][:200]})"
+        ) from None
+    params = SamplingParams(
+        max_new_tokens=args.max_new_tokens or cfg.rollout.max_new_tokens,
+        temperature=args.temperature,
+        greedy=not args.sample,
+        batch_size=args.batch_size,
+    )
     out = args.out or os.path.join(args.model, f"eval_{cfg.task.task}.jsonl")
     rows, settings, scorer = task.eval_rows[: args.n], episode_settings(cfg, task), Scorer.from_config(cfg, task)
     backend, start = make_backend(policy, cfg), time.perf_counter()
     generated = [0]
-    with phase_progress(Console(stderr=True), f"evaluating {os.path.basename(args.model.rstrip('/')) or args.model}",
-                        len(rows)) as show:
+    with phase_progress(
+        Console(stderr=True), f"evaluating {os.path.basename(args.model.rstrip('/')) or args.model}", len(rows)
+    ) as show:
+
         def progress(done: int, total: int, tokens: int) -> None:
             generated[0] = tokens
             show(done, total, tokens)
@@ -159,7 +172,9 @@ def check_eval_args(args: argparse.Namespace) -> None:
         try:
             device = torch.device(args.device)
         except RuntimeError:
-            raise ConfigError(f"grouprl eval --device: got {args.device!r}; expected auto, cpu, cuda[:N] or mps") from None
+            raise ConfigError(
+                f"grouprl eval --device: got {args.device!r}; expected auto, cpu, cuda[:N] or mps"
+            ) from None
         if device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError(f"grouprl eval --device {args.device}: this machine has no CUDA device; use cpu or auto")
 
@@ -225,8 +240,9 @@ def cmd_init_model(args: argparse.Namespace) -> int:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
     cfg = build_config(args.config, {k: v for k, v in cli.items() if v is not None})
     task = load_task(cfg)
-    out = init_tiny(task.tokenizer_corpus(), args.out or "tiny_model", args.hidden_size, args.num_layers,
-                    args.num_heads, args.seed)
+    out = init_tiny(
+        task.tokenizer_corpus(), args.out or "tiny_model", args.hidden_size, args.num_layers, args.num_heads, args.seed
+    )
     print(out)
     return 0
 
@@ -258,45 +274,69 @@ def build_parser() -> argparse.ArgumentParser:
 
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
-        prog="grouprl", formatter_class=fmt,
+        prog="grouprl",
+        formatter_class=fmt,
         description="Group-relative RL post-training (GRPO, Dr. GRPO, RLOO, GiGPO) for language models.\n\n"
-                    "`grouprl train` with no options runs the main job: SmolLM2-135M-Instruct (materialised once\n"
-                    "from its package) on 2-digit additions asked in words: evaluate, run GRPO, evaluate again.\n"
-                    "`grouprl train --model tiny` builds a tiny Qwen2 model instead and warms it with SFT (offline).",
-        epilog=config_fields_help())
+        "`grouprl train` with no options runs the main job: SmolLM2-135M-Instruct (materialised once\n"
+        "from its package) on 2-digit additions asked in words: evaluate, run GRPO, evaluate again.\n"
+        "`grouprl train --model tiny` builds a tiny Qwen2 model instead and warms it with SFT (offline).",
+        epilog=config_fields_help(),
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
-    train = sub.add_parser("train", help="train with RL (defaults < --config < env vars < flags)",
-                           formatter_class=fmt,
-                           description="Train with the configured estimator (default GRPO). Precedence: defaults < --config YAML < environment "
-                                       f"({', '.join(ENV_VARS)}, GROUPRL_<FIELD>) < flags.")
+    train = sub.add_parser(
+        "train",
+        help="train with RL (defaults < --config < env vars < flags)",
+        formatter_class=fmt,
+        description="Train with the configured estimator (default GRPO). Precedence: defaults < --config YAML < environment "
+        f"({', '.join(ENV_VARS)}, GROUPRL_<FIELD>) < flags.",
+    )
     from grouprl.config.main_job import MAIN_JOBS, MAIN_MODEL
 
-    train.add_argument("--model", default=None, choices=sorted(MAIN_JOBS),
-                       help=f"the built-in job to run: {MAIN_MODEL} (a real instruct model from its package; the "
-                            "default when no --config, --model_name_or_path or --task is given) or tiny (the "
-                            "0.8 M-parameter model grouprl builds itself, offline; the field defaults below)")
+    train.add_argument(
+        "--model",
+        default=None,
+        choices=sorted(MAIN_JOBS),
+        help=f"the built-in job to run: {MAIN_MODEL} (a real instruct model from its package; the "
+        "default when no --config, --model_name_or_path or --task is given) or tiny (the "
+        "0.8 M-parameter model grouprl builds itself, offline; the field defaults below)",
+    )
     add_config_flags(train)
     train.set_defaults(func=cmd_train)
 
     ev = sub.add_parser("eval", help="accuracy of a model on a task's held-out split")
     ev.add_argument("--model", required=True, help="model dir or hub id (required)")
-    ev.add_argument("--task", default=None, choices=sorted(TASKS),
-                    help="task (default: the --config recipe's, else gsm8k); environments report the success rate")
+    ev.add_argument(
+        "--task",
+        default=None,
+        choices=sorted(TASKS),
+        help="task (default: the --config recipe's, else gsm8k); environments report the success rate",
+    )
     ev.add_argument("--config", default=None, help="recipe whose task/rollout options to use (default: None)")
     ev.add_argument("--dataset_name_or_path", default=None, help="gsm8k dir or hub id (default: openai/gsm8k)")
     ev.add_argument("--n", type=int, default=200, help="examples to evaluate (default: 200)")
-    ev.add_argument("--max_new_tokens", type=int, default=None,
-                    help="completion cap per step (default: the task's, e.g. gsm8k 512, gridworld 24)")
+    ev.add_argument(
+        "--max_new_tokens",
+        type=int,
+        default=None,
+        help="completion cap per step (default: the task's, e.g. gsm8k 512, gridworld 24)",
+    )
     ev.add_argument("--sample", action="store_true", help="sample instead of greedy decoding (default: False)")
     ev.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default: 1.0)")
     ev.add_argument("--batch_size", type=int, default=64, help="sequences per generate call (default: 64)")
     ev.add_argument("--device", default="auto", help="auto, cpu, cuda or mps (default: auto)")
-    ev.add_argument("--out", default=None, help="per-example JSONL (default: MODEL/eval_TASK.jsonl); a tool "
-                                                "conversation is kept whole (every turn and tool result)")
-    ev.add_argument("--tool_parser", default=None,
-                    help="tool-call format of a conversation task: hermes, mistral, llama3_json (default: the "
-                         "recipe's, else hermes)")
+    ev.add_argument(
+        "--out",
+        default=None,
+        help="per-example JSONL (default: MODEL/eval_TASK.jsonl); a tool "
+        "conversation is kept whole (every turn and tool result)",
+    )
+    ev.add_argument(
+        "--tool_parser",
+        default=None,
+        help="tool-call format of a conversation task: hermes, mistral, llama3_json (default: the "
+        "recipe's, else hermes)",
+    )
     ev.add_argument("--system_prompt", default=None, help="system message of every prompt (default: the task's)")
     ev.set_defaults(func=cmd_eval)
 
@@ -321,34 +361,57 @@ def build_parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="one self-contained HTML file of run folders (works offline)")
     rp.add_argument("output_dirs", nargs="+", metavar="OUTPUT_DIR", help="run folders (output_dir of grouprl train)")
     rp.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
-    rp.add_argument("--max_mb", type=float, default=24.0,
-                    help="rollout + trajectory records embedded per run, in MiB; whole steps spread over the run "
-                         "(default: 24)")
+    rp.add_argument(
+        "--max_mb",
+        type=float,
+        default=24.0,
+        help="rollout + trajectory records embedded per run, in MiB; whole steps spread over the run (default: 24)",
+    )
     rp.set_defaults(func=cmd_report)
 
-    im = sub.add_parser("init-model", help="build a tiny Qwen2 model + tokenizer from a task's corpus, or "
-                                           "write a real pretrained model from a package (--from)")
-    im.add_argument("--from", dest="from_pretrained", default=None, metavar="NAME",
-                    help="a real model shipped as a GGUF inside a package, dequantised into a model folder: "
-                         "smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct "
-                         "(default: None, build the tiny model)")
-    im.add_argument("--task", default=None, choices=sorted(TASKS),
-                    help="task whose corpus defines the vocabulary (default: the recipe's, else arithmetic)")
-    im.add_argument("--config", default=None,
-                    help="recipe whose task and dataset define the vocabulary, e.g. a prompt_dataset recipe "
-                         "(default: None)")
+    im = sub.add_parser(
+        "init-model",
+        help="build a tiny Qwen2 model + tokenizer from a task's corpus, or "
+        "write a real pretrained model from a package (--from)",
+    )
+    im.add_argument(
+        "--from",
+        dest="from_pretrained",
+        default=None,
+        metavar="NAME",
+        help="a real model shipped as a GGUF inside a package, dequantised into a model folder: "
+        "smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct, qwen2.5-coder-1.5b-instruct "
+        "(default: None, build the tiny model)",
+    )
+    im.add_argument(
+        "--task",
+        default=None,
+        choices=sorted(TASKS),
+        help="task whose corpus defines the vocabulary (default: the recipe's, else arithmetic)",
+    )
+    im.add_argument(
+        "--config",
+        default=None,
+        help="recipe whose task and dataset define the vocabulary, e.g. a prompt_dataset recipe (default: None)",
+    )
     im.add_argument("--dataset_name_or_path", default=None, help="dataset dir, file or hub id (default: the task's)")
-    im.add_argument("--out", default=None,
-                    help="output dir (default: tiny_model; with --from, $GROUPRL_CACHE/models/NAME or "
-                         "~/.cache/grouprl/models/NAME)")
+    im.add_argument(
+        "--out",
+        default=None,
+        help="output dir (default: tiny_model; with --from, $GROUPRL_CACHE/models/NAME or "
+        "~/.cache/grouprl/models/NAME)",
+    )
     im.add_argument("--hidden_size", type=int, default=128, help="hidden size (default: 128)")
     im.add_argument("--num_layers", type=int, default=4, help="decoder layers (default: 4)")
     im.add_argument("--num_heads", type=int, default=4, help="attention heads (default: 4)")
     im.add_argument("--seed", type=int, default=0, help="init seed (default: 0)")
     im.set_defaults(func=cmd_init_model)
 
-    ls = sub.add_parser("list", help="the built-in names of every plug-in (estimators, losses, tasks, rewards, "
-                                     "tools, backends, parsers, sampling corrections)")
+    ls = sub.add_parser(
+        "list",
+        help="the built-in names of every plug-in (estimators, losses, tasks, rewards, "
+        "tools, backends, parsers, sampling corrections)",
+    )
     ls.set_defaults(func=cmd_list)
 
     from grouprl.generate.cli import add_generate_parser

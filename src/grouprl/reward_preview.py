@@ -28,11 +28,19 @@ from grouprl.rewards.builtin.gsm8k import extract_gold
 from grouprl.rewards.kit import conversation
 from grouprl.user_code import short_name
 
-__all__ = ["preview", "list_rewards", "load_samples", "add_rewards_parser", "cmd_rewards_list",
-           "cmd_rewards_preview", "SampleError"]
+__all__ = [
+    "preview",
+    "list_rewards",
+    "load_samples",
+    "add_rewards_parser",
+    "cmd_rewards_list",
+    "cmd_rewards_preview",
+    "SampleError",
+]
 
-EXPECTED_FORMS = ('{"messages": [...], "ground_truth": ...} or '
-                  '{"prompt": str|messages, "completion": str, "answer": ...}')
+EXPECTED_FORMS = (
+    '{"messages": [...], "ground_truth": ...} or {"prompt": str|messages, "completion": str, "answer": ...}'
+)
 _SAMPLE_KEYS = {"messages", "ground_truth", "prompt", "completion", "answer"}
 
 
@@ -42,34 +50,39 @@ class SampleError(ValueError):
 
 def _check_messages(messages: Any, lineno: int, what: str) -> None:
     if not isinstance(messages, list) or not all(isinstance(m, dict) and "role" in m for m in messages):
-        raise SampleError(f"line {lineno}: '{what}' must be a list of {{\"role\", \"content\"}} objects; "
-                          f"expected {EXPECTED_FORMS}")
+        raise SampleError(
+            f'line {lineno}: \'{what}\' must be a list of {{"role", "content"}} objects; expected {EXPECTED_FORMS}'
+        )
 
 
 def parse_sample(obj: Any, lineno: int) -> dict[str, Any]:
     """``{messages, completion, ground_truth, extra}`` of one JSONL object, or ``SampleError``."""
     if not isinstance(obj, dict):
-        raise SampleError(f"line {lineno}: expected a JSON object, got {type(obj).__name__}; "
-                          f"expected {EXPECTED_FORMS}")
+        raise SampleError(f"line {lineno}: expected a JSON object, got {type(obj).__name__}; expected {EXPECTED_FORMS}")
     extra = {k: v for k, v in obj.items() if k not in _SAMPLE_KEYS}
     if "messages" in obj:
         messages = obj["messages"]
         _check_messages(messages, lineno, "messages")
         if not messages or messages[-1].get("role") != "assistant":
-            raise SampleError(f"line {lineno}: the last message must be the assistant's completion "
-                              f"(role 'assistant'); expected {EXPECTED_FORMS}")
+            raise SampleError(
+                f"line {lineno}: the last message must be the assistant's completion "
+                f"(role 'assistant'); expected {EXPECTED_FORMS}"
+            )
         completion = messages[-1].get("content") or ""
         truth = obj.get("ground_truth", obj.get("answer"))
     elif "completion" in obj:
         completion, prompt = obj["completion"], obj.get("prompt", "")
         if not isinstance(completion, str):
-            raise SampleError(f"line {lineno}: 'completion' must be a string, got {type(completion).__name__}; "
-                              f"expected {EXPECTED_FORMS}")
+            raise SampleError(
+                f"line {lineno}: 'completion' must be a string, got {type(completion).__name__}; "
+                f"expected {EXPECTED_FORMS}"
+            )
         if isinstance(prompt, list):
             _check_messages(prompt, lineno, "prompt")
         elif not isinstance(prompt, str):
-            raise SampleError(f"line {lineno}: 'prompt' must be a string or a list of messages; "
-                              f"expected {EXPECTED_FORMS}")
+            raise SampleError(
+                f"line {lineno}: 'prompt' must be a string or a list of messages; expected {EXPECTED_FORMS}"
+            )
         messages = conversation(prompt, completion)
         if "prompt" in obj:
             extra["prompt"] = prompt
@@ -77,8 +90,9 @@ def parse_sample(obj: Any, lineno: int) -> dict[str, Any]:
         if isinstance(truth, str) and "####" in truth:
             truth = extract_gold(truth) or truth
     else:
-        raise SampleError(f"line {lineno}: no 'messages' or 'completion' field (keys: {sorted(obj)}); "
-                          f"expected {EXPECTED_FORMS}")
+        raise SampleError(
+            f"line {lineno}: no 'messages' or 'completion' field (keys: {sorted(obj)}); expected {EXPECTED_FORMS}"
+        )
     if isinstance(truth, (int, float)) and not isinstance(truth, bool):
         truth = str(truth)
     return {"messages": messages, "completion": completion, "ground_truth": truth, "extra": extra}
@@ -99,8 +113,13 @@ def load_samples(samples_path: str | Path, max_samples: int | None = None) -> li
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as err:
-                out.append({"line": lineno, "error": f"line {lineno}: invalid JSON ({err.msg} at column "
-                                                     f"{err.colno}); expected {EXPECTED_FORMS}"})
+                out.append(
+                    {
+                        "line": lineno,
+                        "error": f"line {lineno}: invalid JSON ({err.msg} at column "
+                        f"{err.colno}); expected {EXPECTED_FORMS}",
+                    }
+                )
                 continue
             try:
                 out.append({"line": lineno, **parse_sample(obj, lineno)})
@@ -111,10 +130,18 @@ def load_samples(samples_path: str | Path, max_samples: int | None = None) -> li
 
 def sample_episode(sample: dict[str, Any]) -> Episode:
     """A parsed sample as the one-step episode the scorer sees (each sample its own episode)."""
-    step = Step(prompt_text="", prompt_ids=[], action_text=sample["completion"], action_ids=[], truncated=False,
-                anchor_state=None, messages=sample["messages"][:-1])
-    return Episode(group_id=0, index_in_group=0, row={**sample["extra"], "ground_truth": sample["ground_truth"]},
-                   steps=[step])
+    step = Step(
+        prompt_text="",
+        prompt_ids=[],
+        action_text=sample["completion"],
+        action_ids=[],
+        truncated=False,
+        anchor_state=None,
+        messages=sample["messages"][:-1],
+    )
+    return Episode(
+        group_id=0, index_in_group=0, row={**sample["extra"], "ground_truth": sample["ground_truth"]}, steps=[step]
+    )
 
 
 def _shorten(text: str, n: int = 60) -> str:
@@ -122,13 +149,20 @@ def _shorten(text: str, n: int = 60) -> str:
     if len(flat) <= n:
         return flat
     head = n // 3  # the end of a completion (its answer) matters most
-    return f"{flat[:head]} … {flat[-(n - head - 3):]}"
+    return f"{flat[:head]} … {flat[-(n - head - 3) :]}"
 
 
-def preview(reward_names: list[str], samples_path: str | Path, max_samples: int | None = None,
-            out_path: str | Path | None = None, weights: list[float] | None = None,
-            console=None, sandbox_user_rewards: bool = False,
-            reward_timeout: float = 60.0, scorer=None) -> tuple[list[dict[str, Any]], int]:
+def preview(
+    reward_names: list[str],
+    samples_path: str | Path,
+    max_samples: int | None = None,
+    out_path: str | Path | None = None,
+    weights: list[float] | None = None,
+    console=None,
+    sandbox_user_rewards: bool = False,
+    reward_timeout: float = 60.0,
+    scorer=None,
+) -> tuple[list[dict[str, Any]], int]:
     """Score every sample with every reward; print a table; write ``out_path`` JSONL if given.
 
     Returns ``(rows, n_errors)``: one row per sample (``index``, ``line``, ``scores``, ``reasons``,
@@ -151,9 +185,13 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     from grouprl.rewards.scorer import Scorer
 
     # The training scorer, with the preview's weights as given, never stopping on errors (it shows them).
-    scorer = scorer or Scorer(list(reward_names), list(weights) if weights is not None else [1.0] * len(reward_names),
-                              normalize_weights=False, sandbox_user_rewards=sandbox_user_rewards,
-                              reward_timeout=reward_timeout)
+    scorer = scorer or Scorer(
+        list(reward_names),
+        list(weights) if weights is not None else [1.0] * len(reward_names),
+        normalize_weights=False,
+        sandbox_user_rewards=sandbox_user_rewards,
+        reward_timeout=reward_timeout,
+    )
     scorer.max_error_fraction = 1.0
     keys, fns = scorer.keys, scorer.fns
     entries = load_samples(samples_path, max_samples)
@@ -165,8 +203,15 @@ def preview(reward_names: list[str], samples_path: str | Path, max_samples: int 
     rows: list[dict[str, Any]] = []
     good_i = 0
     for index, e in enumerate(entries):
-        row: dict[str, Any] = {"index": index, "line": e["line"], "completion": e.get("completion"),
-                               "scores": {}, "reasons": {}, "metrics": {}, "errors": []}
+        row: dict[str, Any] = {
+            "index": index,
+            "line": e["line"],
+            "completion": e.get("completion"),
+            "scores": {},
+            "reasons": {},
+            "metrics": {},
+            "errors": [],
+        }
         if "error" in e:
             row["errors"].append(e["error"])
             row["scores"] = {k: None for k in keys}
@@ -248,8 +293,7 @@ def list_rewards(console=None) -> list[tuple[str, str, str, str]]:
     entries = []
     for name, fn in sorted(registry.REWARDS.items()):
         typed = registry.is_typed(fn)
-        entries.append((name, "typed" if typed else "plain", fn.reward_mode if typed else "-",
-                        _first_doc_line(fn)))
+        entries.append((name, "typed" if typed else "plain", fn.reward_mode if typed else "-", _first_doc_line(fn)))
     from grouprl.rewards.learned.model_rewards import MODEL_REWARDS
 
     entries += [(name, kind, "-", what) for name, (kind, what) in MODEL_REWARDS.items()]
@@ -278,10 +322,17 @@ def cmd_rewards_preview(args: argparse.Namespace) -> int:
         scorer = run_scorer(args.config) if args.config else None
         if scorer is None and not args.reward:
             raise ValueError("give --reward (repeatable) or --config RECIPE")
-        _, n_errors = preview(args.reward, args.samples, max_samples=args.max_samples, out_path=args.out,
-                              weights=args.weight, console=console,
-                              sandbox_user_rewards=args.sandbox_user_rewards, reward_timeout=args.reward_timeout,
-                              scorer=scorer)
+        _, n_errors = preview(
+            args.reward,
+            args.samples,
+            max_samples=args.max_samples,
+            out_path=args.out,
+            weights=args.weight,
+            console=console,
+            sandbox_user_rewards=args.sandbox_user_rewards,
+            reward_timeout=args.reward_timeout,
+            scorer=scorer,
+        )
     except KeyError as err:  # an unknown reward or a bad path/module
         print(f"grouprl: error: {err.args[0] if err.args else err}", file=sys.stderr)
         return 2
@@ -307,8 +358,10 @@ def run_scorer(recipe: str):
 
     cfg = build_config(recipe, {})
     if cfg.task.rewards:
-        task = with_rewards(cfg, SimpleNamespace(reward_names=[], reward_kwargs={}, reward_weights=[],
-                                                 correct_reward=None, predict=None))
+        task = with_rewards(
+            cfg,
+            SimpleNamespace(reward_names=[], reward_kwargs={}, reward_weights=[], correct_reward=None, predict=None),
+        )
     else:
         task = load_task(cfg)
     return Scorer.from_config(cfg, task, learned=[])
@@ -323,27 +376,59 @@ def add_rewards_parser(sub) -> argparse.ArgumentParser:
     ls.set_defaults(func=cmd_rewards_list)
 
     pv = rsub.add_parser(
-        "preview", help="score a JSONL of samples with reward functions (no model needed)",
+        "preview",
+        help="score a JSONL of samples with reward functions (no model needed)",
         description="Score samples with reward functions and print a table. Each line: "
-                    + EXPECTED_FORMS + ". Exit code 1 when any sample errors.")
-    pv.add_argument("--reward", action="append", metavar="NAME_OR_PATH",
-                    help="built-in name, path/to/file.py:function or package.module:function (repeatable)")
-    pv.add_argument("--config", default=None, metavar="RECIPE",
-                    help="score with the rewards of this training recipe, as training does: their options, "
-                         "normalised weights (the 'total' column), sandbox rule and reward_timeout "
-                         "(instead of --reward/--weight)")
+        + EXPECTED_FORMS
+        + ". Exit code 1 when any sample errors.",
+    )
+    pv.add_argument(
+        "--reward",
+        action="append",
+        metavar="NAME_OR_PATH",
+        help="built-in name, path/to/file.py:function or package.module:function (repeatable)",
+    )
+    pv.add_argument(
+        "--config",
+        default=None,
+        metavar="RECIPE",
+        help="score with the rewards of this training recipe, as training does: their options, "
+        "normalised weights (the 'total' column), sandbox rule and reward_timeout "
+        "(instead of --reward/--weight)",
+    )
     pv.add_argument("--samples", required=True, metavar="FILE.jsonl", help="samples JSONL (required)")
-    pv.add_argument("--sandbox_user_rewards", "--sandbox-user-rewards", dest="sandbox_user_rewards",
-                    action="store_true", help="run path/to/file.py:function rewards in the sandbox, as training "
-                                              "does with sandbox_user_rewards: true; refuse anything else that "
-                                              "would be imported (default: off)")
-    pv.add_argument("--reward_timeout", "--reward-timeout", dest="reward_timeout", type=float, default=60.0,
-                    help="seconds one reward call may take; then its samples are errors (default: 60)")
-    pv.add_argument("--max-samples", dest="max_samples", type=int, default=None,
-                    help="score only the first N lines (default: all)")
-    pv.add_argument("--out", default=None, metavar="FILE",
-                    help="per-sample JSONL: index, scores, reasons, metrics, errors (default: none)")
-    pv.add_argument("--weight", action="append", type=float, default=None,
-                    help="weight of each --reward, in order, for a weighted 'total' column (default: none)")
+    pv.add_argument(
+        "--sandbox_user_rewards",
+        "--sandbox-user-rewards",
+        dest="sandbox_user_rewards",
+        action="store_true",
+        help="run path/to/file.py:function rewards in the sandbox, as training "
+        "does with sandbox_user_rewards: true; refuse anything else that "
+        "would be imported (default: off)",
+    )
+    pv.add_argument(
+        "--reward_timeout",
+        "--reward-timeout",
+        dest="reward_timeout",
+        type=float,
+        default=60.0,
+        help="seconds one reward call may take; then its samples are errors (default: 60)",
+    )
+    pv.add_argument(
+        "--max-samples", dest="max_samples", type=int, default=None, help="score only the first N lines (default: all)"
+    )
+    pv.add_argument(
+        "--out",
+        default=None,
+        metavar="FILE",
+        help="per-sample JSONL: index, scores, reasons, metrics, errors (default: none)",
+    )
+    pv.add_argument(
+        "--weight",
+        action="append",
+        type=float,
+        default=None,
+        help="weight of each --reward, in order, for a weighted 'total' column (default: none)",
+    )
     pv.set_defaults(func=cmd_rewards_preview)
     return rw

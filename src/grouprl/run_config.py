@@ -38,8 +38,10 @@ def check_names(cfg: Config) -> Config:
     if task_config.env and "task" not in task_config.model_fields_set:
         task_config.task = "env"  # an environment from a file is played as the 'env' task
     if task_config.env and task_config.task != "env":
-        raise ConfigError(f"invalid configuration:\n  config keys 'task' and 'env': got task {task_config.task!r} with "
-                          f"env {task_config.env!r}; expected task 'env' (or none) when env names an environment")
+        raise ConfigError(
+            f"invalid configuration:\n  config keys 'task' and 'env': got task {task_config.task!r} with "
+            f"env {task_config.env!r}; expected task 'env' (or none) when env names an environment"
+        )
     for registry in plugin_registries():
         if registry.config_key is None:
             continue

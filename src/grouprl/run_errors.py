@@ -16,5 +16,13 @@ from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
 from grouprl.job.preemption import Preempted
 
-RUN_FAILURES = (RewardFailure, CheckpointError, NonFiniteUpdates, TooManyStuckRewards, VLLMServerError,
-                HubRevisionError, DiskFull, Preempted)
+RUN_FAILURES = (
+    RewardFailure,
+    CheckpointError,
+    NonFiniteUpdates,
+    TooManyStuckRewards,
+    VLLMServerError,
+    HubRevisionError,
+    DiskFull,
+    Preempted,
+)

@@ -69,10 +69,13 @@ def import_callable(spec: str, what: str = "reward") -> Callable[..., Any]:
         except (Exception, SystemExit) as err:  # noqa: BLE001 - the user's file failed at import: name it
             sys.modules.pop(module_name, None)
             if isinstance(err, SystemExit):  # sys.exit(0) at import must not end the run as a success
-                raise KeyError(f"{what} '{spec}': importing {path} called sys.exit({err.code!r}) "
-                               f"{_where(err, path)}a {what} file must define its function, not exit") from None
-            raise KeyError(f"{what} '{spec}': importing {path} raised {_where(err, path)}"
-                           f"{type(err).__name__}: {err}") from err
+                raise KeyError(
+                    f"{what} '{spec}': importing {path} called sys.exit({err.code!r}) "
+                    f"{_where(err, path)}a {what} file must define its function, not exit"
+                ) from None
+            raise KeyError(
+                f"{what} '{spec}': importing {path} raised {_where(err, path)}{type(err).__name__}: {err}"
+            ) from err
     else:
         try:
             module = importlib.import_module(where)

@@ -129,8 +129,13 @@ def test_advantages_sum_to_zero_within_each_group():
 
 # --- degenerate groups ------------------------------------------------------------------------
 
-ESTIMATORS = [("grpo", {"scale": "group"}), ("grpo", {"scale": "batch"}), ("grpo", {"scale": "none"}),
-              ("dr_grpo", {}), ("rloo", {})]
+ESTIMATORS = [
+    ("grpo", {"scale": "group"}),
+    ("grpo", {"scale": "batch"}),
+    ("grpo", {"scale": "none"}),
+    ("dr_grpo", {}),
+    ("rloo", {}),
+]
 
 
 @pytest.mark.parametrize("name, kw", ESTIMATORS)
@@ -237,8 +242,7 @@ def test_clipped_surrogate_hand_computed():
 
 def _grad(ratio: float, advantage: float, **kw) -> float:
     logps = torch.tensor([[math.log(ratio)]], requires_grad=True)
-    loss, _ = policy_loss(logps, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1),
-                          loss_type="grpo", **kw)
+    loss, _ = policy_loss(logps, torch.zeros(1, 1), torch.tensor([advantage]), torch.ones(1, 1), loss_type="grpo", **kw)
     loss.backward()
     return float(logps.grad)
 
@@ -292,8 +296,10 @@ def test_dapo_gradient_accumulation_matches_full_batch():
     mask = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1], [1, 0, 0, 0, 0], [1, 1, 0, 0, 0]])
     full, _ = policy_loss(logps, old, advs, mask, loss_type="dapo")
     n = float(mask.sum())
-    parts = [policy_loss(logps[s], old[s], advs[s], mask[s], loss_type="dapo", num_items_in_batch=n)[0]
-             for s in (slice(0, 2), slice(2, 4))]
+    parts = [
+        policy_loss(logps[s], old[s], advs[s], mask[s], loss_type="dapo", num_items_in_batch=n)[0]
+        for s in (slice(0, 2), slice(2, 4))
+    ]
     assert float(sum(parts)) == pytest.approx(float(full), abs=1e-6)
 
 

@@ -60,7 +60,8 @@ def test_gigpo_mean_norm_by_hand():
     assert p.step_advantage.tolist() == pytest.approx([0.25, 0, 0, 0.25, 0, -0.25, -0.25])
     assert p.anchor_size.tolist() == [3, 2, 3, 2, 2, 3, 2]
     assert p.advantage.tolist() == pytest.approx(
-        [third + 0.25, third, third, third + 0.25, third, -2 * third - 0.25, -2 * third - 0.25])
+        [third + 0.25, third, third, third + 0.25, third, -2 * third - 0.25, -2 * third - 0.25]
+    )
     half = gigpo_parts(scores, groups, steps, gamma=0.5, step_advantage_weight=0.5).advantage
     assert half.tolist() == pytest.approx((p.episode_advantage + 0.5 * p.step_advantage).tolist())
 
@@ -87,8 +88,9 @@ def test_gigpo_equals_grpo_when_no_anchor_repeats():
     lengths = torch.randint(1, 5, (n_groups * G,))
     episode = torch.repeat_interleave(torch.arange(n_groups * G), lengths)
     states = [f"unique-{i}" for i in range(len(episode))]  # no state is seen twice
-    steps = StepTensors(episode, torch.rand(len(episode)),
-                        torch.tensor(anchor_group_ids(groups[episode].tolist(), states)))
+    steps = StepTensors(
+        episode, torch.rand(len(episode)), torch.tensor(anchor_group_ids(groups[episode].tolist(), states))
+    )
     gigpo = step_advantages("gigpo", scores, groups, steps)
     assert torch.equal(gigpo, grpo_advantage(scores, groups, scale="none")[episode])
     gigpo_std = step_advantages("gigpo", scores, groups, steps, norm="mean_std_norm", epsilon=1e-4)

@@ -15,8 +15,9 @@ def test_gdpo_by_hand():
     correct = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0]
     length = [30.0, 10.0, 20.0, 5.0, 5.0, 5.0]  # the second group has no length spread
     groups = torch.tensor([0, 0, 0, 1, 1, 1])
-    parts = RewardParts({"correct": torch.tensor(correct), "length": torch.tensor(length)},
-                        {"correct": 0.5, "length": 0.5})
+    parts = RewardParts(
+        {"correct": torch.tensor(correct), "length": torch.tensor(length)}, {"correct": 0.5, "length": 0.5}
+    )
     scores = torch.tensor([0.5 * c + 0.5 * n for c, n in zip(correct, length)])
 
     def norm(values, members):
@@ -35,8 +36,9 @@ def test_gdpo_by_hand():
     plain = run_estimator(get_estimator("grpo"), scores, groups)
     assert int(plain[:3].argmax()) == 0 and int(got[:3].argmax()) == 0
     assert float(got[1]) < float(got[2]) and float(plain[2]) > float(plain[1])
-    assert run_estimator(get_estimator("gdpo"), scores, groups, parts=parts, batch_norm=False)[3:].tolist() == pytest.approx(
-        [0.5 * v for v in norm(correct, [3, 4, 5])], rel=1e-5)
+    assert run_estimator(get_estimator("gdpo"), scores, groups, parts=parts, batch_norm=False)[
+        3:
+    ].tolist() == pytest.approx([0.5 * v for v in norm(correct, [3, 4, 5])], rel=1e-5)
 
 
 def test_gdpo_missing_scores_and_missing_parts():
@@ -56,20 +58,32 @@ def test_a_user_estimator_sees_each_reward_through_the_trainer(tiny_arithmetic_d
     from grouprl.train.trainer import Trainer
 
     path = tmp_path / "mine.py"
-    path.write_text("SEEN = []\n"
-                    "def per_reward(scores, group_ids, parts, shift=0.0):\n"
-                    "    SEEN.append(parts)\n"
-                    "    return scores - scores.mean() + shift\n")
-    cfg = build_config(None, {"output_dir": str(tmp_path / "run"), "batch_size": 2, "num_generations": 2,
-                              "max_new_tokens": 3, "n_eval": 0, "n_train": 10, "device": "cpu",
-                              "advantage": f"{path}:per_reward", "advantage_options": {"shift": 0.5},
-                              "rewards": [{"name": "arithmetic_exact", "weight": 3.0}, {"name": "length"}]},
-                       environ={})
+    path.write_text(
+        "SEEN = []\n"
+        "def per_reward(scores, group_ids, parts, shift=0.0):\n"
+        "    SEEN.append(parts)\n"
+        "    return scores - scores.mean() + shift\n"
+    )
+    cfg = build_config(
+        None,
+        {
+            "output_dir": str(tmp_path / "run"),
+            "batch_size": 2,
+            "num_generations": 2,
+            "max_new_tokens": 3,
+            "n_eval": 0,
+            "n_train": 10,
+            "device": "cpu",
+            "advantage": f"{path}:per_reward",
+            "advantage_options": {"shift": 0.5},
+            "rewards": [{"name": "arithmetic_exact", "weight": 3.0}, {"name": "length"}],
+        },
+        environ={},
+    )
     policy = load_policy(cfg.model, str(tiny_arithmetic_dir), torch.device("cpu"), need_reference=False)
     trainer = Trainer(cfg, policy, load_task(cfg))
     record = trainer.train_step()
     (parts,) = trainer.estimator.fn.__globals__["SEEN"]
     assert set(parts.scores) == {"arithmetic_exact", "length"}
     assert parts.weights == pytest.approx({"arithmetic_exact": 0.75, "length": 0.25})
-    assert parts.scores["arithmetic_exact"].tolist() == [v.parts["arithmetic_exact"]
-                                                         for v in record.scores.verdicts]
+    assert parts.scores["arithmetic_exact"].tolist() == [v.parts["arithmetic_exact"] for v in record.scores.verdicts]

@@ -61,11 +61,13 @@ def grouprl_advantage(rows, scores, gamma, omega, norm, episode_stats):
         episode=torch.tensor([r["episode"] for r in rows]),
         rewards=torch.tensor([r["reward"] for r in rows], dtype=torch.float64),
         anchor=torch.tensor(anchor_group_ids([r["group"] for r in rows], [r["state"] for r in rows])),
-        penalty=torch.tensor([r["penalty"] for r in rows], dtype=torch.float64))
+        penalty=torch.tensor([r["penalty"] for r in rows], dtype=torch.float64),
+    )
     groups = torch.tensor([g for g, _ in scores])
     episode_scores = torch.tensor([s for _, s in scores], dtype=torch.float64)
-    return gigpo_parts(episode_scores, groups, steps, gamma=gamma, step_advantage_weight=omega, norm=norm,
-                       episode_stats=episode_stats).advantage.tolist()
+    return gigpo_parts(
+        episode_scores, groups, steps, gamma=gamma, step_advantage_weight=omega, norm=norm, episode_stats=episode_stats
+    ).advantage.tolist()
 
 
 def random_batch(seed: int, groups: int = 3, per_group: int = 4):
@@ -77,8 +79,16 @@ def random_batch(seed: int, groups: int = 3, per_group: int = 4):
             scores.append((g, rng.choice([0.0, 0.5, 1.0, rng.random()])))
             for _ in range(rng.randint(1, 5)):
                 invalid = rng.random() < 0.3
-                rows.append({"group": g, "episode": e, "score": scores[-1][1], "reward": rng.choice([0.0, 0.0, 1.0]),
-                             "penalty": 0.1 if invalid else 0.0, "state": rng.randint(0, 3)})
+                rows.append(
+                    {
+                        "group": g,
+                        "episode": e,
+                        "score": scores[-1][1],
+                        "reward": rng.choice([0.0, 0.0, 1.0]),
+                        "penalty": 0.1 if invalid else 0.0,
+                        "state": rng.randint(0, 3),
+                    }
+                )
     assert any(r["penalty"] for r in rows)
     return rows, scores
 
@@ -104,10 +114,12 @@ def test_on_step_by_hand():
     rows' returns: 0.5, 1.0, 0.5, 0.9; anchor A = rows 0, 2, 3 (mean 1.9 / 3), B = row 1 alone
       A_S = 0.5 - 0.6333, 0, 0.5 - 0.6333, 0.9 - 0.6333
     """
-    rows = [{"group": 0, "episode": 0, "score": 1.0, "reward": 0.0, "penalty": 0.0, "state": "A"},
-            {"group": 0, "episode": 0, "score": 1.0, "reward": 1.0, "penalty": 0.0, "state": "B"},
-            {"group": 0, "episode": 1, "score": 0.5, "reward": 0.0, "penalty": 0.0, "state": "A"},
-            {"group": 0, "episode": 1, "score": 0.5, "reward": 1.0, "penalty": 0.1, "state": "A"}]
+    rows = [
+        {"group": 0, "episode": 0, "score": 1.0, "reward": 0.0, "penalty": 0.0, "state": "A"},
+        {"group": 0, "episode": 0, "score": 1.0, "reward": 1.0, "penalty": 0.0, "state": "B"},
+        {"group": 0, "episode": 1, "score": 0.5, "reward": 0.0, "penalty": 0.0, "state": "A"},
+        {"group": 0, "episode": 1, "score": 0.5, "reward": 1.0, "penalty": 0.1, "state": "A"},
+    ]
     m = 1.9 / 3
     expected = [0.25 + 0.5 - m, 0.25, -0.25 + 0.5 - m, -0.35 + 0.9 - m]
     assert grouprl_advantage(rows, [(0, 1.0), (0, 0.5)], 0.5, 1.0, "mean_norm", "episode") == pytest.approx(expected)
@@ -121,11 +133,17 @@ def test_without_penalties_the_estimator_is_unchanged():
     rows, scores = random_batch(3)
     for r in rows:
         r["penalty"] = 0.0
-    steps = StepTensors(episode=torch.tensor([r["episode"] for r in rows]),
-                        rewards=torch.tensor([r["reward"] for r in rows], dtype=torch.float64),
-                        anchor=torch.tensor(anchor_group_ids([r["group"] for r in rows], [r["state"] for r in rows])))
-    plain = gigpo_parts(torch.tensor([s for _, s in scores], dtype=torch.float64), torch.tensor([g for g, _ in scores]),
-                        steps, gamma=0.9)
+    steps = StepTensors(
+        episode=torch.tensor([r["episode"] for r in rows]),
+        rewards=torch.tensor([r["reward"] for r in rows], dtype=torch.float64),
+        anchor=torch.tensor(anchor_group_ids([r["group"] for r in rows], [r["state"] for r in rows])),
+    )
+    plain = gigpo_parts(
+        torch.tensor([s for _, s in scores], dtype=torch.float64),
+        torch.tensor([g for g, _ in scores]),
+        steps,
+        gamma=0.9,
+    )
     assert plain.advantage.tolist() == pytest.approx(grouprl_advantage(rows, scores, 0.9, 1.0, "mean_norm", "episode"))
     assert plain.returns.tolist() == pytest.approx(discounted_returns(steps.rewards, steps.episode, 0.9).tolist())
 

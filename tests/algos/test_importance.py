@@ -35,8 +35,9 @@ def test_loss_weights_the_policy_term_only():
     assert float(loss) == pytest.approx(-1.5 * (2.0 + 0.5) / 2)
     assert torch.allclose(logps.grad, torch.tensor([[-1.5, -0.375]]))
     ref = torch.tensor([[-1.2, -2.0]])
-    with_kl, _ = policy_loss(logps, logps.detach(), adv, mask, loss_type="dapo", beta=0.1, ref_logps=ref,
-                             token_weights=w)
+    with_kl, _ = policy_loss(
+        logps, logps.detach(), adv, mask, loss_type="dapo", beta=0.1, ref_logps=ref, token_weights=w
+    )
     kl = math.exp(-0.2) + 0.2 - 1  # k3 on token 0; token 1 has none; not multiplied by w
     assert float(with_kl) == pytest.approx(float(loss) + 0.1 * kl / 2, rel=1e-6)
 

@@ -34,12 +34,15 @@ def test_builtins_are_registered_with_their_options():
         assert "=" in doc and "20" in doc, loss.name
 
 
-@pytest.mark.parametrize("ratio, adv, loss, grad", [
-    (1.5, 1.0, -1.2, 0.0),  # clipped above: 1 + 0.2, no gradient
-    (1.1, 1.0, -1.1, -1.1),  # inside: -rho A, d/dlogp = -rho A
-    (0.5, -1.0, 0.8, 0.0),  # clipped below with A < 0
-    (3.0, -1.0, 3.0, 3.0),  # A < 0, ratio high: min picks the unclipped -> unbounded without delta
-])
+@pytest.mark.parametrize(
+    "ratio, adv, loss, grad",
+    [
+        (1.5, 1.0, -1.2, 0.0),  # clipped above: 1 + 0.2, no gradient
+        (1.1, 1.0, -1.1, -1.1),  # inside: -rho A, d/dlogp = -rho A
+        (0.5, -1.0, 0.8, 0.0),  # clipped below with A < 0
+        (3.0, -1.0, 3.0, 3.0),  # A < 0, ratio high: min picks the unclipped -> unbounded without delta
+    ],
+)
 def test_ppo_clip_hand_values(ratio, adv, loss, grad):
     got = one_token(ratio, adv, "ppo_clip")
     assert got == pytest.approx((loss, grad), abs=1e-6)
@@ -57,8 +60,9 @@ def test_gspo_uses_the_length_normalised_sequence_ratio():
     old = torch.tensor([[-1.0, -2.0, -0.5]])
     logps = (old + torch.tensor([[0.1, 0.3, 5.0]])).requires_grad_(True)
     mask = torch.tensor([[1, 1, 0]])
-    loss, stats = policy_objective(get_loss("gspo"), logps, old, torch.tensor([2.0]), mask,
-                                   {"epsilon_low": 0.5, "epsilon_high": 0.5}, "grpo")
+    loss, stats = policy_objective(
+        get_loss("gspo"), logps, old, torch.tensor([2.0]), mask, {"epsilon_low": 0.5, "epsilon_high": 0.5}, "grpo"
+    )
     s = math.exp(0.2)
     assert float(loss) == pytest.approx(-s * 2.0, rel=1e-6)
     loss.backward()  # d(-s A)/d logp_t = -s A / |y| on each real token
@@ -78,8 +82,9 @@ def test_gspo_token_equals_gspo_for_sequence_advantages_and_weights_token_advant
     grads = []
     for name in ("gspo", "gspo_token"):
         x = logps.clone().requires_grad_(True)
-        value = policy_objective(get_loss(name), x, old, adv, mask, {"epsilon_low": 0.2, "epsilon_high": 0.2},
-                                 "dapo")[0]
+        value = policy_objective(get_loss(name), x, old, adv, mask, {"epsilon_low": 0.2, "epsilon_high": 0.2}, "dapo")[
+            0
+        ]
         value.backward()
         grads.append((float(value), x.grad))
     assert grads[0][0] == pytest.approx(grads[1][0], rel=1e-6)
@@ -87,8 +92,9 @@ def test_gspo_token_equals_gspo_for_sequence_advantages_and_weights_token_advant
     # per-token advantages: each token's gradient is scaled by its own advantage
     x = logps.clone().requires_grad_(True)
     token_adv = torch.tensor([[1.0, 0.0, 1.0, 0.0]] * 3)
-    policy_objective(get_loss("gspo_token"), x, old, token_adv, mask, {"epsilon_high": 0.2, "epsilon_low": 0.2},
-                     "dapo")[0].backward()
+    policy_objective(
+        get_loss("gspo_token"), x, old, token_adv, mask, {"epsilon_high": 0.2, "epsilon_low": 0.2}, "dapo"
+    )[0].backward()
     assert float(x.grad[0, 1]) == 0.0 and float(x.grad[0, 0]) < 0
 
 
@@ -118,9 +124,11 @@ def test_undeclared_option_is_an_error_naming_it():
 
 def test_a_loss_from_a_file(tmp_path):
     path = tmp_path / "my_loss.py"
-    path.write_text("def reinforce(logps, old_logps, advantages, mask, scale=1.0):\n"
-                    "    return -scale * advantages.unsqueeze(-1) * logps\n"
-                    "def bad(logps, advantages, **kwargs):\n    return logps\n")
+    path.write_text(
+        "def reinforce(logps, old_logps, advantages, mask, scale=1.0):\n"
+        "    return -scale * advantages.unsqueeze(-1) * logps\n"
+        "def bad(logps, advantages, **kwargs):\n    return logps\n"
+    )
     loss = get_loss(f"{path}:reinforce")
     assert loss.options == ("scale",)
     assert one_token(2.0, 1.0, f"{path}:reinforce", scale=3.0)[1] == pytest.approx(-3.0)
@@ -155,7 +163,7 @@ def test_kl_estimators():
     p, q = torch.tensor([LOG(0.5)]), torch.tensor([LOG(0.25)])  # log r = log(q/p) = log 0.5
     lr = LOG(0.5)
     assert float(kl_penalty(p, q, "k1")) == pytest.approx(-lr)
-    assert float(kl_penalty(p, q, "k2")) == pytest.approx(0.5 * lr ** 2)
+    assert float(kl_penalty(p, q, "k2")) == pytest.approx(0.5 * lr**2)
     assert float(kl_penalty(p, q, "k3")) == pytest.approx(0.5 - 1 - lr)
     with pytest.raises(ValueError, match="k1, k2, k3"):
         kl_penalty(p, q, "k4")
@@ -166,8 +174,18 @@ def test_policy_loss_is_ppo_clip_with_k3():
     logps, old, ref = (-torch.rand(2, 3, generator=gen) for _ in range(3))
     adv, mask = torch.tensor([1.0, -1.0]), torch.ones(2, 3)
     a = policy_loss(logps, old, adv, mask, "dapo", 0.1, 0.3, beta=0.1, ref_logps=ref)[0]
-    b = policy_objective(get_loss("ppo_clip"), logps, old, adv, mask, {"epsilon_low": 0.1, "epsilon_high": 0.3},
-                         "dapo", beta=0.1, ref_logps=ref, kl_estimator="k3")[0]
+    b = policy_objective(
+        get_loss("ppo_clip"),
+        logps,
+        old,
+        adv,
+        mask,
+        {"epsilon_low": 0.1, "epsilon_high": 0.3},
+        "dapo",
+        beta=0.1,
+        ref_logps=ref,
+        kl_estimator="k3",
+    )[0]
     assert float(a) == float(b)
 
 

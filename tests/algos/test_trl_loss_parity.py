@@ -33,22 +33,54 @@ B, T = 6, 7
 
 # name: (grouprl loss, its options, aggregation, TRL settings)
 CASES = {
-    "ppo_clip-grpo": ("ppo_clip", {"epsilon_low": 0.2, "epsilon_high": 0.28}, "grpo",
-                      {"loss_type": "grpo", "epsilon_low": 0.2, "epsilon_high": 0.28}),
-    "ppo_clip-bnpo": ("ppo_clip", {"epsilon_low": 0.2, "epsilon_high": 0.28}, "bnpo",
-                      {"loss_type": "bnpo", "epsilon_low": 0.2, "epsilon_high": 0.28}),
-    "ppo_clip-dapo": ("ppo_clip", {"epsilon_low": 0.2, "epsilon_high": 0.28}, "dapo",
-                      {"loss_type": "dapo", "epsilon_low": 0.2, "epsilon_high": 0.28}),
-    "ppo_clip-dr_grpo": ("ppo_clip", {"epsilon_low": 0.1, "epsilon_high": 0.3}, "dr_grpo",
-                         {"loss_type": "dr_grpo", "epsilon_low": 0.1, "epsilon_high": 0.3}),
-    "two_sided-grpo": ("two_sided_clip", {"delta": 1.25}, "grpo",
-                       {"loss_type": "grpo", "epsilon_low": 0.2, "epsilon_high": 0.2, "delta": 1.25}),
-    "two_sided-dapo": ("two_sided_clip", {"delta": 1.25}, "dapo",
-                       {"loss_type": "dapo", "epsilon_low": 0.2, "epsilon_high": 0.2, "delta": 1.25}),
-    "gspo-grpo": ("gspo", {"epsilon_low": 0.05, "epsilon_high": 0.08}, "grpo",
-                  {"loss_type": "grpo", "epsilon_low": 0.05, "epsilon_high": 0.08, "level": "sequence"}),
-    "gspo-dapo": ("gspo", {"epsilon_low": 0.05, "epsilon_high": 0.08}, "dapo",
-                  {"loss_type": "dapo", "epsilon_low": 0.05, "epsilon_high": 0.08, "level": "sequence"}),
+    "ppo_clip-grpo": (
+        "ppo_clip",
+        {"epsilon_low": 0.2, "epsilon_high": 0.28},
+        "grpo",
+        {"loss_type": "grpo", "epsilon_low": 0.2, "epsilon_high": 0.28},
+    ),
+    "ppo_clip-bnpo": (
+        "ppo_clip",
+        {"epsilon_low": 0.2, "epsilon_high": 0.28},
+        "bnpo",
+        {"loss_type": "bnpo", "epsilon_low": 0.2, "epsilon_high": 0.28},
+    ),
+    "ppo_clip-dapo": (
+        "ppo_clip",
+        {"epsilon_low": 0.2, "epsilon_high": 0.28},
+        "dapo",
+        {"loss_type": "dapo", "epsilon_low": 0.2, "epsilon_high": 0.28},
+    ),
+    "ppo_clip-dr_grpo": (
+        "ppo_clip",
+        {"epsilon_low": 0.1, "epsilon_high": 0.3},
+        "dr_grpo",
+        {"loss_type": "dr_grpo", "epsilon_low": 0.1, "epsilon_high": 0.3},
+    ),
+    "two_sided-grpo": (
+        "two_sided_clip",
+        {"delta": 1.25},
+        "grpo",
+        {"loss_type": "grpo", "epsilon_low": 0.2, "epsilon_high": 0.2, "delta": 1.25},
+    ),
+    "two_sided-dapo": (
+        "two_sided_clip",
+        {"delta": 1.25},
+        "dapo",
+        {"loss_type": "dapo", "epsilon_low": 0.2, "epsilon_high": 0.2, "delta": 1.25},
+    ),
+    "gspo-grpo": (
+        "gspo",
+        {"epsilon_low": 0.05, "epsilon_high": 0.08},
+        "grpo",
+        {"loss_type": "grpo", "epsilon_low": 0.05, "epsilon_high": 0.08, "level": "sequence"},
+    ),
+    "gspo-dapo": (
+        "gspo",
+        {"epsilon_low": 0.05, "epsilon_high": 0.08},
+        "dapo",
+        {"loss_type": "dapo", "epsilon_low": 0.05, "epsilon_high": 0.08, "level": "sequence"},
+    ),
     "cispo-dapo": ("cispo", {"epsilon_max": 1.3}, "dapo", {"loss_type": "cispo", "epsilon_high": 1.3}),
     "sapo-grpo": ("sapo", {"temperature_pos": 1.0, "temperature_neg": 1.05}, "grpo", {"loss_type": "sapo"}),
 }
@@ -62,13 +94,25 @@ def trl_trainer(tmp_path_factory):
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model_dir = str(init_tiny("0123456789+ ", tmp_path_factory.mktemp("tiny"), hidden=16, layers=1, heads=2, seed=0))
-    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl")), num_generations=2,
-                      per_device_train_batch_size=2, max_completion_length=T, use_cpu=True, report_to="none",
-                      use_bias_correction_kl=False, save_strategy="no", disable_tqdm=True)
+    args = GRPOConfig(
+        output_dir=str(tmp_path_factory.mktemp("trl")),
+        num_generations=2,
+        per_device_train_batch_size=2,
+        max_completion_length=T,
+        use_cpu=True,
+        report_to="none",
+        use_bias_correction_kl=False,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
-                          train_dataset=Dataset.from_list([{"prompt": "1+1"}]),
-                          processing_class=load_tokenizer(model_dir))
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=lambda completions, **_: [0.0] * len(completions),
+        args=args,
+        train_dataset=Dataset.from_list([{"prompt": "1+1"}]),
+        processing_class=load_tokenizer(model_dir),
+    )
     trainer.current_gradient_accumulation_steps = 1
     return trainer
 
@@ -86,8 +130,19 @@ def random_inputs(seed: int):
     return logps, old, ref, adv, mask, entropy, sampler
 
 
-def trl_loss(trainer, settings: dict, logps, old, ref, adv, mask, entropy, beta: float = 0.0,
-             is_ratio: torch.Tensor | None = None, entropy_coef: float = 0.0):
+def trl_loss(
+    trainer,
+    settings: dict,
+    logps,
+    old,
+    ref,
+    adv,
+    mask,
+    entropy,
+    beta: float = 0.0,
+    is_ratio: torch.Tensor | None = None,
+    entropy_coef: float = 0.0,
+):
     """TRL's _compute_loss on these tensors; returns the loss (its graph reaches ``logps`` and ``entropy``)."""
     args = trainer.args
     trainer.loss_type = settings["loss_type"]
@@ -100,18 +155,36 @@ def trl_loss(trainer, settings: dict, logps, old, ref, adv, mask, entropy, beta:
     trainer.entropy_coef = entropy_coef
     trainer._entropy_bonus_enabled = entropy_coef != 0.0 or trainer.use_adaptive_entropy
     trainer._get_per_token_logps_and_entropies = lambda *a, **k: (logps, entropy, None)
-    inputs = {"prompt_ids": torch.ones(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-              "completion_ids": torch.ones(B, T, dtype=torch.long), "completion_mask": mask,
-              "advantages": adv, "old_per_token_logps": old, "ref_per_token_logps": ref,
-              "num_items_in_batch": mask.sum()}
+    inputs = {
+        "prompt_ids": torch.ones(B, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.ones(B, T, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+        "num_items_in_batch": mask.sum(),
+    }
     if is_ratio is not None:
         inputs["importance_sampling_ratio"] = is_ratio
     return trainer._compute_loss(trainer.model, inputs)
 
 
 def grouprl_loss(name, options, aggregation, logps, old, ref, adv, mask, beta=0.0, weights=None):
-    return policy_objective(get_loss(name), logps, old, adv, mask, options, aggregation, beta=beta, ref_logps=ref,
-                            max_completion_length=T, num_items_in_batch=float(mask.sum()), token_weights=weights)[0]
+    return policy_objective(
+        get_loss(name),
+        logps,
+        old,
+        adv,
+        mask,
+        options,
+        aggregation,
+        beta=beta,
+        ref_logps=ref,
+        max_completion_length=T,
+        num_items_in_batch=float(mask.sum()),
+        token_weights=weights,
+    )[0]
 
 
 def value_and_grad(fn, logps):
@@ -127,8 +200,7 @@ def test_loss_matches_trl(trl_trainer, case, seed):
     name, options, aggregation, settings = CASES[case]
     logps, old, ref, adv, mask, entropy, _ = random_inputs(seed)
     ours, g_ours = value_and_grad(lambda x: grouprl_loss(name, options, aggregation, x, old, ref, adv, mask), logps)
-    theirs, g_theirs = value_and_grad(lambda x: trl_loss(trl_trainer, settings, x, old, ref, adv, mask, entropy),
-                                      logps)
+    theirs, g_theirs = value_and_grad(lambda x: trl_loss(trl_trainer, settings, x, old, ref, adv, mask, entropy), logps)
     assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-8)
     assert g_ours.abs().sum() > 0  # the inputs reach the loss
@@ -141,9 +213,11 @@ def test_kl_and_importance_weights_match_trl(trl_trainer, case):
     logps, old, ref, adv, mask, entropy, _ = random_inputs(7)
     w = torch.rand(B, T, generator=torch.Generator().manual_seed(3)) * 2
     ours, g_ours = value_and_grad(
-        lambda x: grouprl_loss(name, options, aggregation, x, old, ref, adv, mask, beta=0.04, weights=w), logps)
+        lambda x: grouprl_loss(name, options, aggregation, x, old, ref, adv, mask, beta=0.04, weights=w), logps
+    )
     theirs, g_theirs = value_and_grad(
-        lambda x: trl_loss(trl_trainer, settings, x, old, ref, adv, mask, entropy, beta=0.04, is_ratio=w), logps)
+        lambda x: trl_loss(trl_trainer, settings, x, old, ref, adv, mask, entropy, beta=0.04, is_ratio=w), logps
+    )
     assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)
     torch.testing.assert_close(g_ours, g_theirs, rtol=1e-5, atol=1e-8)
 
@@ -200,11 +274,21 @@ RECIPES = {
     "sequence-epsilon": {"loss_type": "grpo", "importance_sampling_level": "sequence", "epsilon": 0.05},
     "kl-unweighted": {"loss_type": "dapo", "beta": 0.04, "use_bias_correction_kl": False},
     "vllm": {"loss_type": "dapo", "use_vllm": True},  # sequence_mask above 3.0
-    "vllm-token": {"use_vllm": True, "vllm_importance_sampling_mode": "token_truncate",
-                   "vllm_importance_sampling_clip_max": 1.2},
-    "all": {"loss_type": "cispo", "epsilon": 1.1, "use_vllm": True, "beta": 0.04, "use_bias_correction_kl": False,
-            "multi_objective_aggregation": "normalize_then_sum", "vllm_importance_sampling_mode": "token_mask",
-            "vllm_importance_sampling_clip_max": 1.3},
+    "vllm-token": {
+        "use_vllm": True,
+        "vllm_importance_sampling_mode": "token_truncate",
+        "vllm_importance_sampling_clip_max": 1.2,
+    },
+    "all": {
+        "loss_type": "cispo",
+        "epsilon": 1.1,
+        "use_vllm": True,
+        "beta": 0.04,
+        "use_bias_correction_kl": False,
+        "multi_objective_aggregation": "normalize_then_sum",
+        "vllm_importance_sampling_mode": "token_mask",
+        "vllm_importance_sampling_clip_max": 1.3,
+    },
 }
 
 
@@ -240,11 +324,17 @@ def adopt(trainer, args) -> None:
     """The trainer, as if built with ``args`` (TRL's own GRPOConfig defaults); vLLM cannot start on CPU, so
     its switches are copied over rather than passed to the constructor."""
     trainer.args = args
-    trainer.loss_type, trainer.beta, trainer.importance_sampling_level = args.loss_type, args.beta, \
-        args.importance_sampling_level
+    trainer.loss_type, trainer.beta, trainer.importance_sampling_level = (
+        args.loss_type,
+        args.beta,
+        args.importance_sampling_level,
+    )
     trainer.epsilon_low = args.epsilon
     trainer.epsilon_high = args.epsilon_high if args.epsilon_high is not None else args.epsilon
-    trainer.use_vllm, trainer.vllm_importance_sampling_correction = args.use_vllm, args.vllm_importance_sampling_correction
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = (
+        args.use_vllm,
+        args.vllm_importance_sampling_correction,
+    )
     trainer._entropy_bonus_enabled = False
     for logged in trainer._metrics.values():
         logged.clear()
@@ -257,8 +347,11 @@ def trl_sampling_ratio(args, old, sampler, mask):
     if args.vllm_importance_sampling_mode.startswith("sequence"):
         diff = diff.sum(-1, keepdim=True)
     ratio, cap = diff.exp(), args.vllm_importance_sampling_clip_max
-    return ratio.clamp(max=cap) if args.vllm_importance_sampling_mode.endswith("truncate") else \
-        ratio.masked_fill(ratio > cap, 0.0)
+    return (
+        ratio.clamp(max=cap)
+        if args.vllm_importance_sampling_mode.endswith("truncate")
+        else ratio.masked_fill(ratio > cap, 0.0)
+    )
 
 
 @pytest.mark.parametrize("name", list(RECIPES))
@@ -276,24 +369,46 @@ def test_trl_recipe_gives_trls_loss_gradient_and_clip_ratios(trl_trainer, tmp_pa
     is_ratio = trl_sampling_ratio(args, old, sampler, mask) if args.use_vllm else None
     loss, options = resolve_loss(cfg)
     correct = cfg.rollout.generation_backend != "hf" and cfg.speed.sampling_correction != "none"
-    weights = sampling_correction(cfg.speed.sampling_correction)(
-        old, sampler, mask, cap=cfg.speed.sampling_correction_cap)[0] if correct else None
+    weights = (
+        sampling_correction(cfg.speed.sampling_correction)(old, sampler, mask, cap=cfg.speed.sampling_correction_cap)[0]
+        if correct
+        else None
+    )
     stats = {}
 
     def ours(x):
-        value, s = policy_objective(loss, x, old, adv, mask, options, cfg.algorithm.loss_type, beta=cfg.algorithm.beta,
-                                    ref_logps=ref, kl_estimator=cfg.objective.kl_estimator, max_completion_length=T,
-                                    num_items_in_batch=float(mask.sum()), token_weights=weights)
+        value, s = policy_objective(
+            loss,
+            x,
+            old,
+            adv,
+            mask,
+            options,
+            cfg.algorithm.loss_type,
+            beta=cfg.algorithm.beta,
+            ref_logps=ref,
+            kl_estimator=cfg.objective.kl_estimator,
+            max_completion_length=T,
+            num_items_in_batch=float(mask.sum()),
+            token_weights=weights,
+        )
         stats.update(s)
         return value
 
     mine, g_mine = value_and_grad(ours, logps)
     x = logps.clone().requires_grad_(True)
     trl_trainer._get_per_token_logps_and_entropies = lambda *a, **k: (x, entropy, None)
-    inputs = {"prompt_ids": torch.ones(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
-              "completion_ids": torch.ones(B, T, dtype=torch.long), "completion_mask": mask, "advantages": adv,
-              "old_per_token_logps": old, "ref_per_token_logps": ref, "num_items_in_batch": mask.sum(),
-              "importance_sampling_ratio": is_ratio}
+    inputs = {
+        "prompt_ids": torch.ones(B, 1, dtype=torch.long),
+        "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.ones(B, T, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": adv,
+        "old_per_token_logps": old,
+        "ref_per_token_logps": ref,
+        "num_items_in_batch": mask.sum(),
+        "importance_sampling_ratio": is_ratio,
+    }
     theirs_t = trl_trainer._compute_loss(trl_trainer.model, inputs)
     (g_theirs,) = torch.autograd.grad(theirs_t, x)
     assert mine == pytest.approx(float(theirs_t), rel=1e-5, abs=1e-7)
@@ -326,14 +441,17 @@ def test_gdpo_is_trls_normalize_then_sum():
     torch.testing.assert_close(ours, trl_adv, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("keys, named", [
-    ({"loss_type": "cispo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
-    ({"loss_type": "dapo", "beta": 0.04, "use_bias_correction_kl": True}, "use_bias_correction_kl"),
-    ({"max_completion_length": 7, "beta": 0.04}, "use_bias_correction_kl"),  # TRL's default: true
-    ({"use_vllm": True, "vllm_importance_sampling_clip_min": 0.5}, "vllm_importance_sampling_clip_min"),
-    ({"multi_objective_aggregation": "normalize_then_sum", "advantage": "rloo"}, "multi_objective_aggregation"),
-    ({"loss_type": "luspo"}, "loss_type"),
-])
+@pytest.mark.parametrize(
+    "keys, named",
+    [
+        ({"loss_type": "cispo", "importance_sampling_level": "sequence"}, "importance_sampling_level"),
+        ({"loss_type": "dapo", "beta": 0.04, "use_bias_correction_kl": True}, "use_bias_correction_kl"),
+        ({"max_completion_length": 7, "beta": 0.04}, "use_bias_correction_kl"),  # TRL's default: true
+        ({"use_vllm": True, "vllm_importance_sampling_clip_min": 0.5}, "vllm_importance_sampling_clip_min"),
+        ({"multi_objective_aggregation": "normalize_then_sum", "advantage": "rloo"}, "multi_objective_aggregation"),
+        ({"loss_type": "luspo"}, "loss_type"),
+    ],
+)
 def test_what_grouprl_cannot_do_as_trl_is_refused_in_one_line(tmp_path, keys, named):
     from grouprl.config import ConfigError
 

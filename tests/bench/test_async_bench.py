@@ -27,8 +27,11 @@ def load(path: Path):
 
 
 def test_the_tool_service_answers_over_http_after_its_delay(tmp_path):
-    service = ServedProcess([sys.executable, str(REPO / "bench" / "async_rollouts.py"), "--serve-tool", "{port}"],
-                            tmp_path / "tool.log", startup_s=60)
+    service = ServedProcess(
+        [sys.executable, str(REPO / "bench" / "async_rollouts.py"), "--serve-tool", "{port}"],
+        tmp_path / "tool.log",
+        startup_s=60,
+    )
     service.start()
     try:
         start = time.perf_counter()
@@ -62,8 +65,9 @@ def test_a_finished_learning_run_is_read_back_not_rerun(tmp_path):
     experiment = load(REPO / "experiments" / "async_learning.py")
     out = tmp_path / "sync_0"
     out.mkdir()
-    (out / "summary.json").write_text(json.dumps({"accuracy_before": 0.27, "accuracy_after": 0.5,
-                                                  "wall_seconds": 130.0}))
+    (out / "summary.json").write_text(
+        json.dumps({"accuracy_before": 0.27, "accuracy_after": 0.5, "wall_seconds": 130.0})
+    )
     (out / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "accuracy": s / 10}) + "\n" for s in (1, 2)))
     (out / "load.json").write_text(json.dumps({"before": [1, 1, 1], "after": [2, 2, 2]}))
     # a model that does not exist: running it would fail, so reading it back is the only way to pass
@@ -84,9 +88,12 @@ def test_the_judge_served_one_request_at_a_time_queues_the_others(tmp_path):
     done: list[float] = []
 
     def ask():
-        body = json.dumps({"model": "grader", "messages": [{"role": "user", "content": "Question: 2+3\n\nResponse:\n5"}]})
-        request = urllib.request.Request(f"{server.base_url}/chat/completions", data=body.encode(),
-                                         headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {"model": "grader", "messages": [{"role": "user", "content": "Question: 2+3\n\nResponse:\n5"}]}
+        )
+        request = urllib.request.Request(
+            f"{server.base_url}/chat/completions", data=body.encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as reply:
             assert "SCORE: 10" in json.loads(reply.read())["choices"][0]["message"]["content"]
         done.append(time.perf_counter())

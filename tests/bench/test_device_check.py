@@ -22,8 +22,13 @@ PARTS = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_q
 def run_check(out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPRL_") and k != "OUT"}
     env.update(PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
-    return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--fast", "--out", str(out), *extra],
-                          env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--fast", "--out", str(out), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def numbers_in(value) -> list[float]:
@@ -130,8 +135,14 @@ def _alive(pid: int) -> bool:
 
 def test_markdown_has_every_table(fast_check):
     md = fast_check[1]
-    for heading in ("# grouprl GPU check: cpu", "## Training steps", "## Grouped vs padded scoring",
-                    "## One update's scoring", "## Asynchronous rollouts", "## Parts"):
+    for heading in (
+        "# grouprl GPU check: cpu",
+        "## Training steps",
+        "## Grouped vs padded scoring",
+        "## One update's scoring",
+        "## Asynchronous rollouts",
+        "## Parts",
+    ):
         assert heading in md
     assert md.count("| ok |") == len(PARTS)
 
@@ -159,8 +170,9 @@ def test_generation_probe_runs_on_cpu(tmp_path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     out = tmp_path / "probe.json"
-    results = module.main(["--device", "cpu", "--fast", "--repeats", "1", "--threads", "1", "--profile",
-                           "--out", str(out)])
+    results = module.main(
+        ["--device", "cpu", "--fast", "--repeats", "1", "--threads", "1", "--profile", "--out", str(out)]
+    )
     tiny = results["tiny"]
     assert set(tiny["paths"]) == {"loop inverse_cdf", "loop multinomial", "loop no onednn", "hf generate"}
     for timing in tiny["paths"].values():

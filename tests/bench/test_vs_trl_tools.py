@@ -32,12 +32,36 @@ def warm_tool_model(tmp_path_factory) -> str:
 
 def run_worker(which: str, model: str, out: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPRL_")}
-    env.update(PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-               TRL_EXPERIMENTAL_SILENCE="1")
+    env.update(
+        PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1"
+    )
     result = out / f"{which}.json"
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "vs_trl_tools.py"), "--which", which, "--model", model,
-                           "--result-file", str(result), "--steps", "1", "--prompts", "2", "--k", "2",
-                           "--n-train", "2", "--top-k", "1"], env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "vs_trl_tools.py"),
+            "--which",
+            which,
+            "--model",
+            model,
+            "--result-file",
+            str(result),
+            "--steps",
+            "1",
+            "--prompts",
+            "2",
+            "--k",
+            "2",
+            "--n-train",
+            "2",
+            "--top-k",
+            "1",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return json.loads(result.read_text())
 
@@ -56,8 +80,9 @@ def test_trl_renders_the_prompt_grouprl_renders(warm_tool_model):
     for row in task.train_rows:
         messages = task.env_factory(row)().reset().messages
         _, grouprl_ids = initial_prompt(tok, messages, settings)
-        trl_ids = tok.apply_chat_template(messages, tools=vs_trl_tools.trl_tools(), add_generation_prompt=True,
-                                          tokenize=True, return_dict=True)["input_ids"]
+        trl_ids = tok.apply_chat_template(
+            messages, tools=vs_trl_tools.trl_tools(), add_generation_prompt=True, tokenize=True, return_dict=True
+        )["input_ids"]
         assert trl_ids == grouprl_ids
     assert [t("6 * 7") for t in vs_trl_tools.trl_tools()[:1]] == ["42"]  # the very tool, the same result
 

@@ -46,8 +46,20 @@ def not_a_model(tmp_path) -> Path:
 
 
 def _run(model: Path, out: Path, *extra: str) -> int:
-    return main(["train", "--model_name_or_path", str(model), "--output_dir", str(out), "--max_steps", "1",
-                 "--n_eval", "0", *extra])
+    return main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "1",
+            "--n_eval",
+            "0",
+            *extra,
+        ]
+    )
 
 
 def test_empty_dataset(tmp_path, not_a_model, capsys):
@@ -58,7 +70,7 @@ def test_empty_dataset(tmp_path, not_a_model, capsys):
 
 
 def test_malformed_jsonl_row(tmp_path, not_a_model, capsys):
-    data = _gsm8k_dir(tmp_path, json.dumps(GOOD_ROW) + "\n{\"question\": \"x\", \n")
+    data = _gsm8k_dir(tmp_path, json.dumps(GOOD_ROW) + '\n{"question": "x", \n')
     assert _run(not_a_model, tmp_path / "o", "--task", "gsm8k", "--dataset_name_or_path", str(data)) == 2
     err = _one_line(capsys)
     assert f"{data / 'train.jsonl'}:2" in err and "not valid JSON" in err
@@ -80,8 +92,20 @@ def test_missing_model_path(tmp_path, capsys):
 def test_yaml_syntax_error_names_the_file(tmp_path, not_a_model, capsys):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("train:\n  max_steps: 3\n  learning_rate: [1e-3\n")
-    assert main(["train", "--config", str(recipe), "--model_name_or_path", str(not_a_model),
-                 "--output_dir", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(recipe),
+                "--model_name_or_path",
+                str(not_a_model),
+                "--output_dir",
+                str(tmp_path / "o"),
+            ]
+        )
+        == 2
+    )
     err = _one_line(capsys)
     assert str(recipe) in err and "YAML syntax error at line" in err
 
@@ -116,6 +140,11 @@ def test_debug_shows_the_long_form(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text("train: [unclosed\n")
     src = Path(__file__).resolve().parents[2] / "src"
-    p = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--config", str(recipe)], capture_output=True,
-                       text=True, env={**os.environ, "LOGLEVEL": "DEBUG", "PYTHONPATH": str(src)}, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "grouprl.cli", "train", "--config", str(recipe)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "LOGLEVEL": "DEBUG", "PYTHONPATH": str(src)},
+        timeout=120,
+    )
     assert p.returncode == 2 and "Traceback" in p.stderr and "YAML syntax error" in p.stderr

@@ -15,7 +15,9 @@ def _one_line(capsys, code: int) -> str:
     printed = capsys.readouterr().err.strip()
     assert code == 2, printed
     line = printed.splitlines()[-1] if printed else ""
-    assert "Traceback" not in printed and line.startswith("grouprl: error: ") and printed.count("grouprl:") == 1, printed
+    assert "Traceback" not in printed and line.startswith("grouprl: error: ") and printed.count("grouprl:") == 1, (
+        printed
+    )
     return line
 
 
@@ -25,9 +27,15 @@ def _rows(path, n=3):
 
 
 GENERATE_FLAGS = {
-    "base_url": ("not a url", "an http(s) URL"), "num_generations": ("0", ">= 1"), "max_new_tokens": ("-5", ">= 1"),
-    "concurrency": ("0", ">= 1"), "retries": ("-1", ">= 0"), "max_rows": ("0", ">= 1"),
-    "temperature": ("-0.1", ">= 0"), "top_p": ("1.5", "in (0, 1]"), "timeout": ("0", "> 0 seconds"),
+    "base_url": ("not a url", "an http(s) URL"),
+    "num_generations": ("0", ">= 1"),
+    "max_new_tokens": ("-5", ">= 1"),
+    "concurrency": ("0", ">= 1"),
+    "retries": ("-1", ">= 0"),
+    "max_rows": ("0", ">= 1"),
+    "temperature": ("-0.1", ">= 0"),
+    "top_p": ("1.5", "in (0, 1]"),
+    "timeout": ("0", "> 0 seconds"),
     "backoff_seconds": ("nan", ">= 0 seconds"),
 }
 
@@ -35,16 +43,34 @@ GENERATE_FLAGS = {
 @pytest.mark.parametrize("flag", sorted(GENERATE_FLAGS))
 def test_generate_flags(flag, tmp_path, capsys):
     value, expected = GENERATE_FLAGS[flag]
-    args = {"dataset": str(_rows(tmp_path / "rows.jsonl")), "model": "m", "base_url": "http://127.0.0.1:9/v1",
-            "output_dir": str(tmp_path / "out"), flag: value}
+    args = {
+        "dataset": str(_rows(tmp_path / "rows.jsonl")),
+        "model": "m",
+        "base_url": "http://127.0.0.1:9/v1",
+        "output_dir": str(tmp_path / "out"),
+        flag: value,
+    }
     err = _one_line(capsys, main(["generate", *[x for k, v in args.items() for x in (f"--{k}", v)], "--no-progress"]))
     assert f"--{flag}" in err and expected in err
     assert not (tmp_path / "out").exists()  # nothing written
 
 
 def _generate(tmp_path, data, *extra):
-    return main(["generate", "--dataset", str(data), "--model", "m", "--base_url", "http://127.0.0.1:9/v1",
-                 "--output_dir", str(tmp_path / "out"), "--no-progress", *extra])
+    return main(
+        [
+            "generate",
+            "--dataset",
+            str(data),
+            "--model",
+            "m",
+            "--base_url",
+            "http://127.0.0.1:9/v1",
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 def test_generate_inputs(tmp_path, capsys):
@@ -69,17 +95,20 @@ EVAL_FLAGS = {"--n": "0", "--batch_size": "0", "--max_new_tokens": "0", "--tempe
 
 @pytest.mark.parametrize("flag", sorted(EVAL_FLAGS))
 def test_eval_flags(flag, tiny_arithmetic_dir, capsys):
-    err = _one_line(capsys, main(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", flag,
-                                  EVAL_FLAGS[flag]]))
+    err = _one_line(
+        capsys, main(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", flag, EVAL_FLAGS[flag]])
+    )
     assert f"eval {flag}" in err
 
 
 def test_eval_paths(tiny_arithmetic_dir, tmp_path, capsys):
-    err = _one_line(capsys, main(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--out",
-                                  str(tmp_path)]))
+    err = _one_line(
+        capsys, main(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--out", str(tmp_path)])
+    )
     assert "is a folder" in err
-    assert "does not exist" in _one_line(capsys, main(["eval", "--model", str(tmp_path / "nope"), "--task",
-                                                       "arithmetic"]))
+    assert "does not exist" in _one_line(
+        capsys, main(["eval", "--model", str(tmp_path / "nope"), "--task", "arithmetic"])
+    )
     (tmp_path / "empty_model").mkdir()
     err = _one_line(capsys, main(["eval", "--model", str(tmp_path / "empty_model"), "--task", "arithmetic"]))
     assert "cannot load a model and tokenizer there" in err
@@ -87,15 +116,23 @@ def test_eval_paths(tiny_arithmetic_dir, tmp_path, capsys):
 
 def test_plot_inputs(tmp_path, capsys):
     good = tmp_path / "rollouts.jsonl"
-    good.write_text("".join(json.dumps({"step": s, "prompt_id": "p0", "prompt": "q", "reward": 0.5, "correct": True})
-                            + "\n" for s in (1, 2)))
+    good.write_text(
+        "".join(
+            json.dumps({"step": s, "prompt_id": "p0", "prompt": "q", "reward": 0.5, "correct": True}) + "\n"
+            for s in (1, 2)
+        )
+    )
     assert "is a folder" in _one_line(capsys, main(["plot", str(tmp_path)]))
     assert "--out" in _one_line(capsys, main(["plot", str(good), "--out", str(tmp_path)]))
     assert "--out" in _one_line(capsys, main(["plot", str(good), "--out", str(tmp_path / "curve.nope")]))
-    assert "--prompt_id nope: not in" in _one_line(capsys, main(["plot", str(good), "--prompt_id", "nope",
-                                                                  "--out", str(tmp_path / "c.png")]))
-    for name, data in {"empty": b"", "garbage": b"\xff\xfe\n[1]\n{\"step\": \"x\"}\n",
-                       "no_reward": b'{"step": 1, "prompt_id": "p", "reward": null}\n'}.items():
+    assert "--prompt_id nope: not in" in _one_line(
+        capsys, main(["plot", str(good), "--prompt_id", "nope", "--out", str(tmp_path / "c.png")])
+    )
+    for name, data in {
+        "empty": b"",
+        "garbage": b'\xff\xfe\n[1]\n{"step": "x"}\n',
+        "no_reward": b'{"step": 1, "prompt_id": "p", "reward": null}\n',
+    }.items():
         (tmp_path / f"{name}.jsonl").write_bytes(data)
         err = _one_line(capsys, main(["plot", str(tmp_path / f"{name}.jsonl"), "--out", str(tmp_path / "c.png")]))
         assert "no rollout record" in err

@@ -16,9 +16,12 @@ def test_list_prints_every_table_and_what_is_registered_now(capsys):
         del BACKENDS["recording_test"]
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split(":")[0] for line in lines] == [
-        f"{t.kind} ({t.config_key})" if t.config_key else t.kind for t in plugin_registries()]
+        f"{t.kind} ({t.config_key})" if t.config_key else t.kind for t in plugin_registries()
+    ]
     backends = next(line for line in lines if line.startswith("generation backend"))
     assert "hf, recording_test, vllm, vllm_server; or path/to/file.py:make_backend" in backends
     rewards = next(line for line in lines if line.startswith("reward:"))
     assert all(name in rewards for name in REWARDS)
-    assert next(line for line in lines if line.startswith("parser")).endswith("hermes, hermes_lenient, llama3_json, mistral")
+    assert next(line for line in lines if line.startswith("parser")).endswith(
+        "hermes, hermes_lenient, llama3_json, mistral"
+    )

@@ -45,10 +45,13 @@ def test_defaults_without_any_layer():
 
 
 def test_precedence_defaults_recipe_env_cli(tmp_path):
-    recipe = write_recipe(tmp_path / "r.yaml", {
-        "train": {"max_steps": 10, "learning_rate": 1e-3, "seed": 5},
-        "rollout": {"num_generations": 4, "batch_size": 3},
-    })
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        {
+            "train": {"max_steps": 10, "learning_rate": 1e-3, "seed": 5},
+            "rollout": {"num_generations": 4, "batch_size": 3},
+        },
+    )
     environ = {"MAX_STEPS": "20", "LR": "0.002", "NUM_GENERATIONS": "6"}
     cli_values = {"max_steps": 30}
     cfg = build_config(recipe, cli_values, environ=environ)
@@ -67,8 +70,7 @@ def test_precedence_defaults_recipe_env_cli(tmp_path):
 
 def test_grouprl_env_var_for_any_field_sits_between_recipe_and_cli(tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", {"beta": 0.5, "rewards": ["x"], "use_peft": False})
-    environ = {"GROUPRL_BETA": "0.1", "GROUPRL_REWARDS": "[gsm8k_final, arithmetic_exact]",
-               "GROUPRL_USE_PEFT": "true"}
+    environ = {"GROUPRL_BETA": "0.1", "GROUPRL_REWARDS": "[gsm8k_final, arithmetic_exact]", "GROUPRL_USE_PEFT": "true"}
     cfg = build_config(recipe, None, environ=environ)
     assert cfg.algorithm.beta == 0.1
     assert cfg.task.rewards == ["gsm8k_final", "arithmetic_exact"]  # YAML-parsed list from the environment
@@ -90,8 +92,19 @@ def test_process_environment_is_read_when_environ_not_given(monkeypatch):
 def test_seed_env_var_table_is_the_seed_scripts():
     from grouprl.config.task_sections import GrailConfig  # GRAIL's switches keep the original's names
 
-    assert set(ENV_VARS) - set(GrailConfig.env_aliases) == {"MODEL_NAME", "OUTPUT_DIR", "MAX_STEPS", "NUM_GENERATIONS", "MAX_NEW_TOKENS",
-                             "BATCH_SIZE", "GRAD_ACCUM", "LR", "N_TRAIN", "N_EVAL", "SEED"}
+    assert set(ENV_VARS) - set(GrailConfig.env_aliases) == {
+        "MODEL_NAME",
+        "OUTPUT_DIR",
+        "MAX_STEPS",
+        "NUM_GENERATIONS",
+        "MAX_NEW_TOKENS",
+        "BATCH_SIZE",
+        "GRAD_ACCUM",
+        "LR",
+        "N_TRAIN",
+        "N_EVAL",
+        "SEED",
+    }
 
 
 @pytest.mark.parametrize(
@@ -122,8 +135,11 @@ def test_each_seed_env_var_maps_to_its_field(var, raw, section, field, expected)
 
 
 def test_grail_switches_read_their_launchers_variables_below_the_flags():
-    cfg = build_config(None, {"gail_lr": 1e-4, "grail_max_history": 3},
-                       environ={"GAIL_LR": "5e-3", "GAIL_USE": "0", "GRAIL_SHOW_IDS": "1"})
+    cfg = build_config(
+        None,
+        {"gail_lr": 1e-4, "grail_max_history": 3},
+        environ={"GAIL_LR": "5e-3", "GAIL_USE": "0", "GRAIL_SHOW_IDS": "1"},
+    )
     grail = cfg.grail
     assert (grail.gail_lr, grail.gail_use, grail.grail_max_history, grail.grail_show_ids) == (1e-4, False, 3, True)
     with pytest.raises(ConfigError, match="'gail_use' .*got 'maybe'"):
@@ -141,20 +157,37 @@ def test_bad_seed_env_value_names_key_and_value():
 
 
 def test_flat_and_nested_recipes_are_equivalent(tmp_path):
-    nested = write_recipe(tmp_path / "nested.yaml", {
-        "model": {"torch_dtype": "float32"},
-        "algorithm": {"beta": 0.04, "loss_type": "grpo"},
-        "train": {"max_steps": 9, "learning_rate": 1.0e-6},
-        "task": {"rewards": ["gsm8k_final"]},
-    })
-    flat = write_recipe(tmp_path / "flat.yaml", {
-        "torch_dtype": "float32", "beta": 0.04, "loss_type": "grpo", "max_steps": 9, "learning_rate": 1.0e-6,
-        "rewards": ["gsm8k_final"],
-    })
-    mixed = write_recipe(tmp_path / "mixed.yaml", {
-        "model": {"torch_dtype": "float32"}, "beta": 0.04, "loss_type": "grpo",
-        "train": {"max_steps": 9}, "learning_rate": 1.0e-6, "rewards": ["gsm8k_final"],
-    })
+    nested = write_recipe(
+        tmp_path / "nested.yaml",
+        {
+            "model": {"torch_dtype": "float32"},
+            "algorithm": {"beta": 0.04, "loss_type": "grpo"},
+            "train": {"max_steps": 9, "learning_rate": 1.0e-6},
+            "task": {"rewards": ["gsm8k_final"]},
+        },
+    )
+    flat = write_recipe(
+        tmp_path / "flat.yaml",
+        {
+            "torch_dtype": "float32",
+            "beta": 0.04,
+            "loss_type": "grpo",
+            "max_steps": 9,
+            "learning_rate": 1.0e-6,
+            "rewards": ["gsm8k_final"],
+        },
+    )
+    mixed = write_recipe(
+        tmp_path / "mixed.yaml",
+        {
+            "model": {"torch_dtype": "float32"},
+            "beta": 0.04,
+            "loss_type": "grpo",
+            "train": {"max_steps": 9},
+            "learning_rate": 1.0e-6,
+            "rewards": ["gsm8k_final"],
+        },
+    )
     a, b, c = (build_config(p, None, environ={}) for p in (nested, flat, mixed))
     assert a == b == c
     assert a.algorithm.beta == 0.04 and a.algorithm.loss_type == "grpo"
@@ -231,11 +264,15 @@ def test_grouprl_variables_of_other_parts_are_not_config_keys():
     from grouprl.config.load import RESERVED_ENV_VARS
 
     read = set()
-    for path in [*(REPO_ROOT / "src").rglob("*.py"), *(REPO_ROOT / "slurm").glob("*"), *(REPO_ROOT / "docs").glob("*.md")]:
+    for path in [
+        *(REPO_ROOT / "src").rglob("*.py"),
+        *(REPO_ROOT / "slurm").glob("*"),
+        *(REPO_ROOT / "docs").glob("*.md"),
+    ]:
         for a, b in re.findall(r"\$\{?(GROUPRL_[A-Z_]+)|environ(?:\.get\(|\[)\"(GROUPRL_[A-Z_]+)", path.read_text()):
             read.add(a or b)
     assert "GROUPRL_CACHE" in read and "GROUPRL_VENV" in read
-    not_fields = {v for v in read if v[len("GROUPRL_"):].lower() not in FIELD_SECTION}
+    not_fields = {v for v in read if v[len("GROUPRL_") :].lower() not in FIELD_SECTION}
     assert not_fields <= set(RESERVED_ENV_VARS), not_fields - set(RESERVED_ENV_VARS)
     assert build_config(None, None, environ={var: "/tmp/somewhere" for var in RESERVED_ENV_VARS}) == defaults()
 
@@ -302,10 +339,25 @@ def test_all_bad_values_are_reported_at_once():
 def test_cli_flags_are_parsed_into_typed_values(monkeypatch):
     monkeypatch.setenv("MAX_STEPS", "20")
     monkeypatch.setenv("SEED", "3")
-    args = cli.build_parser().parse_args([
-        "train", "--max_steps", "5", "--learning_rate", "1e-4", "--use_peft", "true",
-        "--lora_target_modules", "q_proj", "v_proj", "--reward_weights", "1", "0.5", "--eval_max_new_tokens", "null",
-    ])
+    args = cli.build_parser().parse_args(
+        [
+            "train",
+            "--max_steps",
+            "5",
+            "--learning_rate",
+            "1e-4",
+            "--use_peft",
+            "true",
+            "--lora_target_modules",
+            "q_proj",
+            "v_proj",
+            "--reward_weights",
+            "1",
+            "0.5",
+            "--eval_max_new_tokens",
+            "null",
+        ]
+    )
     cfg = cli.config_from_args(args)
     assert cfg.train.max_steps == 5  # flag beats MAX_STEPS
     assert cfg.train.seed == 3  # env shows through where no flag is given
@@ -367,8 +419,13 @@ def _clean_env() -> dict[str, str]:
 def test_cli_bad_value_subprocess_exits_2_fast(tmp_path):
     out = tmp_path / "run"
     start = time.perf_counter()
-    proc = subprocess.run([str(GROUPRL_BIN), "train", "--max_steps", "-3", "--output_dir", str(out)],
-                          capture_output=True, text=True, env=_clean_env(), timeout=60)
+    proc = subprocess.run(
+        [str(GROUPRL_BIN), "train", "--max_steps", "-3", "--output_dir", str(out)],
+        capture_output=True,
+        text=True,
+        env=_clean_env(),
+        timeout=60,
+    )
     elapsed = time.perf_counter() - start
     assert proc.returncode == 2, proc.stderr
     assert "max_steps" in proc.stderr and "-3" in proc.stderr
@@ -402,7 +459,7 @@ def _assert_lists_every_field(text: str) -> None:
             missing.append(f"{name}: no {opt!r}")
             continue
         nxt = text.find(" --", at + len(opt))
-        entry = text[at: nxt if nxt > 0 else len(text)]
+        entry = text[at : nxt if nxt > 0 else len(text)]
         if f"(default: {_field_default(name)})" not in entry:
             missing.append(f"{name}: {entry!r}")
     assert not missing, "fields without '(default: ...)':\n" + "\n".join(missing)
@@ -412,8 +469,14 @@ def test_train_help_lists_every_field_with_default(capsys, monkeypatch):
     text = _help(["train", "--help"], capsys, monkeypatch)
     _assert_lists_every_field(text)
     # hand-checked defaults
-    for snippet in ["(default: 400)", "(default: 0.0003)", "(default: dapo)", "(default: arithmetic)",
-                    "(default: ['q_proj', 'k_proj', 'v_proj', 'o_proj'])", "(default: outputs/grouprl)"]:
+    for snippet in [
+        "(default: 400)",
+        "(default: 0.0003)",
+        "(default: dapo)",
+        "(default: arithmetic)",
+        "(default: ['q_proj', 'k_proj', 'v_proj', 'o_proj'])",
+        "(default: outputs/grouprl)",
+    ]:
         assert snippet in text
     for var in ENV_VARS:
         assert var in text  # the description names the seed variables
@@ -429,8 +492,9 @@ def test_top_level_help_lists_every_field_with_default(capsys, monkeypatch):
 
 @pytest.mark.skipif(not GROUPRL_BIN.exists(), reason=f"console script not installed at {GROUPRL_BIN}")
 def test_train_help_subprocess():
-    proc = subprocess.run([str(GROUPRL_BIN), "train", "--help"], capture_output=True, text=True,
-                          env=_clean_env(), timeout=60)
+    proc = subprocess.run(
+        [str(GROUPRL_BIN), "train", "--help"], capture_output=True, text=True, env=_clean_env(), timeout=60
+    )
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     _assert_lists_every_field(text)
@@ -458,15 +522,17 @@ def test_agent_fields_and_task_defaults(tmp_path):
     assert shipped.task.task == "gridworld" and shipped.algorithm.advantage == "gigpo"
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("anchor_mode", "fuzzy", ["anchor_mode", "fuzzy", "exact", "similarity"]),
-    ("gigpo_norm", "std", ["gigpo_norm", "std", "mean_norm"]),
-    ("gamma", 1.5, ["gamma", "1.5", "less than or equal to 1"]),
-    ("task", "alfworld", ["task", "alfworld", "gridworld"]),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("anchor_mode", "fuzzy", ["anchor_mode", "fuzzy", "exact", "similarity"]),
+        ("gigpo_norm", "std", ["gigpo_norm", "std", "mean_norm"]),
+        ("gamma", 1.5, ["gamma", "1.5", "less than or equal to 1"]),
+        ("task", "alfworld", ["task", "alfworld", "gridworld"]),
+    ],
+)
 def test_bad_agent_values_are_named(key, value, words):
     with pytest.raises(ConfigError) as err:
         build_config(None, {key: value}, environ={})
     for word in words:
         assert word in str(err.value)
-

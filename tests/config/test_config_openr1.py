@@ -12,29 +12,97 @@ from grouprl.config.openr1 import RecipeKeyError, translate_recipe
 # grouprl's keys the translation targets (the config's fields; checked against the real config in
 # test_prompt_dataset_task.py once they are wired in).
 KNOWN = {
-    "model_name_or_path", "model_revision", "torch_dtype", "attn_implementation", "dataset_name_or_path",
-    "dataset_config", "dataset_train_split", "dataset_test_split", "dataset_mixture", "dataset_prompt_column",
-    "system_prompt", "chat_template", "rewards", "reward_weights", "num_generations", "batch_size",
-    "gradient_accumulation_steps", "max_prompt_length", "max_new_tokens", "learning_rate", "lr_scheduler_type",
-    "warmup_ratio", "num_train_epochs", "max_steps", "beta", "epsilon_low", "epsilon_high", "loss_type",
-    "scale_rewards", "temperature", "top_p", "save_strategy", "save_steps", "save_total_limit", "eval_strategy",
-    "eval_steps", "eval_batch_size", "logging_steps", "seed", "output_dir", "overwrite_output_dir", "report_to",
-    "hub_model_id", "hub_model_revision", "push_to_hub", "push_to_hub_revision", "wandb_project", "wandb_entity",
-    "wandb_run_group", "log_rollouts", "warmup_steps",
+    "model_name_or_path",
+    "model_revision",
+    "torch_dtype",
+    "attn_implementation",
+    "dataset_name_or_path",
+    "dataset_config",
+    "dataset_train_split",
+    "dataset_test_split",
+    "dataset_mixture",
+    "dataset_prompt_column",
+    "system_prompt",
+    "chat_template",
+    "rewards",
+    "reward_weights",
+    "num_generations",
+    "batch_size",
+    "gradient_accumulation_steps",
+    "max_prompt_length",
+    "max_new_tokens",
+    "learning_rate",
+    "lr_scheduler_type",
+    "warmup_ratio",
+    "num_train_epochs",
+    "max_steps",
+    "beta",
+    "epsilon_low",
+    "epsilon_high",
+    "loss_type",
+    "scale_rewards",
+    "temperature",
+    "top_p",
+    "save_strategy",
+    "save_steps",
+    "save_total_limit",
+    "eval_strategy",
+    "eval_steps",
+    "eval_batch_size",
+    "logging_steps",
+    "seed",
+    "output_dir",
+    "overwrite_output_dir",
+    "report_to",
+    "hub_model_id",
+    "hub_model_revision",
+    "push_to_hub",
+    "push_to_hub_revision",
+    "wandb_project",
+    "wandb_entity",
+    "wandb_run_group",
+    "log_rollouts",
+    "warmup_steps",
 }
 
 OPENR1_DEMO = {  # the keys of open-r1's recipes/Qwen2.5-1.5B-Instruct/grpo/config_demo.yaml, offline values
-    "model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct", "model_revision": "main", "torch_dtype": "bfloat16",
-    "attn_implementation": "sdpa", "dataset_name": "open-r1/OpenR1-Math-220k", "dataset_prompt_column": "problem",
-    "system_prompt": "Think, then answer.", "bf16": True, "do_eval": False, "gradient_accumulation_steps": 4,
-    "hub_model_id": "Qwen2.5-1.5B-Open-R1-GRPO", "hub_strategy": "every_save", "learning_rate": 2.0e-05,
-    "log_completions": True, "log_level": "info", "logging_first_step": True, "logging_steps": 1,
-    "logging_strategy": "steps", "lr_scheduler_type": "cosine", "max_prompt_length": 512,
-    "max_completion_length": 1024, "max_steps": -1, "num_generations": 16, "num_train_epochs": 1,
-    "output_dir": "data/Qwen2.5-1.5B-Open-R1-GRPO", "overwrite_output_dir": True, "per_device_eval_batch_size": 16,
-    "per_device_train_batch_size": 16, "push_to_hub": True, "report_to": ["wandb"],
-    "reward_funcs": ["accuracy", "format", "tag_count"], "reward_weights": [1.0, 1.0, 1.0],
-    "save_strategy": "epoch", "save_total_limit": 1, "seed": 42, "temperature": 0.7, "warmup_ratio": 0.1,
+    "model_name_or_path": "Qwen/Qwen2.5-1.5B-Instruct",
+    "model_revision": "main",
+    "torch_dtype": "bfloat16",
+    "attn_implementation": "sdpa",
+    "dataset_name": "open-r1/OpenR1-Math-220k",
+    "dataset_prompt_column": "problem",
+    "system_prompt": "Think, then answer.",
+    "bf16": True,
+    "do_eval": False,
+    "gradient_accumulation_steps": 4,
+    "hub_model_id": "Qwen2.5-1.5B-Open-R1-GRPO",
+    "hub_strategy": "every_save",
+    "learning_rate": 2.0e-05,
+    "log_completions": True,
+    "log_level": "info",
+    "logging_first_step": True,
+    "logging_steps": 1,
+    "logging_strategy": "steps",
+    "lr_scheduler_type": "cosine",
+    "max_prompt_length": 512,
+    "max_completion_length": 1024,
+    "max_steps": -1,
+    "num_generations": 16,
+    "num_train_epochs": 1,
+    "output_dir": "data/Qwen2.5-1.5B-Open-R1-GRPO",
+    "overwrite_output_dir": True,
+    "per_device_eval_batch_size": 16,
+    "per_device_train_batch_size": 16,
+    "push_to_hub": True,
+    "report_to": ["wandb"],
+    "reward_funcs": ["accuracy", "format", "tag_count"],
+    "reward_weights": [1.0, 1.0, 1.0],
+    "save_strategy": "epoch",
+    "save_total_limit": 1,
+    "seed": 42,
+    "temperature": 0.7,
+    "warmup_ratio": 0.1,
 }
 
 
@@ -57,8 +125,10 @@ def test_unknown_key_fails_naming_it():
 
 
 def test_key_without_a_grouprl_counterpart_in_this_build_fails_naming_both():
-    with pytest.raises(RecipeKeyError, match="key 'use_vllm' .* maps to grouprl's 'generation_backend', which "
-                                             "this grouprl does not have"):
+    with pytest.raises(
+        RecipeKeyError,
+        match="key 'use_vllm' .* maps to grouprl's 'generation_backend', which this grouprl does not have",
+    ):
         translate_recipe({"use_vllm": True}, KNOWN, "r.yaml")
 
 
@@ -69,8 +139,7 @@ def test_same_behaviour_keys_accept_only_that_behaviour():
 
 def test_epsilon_sets_both_bounds_unless_epsilon_high_is_given():
     assert translate_recipe({"epsilon": 0.3}, KNOWN) == {"epsilon_low": 0.3, "epsilon_high": 0.3}
-    assert translate_recipe({"epsilon": 0.2, "epsilon_high": 0.28}, KNOWN) == {"epsilon_low": 0.2,
-                                                                                "epsilon_high": 0.28}
+    assert translate_recipe({"epsilon": 0.2, "epsilon_high": 0.28}, KNOWN) == {"epsilon_low": 0.2, "epsilon_high": 0.28}
 
 
 def test_scale_rewards_booleans_and_report_to_lists():
@@ -84,18 +153,24 @@ def test_scale_rewards_booleans_and_report_to_lists():
 
 
 def test_batch_size_must_divide_into_groups():
-    with pytest.raises(RecipeKeyError, match="x gradient_accumulation_steps 1 = 6 completions per step is not a "
-                                             "multiple of num_generations 4"):
+    with pytest.raises(
+        RecipeKeyError,
+        match="x gradient_accumulation_steps 1 = 6 completions per step is not a multiple of num_generations 4",
+    ):
         translate_recipe({"per_device_train_batch_size": 6, "num_generations": 4}, KNOWN)
-    assert translate_recipe({"per_device_train_batch_size": 8, "num_generations": 4, "batch_size": 5},
-                            KNOWN)["batch_size"] == 5  # grouprl's own key, given explicitly, wins
+    assert (
+        translate_recipe({"per_device_train_batch_size": 8, "num_generations": 4, "batch_size": 5}, KNOWN)["batch_size"]
+        == 5
+    )  # grouprl's own key, given explicitly, wins
 
 
 def test_reward_options_go_to_their_reward_and_dangling_ones_fail():
     out = translate_recipe({"reward_funcs": ["accuracy", "cosine"], "cosine_max_len": 300}, KNOWN)
     assert out["rewards"] == ["math_accuracy", {"name": "cosine_length", "options": {"max_len": 300}}]
-    with pytest.raises(RecipeKeyError, match="key 'repetition_n_grams' .* configures reward 'repetition_penalty', "
-                                             "which reward_funcs does not name"):
+    with pytest.raises(
+        RecipeKeyError,
+        match="key 'repetition_n_grams' .* configures reward 'repetition_penalty', which reward_funcs does not name",
+    ):
         translate_recipe({"reward_funcs": ["accuracy"], "repetition_n_grams": 4}, KNOWN)
     with pytest.raises(RecipeKeyError, match="open-r1's reward 'code' has no grouprl equivalent"):
         translate_recipe({"reward_funcs": ["code"]}, KNOWN)
@@ -128,12 +203,17 @@ def test_unknown_key_in_a_recipe_file_fails_naming_it(tmp_path):
     with pytest.raises(ConfigError, match="config_x.yaml: key 'neftune_noise_alpha' \\(value 5\\): not a grouprl key"):
         build_config(recipe, environ={})
     recipe.write_text(MATH_RECIPE.read_text() + "use_liger_kernel: true\n")  # a TRL key: what grouprl does instead
-    with pytest.raises(ConfigError, match="key 'use_liger_kernel' \\(value True\\): grouprl accepts only False "
-                                          "here: grouprl computes log-probs chunk by chunk without Liger"):
+    with pytest.raises(
+        ConfigError,
+        match="key 'use_liger_kernel' \\(value True\\): grouprl accepts only False "
+        "here: grouprl computes log-probs chunk by chunk without Liger",
+    ):
         build_config(recipe, environ={})
     recipe.write_text(MATH_RECIPE.read_text() + "vllm_mode: remote\n")
-    with pytest.raises(ConfigError, match="config_x.yaml: key 'vllm_mode' \\(value 'remote'\\): expected one of "
-                                          "\\['colocate', 'server'\\]"):
+    with pytest.raises(
+        ConfigError,
+        match="config_x.yaml: key 'vllm_mode' \\(value 'remote'\\): expected one of \\['colocate', 'server'\\]",
+    ):
         build_config(recipe, environ={})
 
 
@@ -231,12 +311,16 @@ def test_every_key_the_issue_lists_loads(tmp_path):
 
 
 def test_gradient_checkpointing_as_open_r1_writes_it():
-    out = translate_recipe({"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
-                           KNOWN | {"gradient_checkpointing"})
+    out = translate_recipe(
+        {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": False}},
+        KNOWN | {"gradient_checkpointing"},
+    )
     assert out == {"gradient_checkpointing": True}
     with pytest.raises(RecipeKeyError, match="key 'gradient_checkpointing_kwargs'"):
-        translate_recipe({"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": True}},
-                         KNOWN | {"gradient_checkpointing"})
+        translate_recipe(
+            {"gradient_checkpointing": True, "gradient_checkpointing_kwargs": {"use_reentrant": True}},
+            KNOWN | {"gradient_checkpointing"},
+        )
 
 
 def test_epochs_and_ratios_become_steps(tmp_path):

@@ -22,9 +22,9 @@ from grouprl.config.trl_keys import TRL_ONLY  # noqa: E402
 from grouprl.run_config import build_config  # noqa: E402
 
 DOCS = (Path(__file__).parents[2] / "docs" / "data.md").read_text()
-RECIPES = DOCS[DOCS.index("## Recipes"):]
+RECIPES = DOCS[DOCS.index("## Recipes") :]
 RECIPES = RECIPES[: RECIPES.index("\n## ", 5)]
-DEFAULTS = RECIPES[RECIPES.index("### Where grouprl's defaults differ"):]
+DEFAULTS = RECIPES[RECIPES.index("### Where grouprl's defaults differ") :]
 INHERITED = {f.name for f in dataclasses.fields(TrainingArguments)}
 FIELDS = dataclasses.fields(GRPOConfig)
 

@@ -13,8 +13,9 @@ from grouprl.job.run_dir import LOCK
 from run_helpers import train
 
 GOOD = "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}{% endfor %}<|assistant|>"
-NO_SYSTEM = ("{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}"
-             + GOOD)
+NO_SYSTEM = (
+    "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}" + GOOD
+)
 BAD = {
     "syntax": ("{% for m in messages %}{{ m['content'] }}", "TemplateSyntaxError"),
     "filter": ("{{ messages | shout }}", "No filter named 'shout'"),
@@ -54,8 +55,9 @@ def test_a_template_file_that_is_not_text(tmp_path):
 def test_good_templates_pass():
     check_chat_template(GOOD)
     check_chat_template(NO_SYSTEM)  # refusing a system turn is a template's right
-    check_chat_template("{{ messages[-1]['content'] }}{% if enable_thinking %}<think>{% endif %}",
-                        {"enable_thinking": False})
+    check_chat_template(
+        "{{ messages[-1]['content'] }}{% if enable_thinking %}<think>{% endif %}", {"enable_thinking": False}
+    )
 
 
 def test_train_refuses_before_any_model_loads(tiny_arithmetic_dir, tmp_path, capsys):

@@ -41,8 +41,19 @@ def test_prompt_dataset(layout, tiny_arithmetic_dir, tmp_path, capsys):
         path.write_bytes(_jsonl_bytes(ROWS, 5))
         row = 5
     source = path.parent if layout.startswith("dir/") else path
-    err = _refused(tiny_arithmetic_dir, tmp_path, capsys, "--task", "prompt_dataset", "--dataset_name_or_path",
-                   str(source), "--dataset_prompt_column", "problem", "--rewards", "format")
+    err = _refused(
+        tiny_arithmetic_dir,
+        tmp_path,
+        capsys,
+        "--task",
+        "prompt_dataset",
+        "--dataset_name_or_path",
+        str(source),
+        "--dataset_prompt_column",
+        "problem",
+        "--rewards",
+        "format",
+    )
     assert str(path) in err and f"row {row} (line {row}) is not UTF-8 text" in err, err
 
 
@@ -59,8 +70,11 @@ def test_gsm8k_local_copy(tiny_arithmetic_dir, tmp_path, capsys):
 def test_check_utf8_names_the_byte(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_bytes(b'{"a": "ok"}\n{"a": "\xc3\x28"}\n')  # a broken two-byte sequence
-    with pytest.raises(DatasetSourceError, match=r"rows.jsonl: row 2 \(line 2\) is not UTF-8 text \(byte 0xc3 at "
-                                                  r"column 8\)"):
+    with pytest.raises(
+        DatasetSourceError,
+        match=r"rows.jsonl: row 2 \(line 2\) is not UTF-8 text \(byte 0xc3 at "
+        r"column 8\)",
+    ):
         check_utf8(path)
     path.write_bytes('{"a": "ünïcödé ✓"}\n'.encode())
     check_utf8(path)

@@ -68,7 +68,8 @@ def test_rewards_doc_bash_blocks_run(tmp_path):
         argv = shlex.split(command)
         assert argv[0] == "grouprl", command
         argv = [a.replace("scores.jsonl", str(tmp_path / "scores.jsonl")) for a in argv]
-        done = subprocess.run([sys.executable, "-m", "grouprl.cli", *argv[1:]], cwd=ROOT, capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "grouprl.cli", *argv[1:]], cwd=ROOT, capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0, (command, done.stdout[-2000:], done.stderr[-2000:])
     assert (tmp_path / "scores.jsonl").read_text().count("\n") == 6

@@ -29,8 +29,9 @@ def test_the_own_loss_example_runs():
     loss = declare_loss("reinforce", namespace["reinforce"])
     assert loss.options == ("scale",)
     logps = torch.tensor([[-1.0, -2.0]], requires_grad=True)
-    value, stats = policy_objective(loss, logps, logps.detach(), torch.tensor([1.0]), torch.ones(1, 2),
-                                    {"scale": 2.0}, "grpo")
+    value, stats = policy_objective(
+        loss, logps, logps.detach(), torch.tensor([1.0]), torch.ones(1, 2), {"scale": 2.0}, "grpo"
+    )
     value.backward()
     assert float(value) == 3.0 and float(stats["reinforce/scale"]) == 2.0
     assert logps.grad.tolist() == [[-1.0, -1.0]]

@@ -16,8 +16,26 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "tiny" / "tool_arithmetic_agent.yaml"
 CALCULATOR = f"{ROOT / 'examples' / 'agents' / 'calculator_agent.py'}:run"
 COMPACTING = f"{ROOT / 'examples' / 'agents' / 'compacting_agent.py'}:run"
-ARGS = ["--max_steps", "2", "--batch_size", "2", "--num_generations", "2", "--n_eval", "2", "--max_new_tokens", "24",
-        "--seed", "5", "--device", "cpu", "--logging_steps", "1", "--save_trajectories_every", "1"]
+ARGS = [
+    "--max_steps",
+    "2",
+    "--batch_size",
+    "2",
+    "--num_generations",
+    "2",
+    "--n_eval",
+    "2",
+    "--max_new_tokens",
+    "24",
+    "--seed",
+    "5",
+    "--device",
+    "cpu",
+    "--logging_steps",
+    "1",
+    "--save_trajectories_every",
+    "1",
+]
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +46,34 @@ def tiny_tool_model(tmp_path_factory) -> Path:
     from grouprl.tasks import load_task
 
     task = load_task(build_config(RECIPE, {}, environ={}))
-    return init_tiny(task.tokenizer_corpus(), tmp_path_factory.mktemp("agent_model") / "tiny", hidden=32, layers=1,
-                     heads=2, seed=0, tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
+    return init_tiny(
+        task.tokenizer_corpus(),
+        tmp_path_factory.mktemp("agent_model") / "tiny",
+        hidden=32,
+        layers=1,
+        heads=2,
+        seed=0,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )
 
 
 def _train(model: Path, out: Path, agent: str, *extra: str) -> int:
-    return main(["train", "--config", str(RECIPE), "--model_name_or_path", str(model), "--output_dir", str(out),
-                 "--agent", agent, *ARGS, *extra])
+    return main(
+        [
+            "train",
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(out),
+            "--agent",
+            agent,
+            *ARGS,
+            *extra,
+        ]
+    )
 
 
 def _metrics(path: Path) -> dict[int, dict]:
@@ -74,7 +113,25 @@ def test_two_processes_each_serve_their_own_agents(tiny_tool_model, tmp_path):
     from launch import torchrun
 
     out = tmp_path / "ddp"
-    torchrun(["-m", "grouprl.cli", "train", "--config", str(RECIPE), "--model_name_or_path", str(tiny_tool_model),
-              "--output_dir", str(out), "--agent", CALCULATOR, *ARGS, "--n_eval", "0"], nproc=2, timeout=400)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            str(tiny_tool_model),
+            "--output_dir",
+            str(out),
+            "--agent",
+            CALCULATOR,
+            *ARGS,
+            "--n_eval",
+            "0",
+        ],
+        nproc=2,
+        timeout=400,
+    )
     metrics = _metrics(out / "metrics.jsonl")
     assert sorted(metrics) == [1, 2] and all(m["agent/calls_per_episode"] >= 1 for m in metrics.values())

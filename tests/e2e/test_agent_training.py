@@ -15,9 +15,22 @@ from conftest import GRID_CLI
 
 
 def _cfg(tmp_path, model_dir, **over):
-    cli = {**GRID_CLI, "model_name_or_path": str(model_dir), "output_dir": str(tmp_path / "run"), "max_steps": 2,
-           "batch_size": 3, "num_generations": 4, "max_episode_steps": 4, "advantage": "gigpo", "n_eval": 6,
-           "save_trajectories_every": 1, "logging_steps": 1, "learning_rate": 1e-3, "n_train": 20, **over}
+    cli = {
+        **GRID_CLI,
+        "model_name_or_path": str(model_dir),
+        "output_dir": str(tmp_path / "run"),
+        "max_steps": 2,
+        "batch_size": 3,
+        "num_generations": 4,
+        "max_episode_steps": 4,
+        "advantage": "gigpo",
+        "n_eval": 6,
+        "save_trajectories_every": 1,
+        "logging_steps": 1,
+        "learning_rate": 1e-3,
+        "n_train": 20,
+        **over,
+    }
     return build_config(None, cli, environ={})
 
 
@@ -153,19 +166,39 @@ def test_environments_on_ray_workers_train_the_same_way(tmp_path, warm_grid_dir,
     assert summary["steps"] == 1
 
 
-@pytest.mark.parametrize("task,extra", [
-    ("sokoban", {"sokoban_size": 5}),
-    ("calculator", {"calculator_questions": "arithmetic", "history_length": 0}),
-])
+@pytest.mark.parametrize(
+    "task,extra",
+    [
+        ("sokoban", {"sokoban_size": 5}),
+        ("calculator", {"calculator_questions": "arithmetic", "history_length": 0}),
+    ],
+)
 def test_sokoban_and_calculator_train_through_the_same_path(tmp_path, task, extra):
     """An untrained tiny model on the other two environments: one real GiGPO step each, from
     `grouprl train` flags to a checkpoint, with the environment's metrics."""
     from grouprl.job.run import run_training
 
-    cfg = build_config(None, {"task": task, "output_dir": str(tmp_path / task), "max_steps": 1, "batch_size": 2,
-                              "num_generations": 2, "max_episode_steps": 2, "advantage": "gigpo", "n_eval": 2,
-                              "sft_steps": 0, "tiny_hidden_size": 32, "tiny_num_layers": 1, "n_train": 50,
-                              "max_new_tokens": 8, "save_trajectories_every": 1, **extra}, environ={})
+    cfg = build_config(
+        None,
+        {
+            "task": task,
+            "output_dir": str(tmp_path / task),
+            "max_steps": 1,
+            "batch_size": 2,
+            "num_generations": 2,
+            "max_episode_steps": 2,
+            "advantage": "gigpo",
+            "n_eval": 2,
+            "sft_steps": 0,
+            "tiny_hidden_size": 32,
+            "tiny_num_layers": 1,
+            "n_train": 50,
+            "max_new_tokens": 8,
+            "save_trajectories_every": 1,
+            **extra,
+        },
+        environ={},
+    )
     summary = run_training(cfg)
     metrics = json.loads((tmp_path / task / "metrics.jsonl").read_text())
     assert metrics["samples"] >= 4 and metrics["invalid_action_rate"] > 0.5  # untrained: mostly garbage
@@ -184,9 +217,22 @@ def test_example_script_runs_and_updates_weights(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, str(root / "examples" / "gigpo_gridworld.py"), "--steps", "1",
-                           "--sft_steps", "10", "--out", str(tmp_path / "ex")], capture_output=True, text=True,
-                          timeout=600, env={**__import__("os").environ, "COLUMNS": "200"})
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(root / "examples" / "gigpo_gridworld.py"),
+            "--steps",
+            "1",
+            "--sft_steps",
+            "10",
+            "--out",
+            str(tmp_path / "ex"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "COLUMNS": "200"},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     changed = [line for line in done.stdout.splitlines() if "weight tensors changed" in line]
     assert changed and not changed[0].split("]")[-1].strip().startswith("0 of"), done.stdout[-2000:]

@@ -31,18 +31,38 @@ def recipe(tmp_path: Path, data: Path, model: Path | None, **over) -> Path:
     """An open-r1-style recipe (flat TRL/open-r1 keys) for the acronym task."""
     keys = {
         "model_name_or_path": str(model) if model else None,
-        "dataset_name": str(data), "dataset_prompt_column": "phrase", "dataset_test_split": "test",
+        "dataset_name": str(data),
+        "dataset_prompt_column": "phrase",
+        "dataset_test_split": "test",
         "system_prompt": "Answer with the acronym only.",
-        "reward_funcs": [f"{EXAMPLE / 'acronym_rewards.py'}:acronym_exact",
-                         f"{EXAMPLE / 'acronym_rewards.py'}:acronym_letters"],
+        "reward_funcs": [
+            f"{EXAMPLE / 'acronym_rewards.py'}:acronym_exact",
+            f"{EXAMPLE / 'acronym_rewards.py'}:acronym_letters",
+        ],
         "reward_weights": [1.0, 1.0],
-        "num_generations": 4, "per_device_train_batch_size": 8, "gradient_accumulation_steps": 1,
-        "max_completion_length": 6, "learning_rate": 1.0e-3, "lr_scheduler_type": "constant",
-        "warmup_ratio": 0.0, "max_steps": 4, "beta": 0.0, "temperature": 1.0,
-        "eval_strategy": "steps", "eval_steps": 2, "max_eval_samples": 8, "num_generations_eval": 2,
-        "save_strategy": "steps", "save_steps": 1, "save_total_limit": 1,
-        "logging_steps": 1, "seed": 0, "output_dir": str(tmp_path / "run"), "report_to": ["none"],
-        "log_level": "info", "logging_strategy": "steps",
+        "num_generations": 4,
+        "per_device_train_batch_size": 8,
+        "gradient_accumulation_steps": 1,
+        "max_completion_length": 6,
+        "learning_rate": 1.0e-3,
+        "lr_scheduler_type": "constant",
+        "warmup_ratio": 0.0,
+        "max_steps": 4,
+        "beta": 0.0,
+        "temperature": 1.0,
+        "eval_strategy": "steps",
+        "eval_steps": 2,
+        "max_eval_samples": 8,
+        "num_generations_eval": 2,
+        "save_strategy": "steps",
+        "save_steps": 1,
+        "save_total_limit": 1,
+        "logging_steps": 1,
+        "seed": 0,
+        "output_dir": str(tmp_path / "run"),
+        "report_to": ["none"],
+        "log_level": "info",
+        "logging_strategy": "steps",
     }
     keys.update(over)
     path = tmp_path / "config_acronyms.yaml"
@@ -69,8 +89,21 @@ def test_acronym_task_trains_from_an_openr1_recipe_offline(acronyms, tmp_path):
     from grouprl.policy.loading import load_tokenizer
 
     model = tmp_path / "tiny"
-    built = run(["init-model", "--config", str(recipe(tmp_path, acronyms, None)), "--out", str(model),
-                 "--hidden_size", "32", "--num_layers", "1", "--num_heads", "4"])
+    built = run(
+        [
+            "init-model",
+            "--config",
+            str(recipe(tmp_path, acronyms, None)),
+            "--out",
+            str(model),
+            "--hidden_size",
+            "32",
+            "--num_layers",
+            "1",
+            "--num_heads",
+            "4",
+        ]
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     tokenizer = load_tokenizer(str(model))
     phrase = json.loads((acronyms / "train.jsonl").read_text().splitlines()[0])["phrase"]
@@ -78,11 +111,27 @@ def test_acronym_task_trains_from_an_openr1_recipe_offline(acronyms, tmp_path):
 
     server, hub = serve()
     try:
-        trained = run(["train", "--config", str(recipe(tmp_path, acronyms, model, hub_model_id="me/acronyms",
-                                                       hub_model_revision="v00", push_to_hub_revision=True,
-                                                       push_to_hub=True))],
-                      LOGLEVEL="DEBUG", HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}", HF_TOKEN="hf_x",
-                      HF_HUB_OFFLINE="0")  # the hub stand-in is the only endpoint: nothing leaves 127.0.0.1
+        trained = run(
+            [
+                "train",
+                "--config",
+                str(
+                    recipe(
+                        tmp_path,
+                        acronyms,
+                        model,
+                        hub_model_id="me/acronyms",
+                        hub_model_revision="v00",
+                        push_to_hub_revision=True,
+                        push_to_hub=True,
+                    )
+                ),
+            ],
+            LOGLEVEL="DEBUG",
+            HF_ENDPOINT=f"http://127.0.0.1:{server.server_address[1]}",
+            HF_TOKEN="hf_x",
+            HF_HUB_OFFLINE="0",
+        )  # the hub stand-in is the only endpoint: nothing leaves 127.0.0.1
     finally:
         server.shutdown()
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -120,10 +169,25 @@ def test_acronym_task_trains_from_an_openr1_recipe_offline(acronyms, tmp_path):
     assert set(summary["hub_revisions"]) == set(branches)
     # grouprl eval with the same recipe evaluates on its task (no --task needed), and LOGLEVEL=DEBUG
     # shows grouprl's lines without other libraries' debug chatter.
-    evaluated = run(["eval", "--model", str(out / "checkpoint-4"), "--config", str(tmp_path / "config_acronyms.yaml"),
-                     "--n", "4", "--out", str(tmp_path / "eval.jsonl")], LOGLEVEL="DEBUG")
+    evaluated = run(
+        [
+            "eval",
+            "--model",
+            str(out / "checkpoint-4"),
+            "--config",
+            str(tmp_path / "config_acronyms.yaml"),
+            "--n",
+            "4",
+            "--out",
+            str(tmp_path / "eval.jsonl"),
+        ],
+        LOGLEVEL="DEBUG",
+    )
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     assert json.loads(evaluated.stdout)["n"] == 4 and len((tmp_path / "eval.jsonl").read_text().splitlines()) == 4
     assert "DEBUG grouprl." in evaluated.stderr
-    assert not [line for line in evaluated.stderr.splitlines() if line.startswith("DEBUG ")
-                and not line.startswith("DEBUG grouprl.")]
+    assert not [
+        line
+        for line in evaluated.stderr.splitlines()
+        if line.startswith("DEBUG ") and not line.startswith("DEBUG grouprl.")
+    ]

@@ -19,9 +19,35 @@ from launch import child_env
 
 
 def _train(model, out, *extra, limit=None):
-    cmd = [sys.executable, "-m", "grouprl.cli", "train", "--task", "arithmetic", "--model_name_or_path", str(model),
-           "--output_dir", str(out), "--max_steps", "3", "--batch_size", "2", "--num_generations", "4",
-           "--max_new_tokens", "4", "--n_eval", "0", "--n_train", "20", "--device", "cpu", "--seed", "3", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grouprl.cli",
+        "train",
+        "--task",
+        "arithmetic",
+        "--model_name_or_path",
+        str(model),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "3",
+        "--batch_size",
+        "2",
+        "--num_generations",
+        "4",
+        "--max_new_tokens",
+        "4",
+        "--n_eval",
+        "0",
+        "--n_train",
+        "20",
+        "--device",
+        "cpu",
+        "--seed",
+        "3",
+        *extra,
+    ]
     cap = None if limit is None else (lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=child_env(), preexec_fn=cap)
 
@@ -37,8 +63,9 @@ def small_disk(tmp_path):
     mnt = tmp_path / "disk"
     mnt.mkdir()
     # room for one checkpoint of the tiny model (~200 KB) and the logs, not for two
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)], capture_output=True,
-                          text=True)
+    made = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {made.stderr.strip()}")
     yield mnt

@@ -53,11 +53,26 @@ def tiny_models(tmp_path_factory, data_dir) -> dict[str, Path]:
 
 
 def overrides(tmp: Path, data: Path, models: dict, **more) -> dict:
-    return {"model_name_or_path": str(models["policy"]), "gail_disc_model": str(models["disc"]),
-            "gail_device": "cpu", "dataset_name_or_path": str(data), "torch_dtype": "float32",
-            "output_dir": str(tmp), "max_steps": 2, "batch_size": 2, "num_generations": 2, "max_new_tokens": 8,
-            "gradient_accumulation_steps": 1, "n_eval": 4, "eval_batch_size": 4, "n_train": 20,
-            "logging_steps": 1, "save_steps": 0, "num_threads": 1, **more}
+    return {
+        "model_name_or_path": str(models["policy"]),
+        "gail_disc_model": str(models["disc"]),
+        "gail_device": "cpu",
+        "dataset_name_or_path": str(data),
+        "torch_dtype": "float32",
+        "output_dir": str(tmp),
+        "max_steps": 2,
+        "batch_size": 2,
+        "num_generations": 2,
+        "max_new_tokens": 8,
+        "gradient_accumulation_steps": 1,
+        "n_eval": 4,
+        "eval_batch_size": 4,
+        "n_train": 20,
+        "logging_steps": 1,
+        "save_steps": 0,
+        "num_threads": 1,
+        **more,
+    }
 
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=lambda p: p.stem)
@@ -100,8 +115,11 @@ def test_tiny_recipe_resumes_discriminator_and_mixer(data_dir, tiny_models, tmp_
     cli_resume = {**cli, "output_dir": str(tmp_path / "resumed"), "resume_from_checkpoint": str(first)}
     run_training(build_config(TINY_RECIPE, cli_resume, environ={}))
     load = lambda p: torch.load(p / "learned_rewards.pt", weights_only=False)["learned_rewards"]  # noqa: E731
-    one, straight, resumed = (load(first), load(tmp_path / "straight" / "checkpoint-2"),
-                              load(tmp_path / "resumed" / "checkpoint-2"))
+    one, straight, resumed = (
+        load(first),
+        load(tmp_path / "straight" / "checkpoint-2"),
+        load(tmp_path / "resumed" / "checkpoint-2"),
+    )
     disc_s, disc_r = straight["learned"]["gail"], resumed["learned"]["gail"]
     assert disc_s["steps"] == disc_r["steps"] == 2 and one["learned"]["gail"]["steps"] == 1
     for k, v in disc_s["model"].items():
@@ -112,9 +130,22 @@ def test_tiny_recipe_resumes_discriminator_and_mixer(data_dir, tiny_models, tmp_
 
 def test_tiny_recipe_builds_its_own_models(tmp_path):
     """No model given: the word-tokenizer tiny policy and the tiny discriminator are built from the task."""
-    cli = {"output_dir": str(tmp_path), "max_steps": 2, "batch_size": 2, "num_generations": 2, "max_new_tokens": 8,
-           "n_train": 40, "n_eval": 4, "slate_synthetic_validation": 4, "sft_steps": 2, "sft_batch_size": 4,
-           "sft_target_accuracy": None, "tiny_hidden_size": 32, "tiny_num_layers": 1, "num_threads": 1}
+    cli = {
+        "output_dir": str(tmp_path),
+        "max_steps": 2,
+        "batch_size": 2,
+        "num_generations": 2,
+        "max_new_tokens": 8,
+        "n_train": 40,
+        "n_eval": 4,
+        "slate_synthetic_validation": 4,
+        "sft_steps": 2,
+        "sft_batch_size": 4,
+        "sft_target_accuracy": None,
+        "tiny_hidden_size": 32,
+        "tiny_num_layers": 1,
+        "num_threads": 1,
+    }
     summary = run_training(build_config(TINY_RECIPE, cli, environ={}))
     assert summary["steps"] == 2
     from transformers import AutoTokenizer

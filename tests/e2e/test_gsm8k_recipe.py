@@ -18,13 +18,35 @@ STEPS, PROMPTS, K, N_EVAL, N_TRAIN = 2, 2, 2, 4, 50
 @pytest.fixture(scope="module")
 def run(tiny_gsm8k_dir, gsm8k_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("recipe") / "run"
-    rc = cli.main([
-        "train", "--config", str(RECIPE),
-        "--model_name_or_path", str(tiny_gsm8k_dir), "--dataset_name_or_path", str(gsm8k_dir),
-        "--max_steps", str(STEPS), "--output_dir", str(out), "--n_eval", str(N_EVAL),
-        "--max_new_tokens", "16", "--eval_max_new_tokens", "16", "--batch_size", str(PROMPTS),
-        "--num_generations", str(K), "--n_train", str(N_TRAIN), "--device", "cpu",
-    ])
+    rc = cli.main(
+        [
+            "train",
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            str(tiny_gsm8k_dir),
+            "--dataset_name_or_path",
+            str(gsm8k_dir),
+            "--max_steps",
+            str(STEPS),
+            "--output_dir",
+            str(out),
+            "--n_eval",
+            str(N_EVAL),
+            "--max_new_tokens",
+            "16",
+            "--eval_max_new_tokens",
+            "16",
+            "--batch_size",
+            str(PROMPTS),
+            "--num_generations",
+            str(K),
+            "--n_train",
+            str(N_TRAIN),
+            "--device",
+            "cpu",
+        ]
+    )
     assert rc == 0
     return out
 
@@ -74,9 +96,22 @@ def test_metrics(run):
     assert len(lines) == STEPS
     metrics = [json.loads(line) for line in lines]
     assert [m["step"] for m in metrics] == list(range(1, STEPS + 1))
-    required = ["reward", "frac_reward_zero_std", "completions/mean_length", "entropy", "kl",
-                "clip_ratio/low_mean", "clip_ratio/high_mean", "clip_ratio/region_mean", "step_time",
-                "tokens_per_second", "loss", "grad_norm", "learning_rate", "rewards/gsm8k_final/mean"]
+    required = [
+        "reward",
+        "frac_reward_zero_std",
+        "completions/mean_length",
+        "entropy",
+        "kl",
+        "clip_ratio/low_mean",
+        "clip_ratio/high_mean",
+        "clip_ratio/region_mean",
+        "step_time",
+        "tokens_per_second",
+        "loss",
+        "grad_norm",
+        "learning_rate",
+        "rewards/gsm8k_final/mean",
+    ]
     for m in metrics:
         missing = [k for k in required if k not in m]
         assert not missing, missing
@@ -96,8 +131,18 @@ def test_metrics(run):
 def test_rollouts(run):
     records = read_jsonl(run / "rollouts" / "rollouts.jsonl")
     assert len(records) == STEPS * PROMPTS * K
-    fields = {"step", "prompt_id", "prompt", "completion", "prediction", "ground_truth", "reward", "rewards",
-              "correct", "advantage"}
+    fields = {
+        "step",
+        "prompt_id",
+        "prompt",
+        "completion",
+        "prediction",
+        "ground_truth",
+        "reward",
+        "rewards",
+        "correct",
+        "advantage",
+    }
     for r in records:
         assert fields <= set(r), fields - set(r)
         assert SYSTEM_PROMPT in r["prompt"]
@@ -130,8 +175,15 @@ def test_rollout_questions_come_from_the_first_n_train_rows(run, gsm8k_dir):
 
 def test_final_checkpoint(run):
     ckpt = run / f"checkpoint-{STEPS}"
-    for name in ("optimizer.pt", "scheduler.pt", "rng.pt", "trainer_state.json", "config.json",
-                 "model.safetensors", "tokenizer.json"):
+    for name in (
+        "optimizer.pt",
+        "scheduler.pt",
+        "rng.pt",
+        "trainer_state.json",
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+    ):
         assert (ckpt / name).is_file(), name
     state = json.loads((ckpt / "trainer_state.json").read_text())
     assert state["step"] == STEPS

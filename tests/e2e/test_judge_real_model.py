@@ -37,8 +37,10 @@ Reply with the grade only, one digit."""
 @pytest.fixture(scope="module")
 def smollm2_server(smollm2_dir, tmp_path_factory):  # noqa: F811 - the fixture above
     serve = Path(sys.executable).parent / "transformers"
-    srv = ServedProcess([str(serve), "serve", str(smollm2_dir), "--host", "127.0.0.1", "--port", "{port}",
-                         "--device", "cpu"], tmp_path_factory.mktemp("serve") / "serve.log")
+    srv = ServedProcess(
+        [str(serve), "serve", str(smollm2_dir), "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"],
+        tmp_path_factory.mktemp("serve") / "serve.log",
+    )
     srv.start()
     yield srv
     srv.kill()
@@ -49,18 +51,47 @@ def forced_judge(smollm2_dir, base_url: str, **options) -> dict:  # noqa: F811
     from transformers import AutoTokenizer
 
     digits = AutoTokenizer.from_pretrained(str(smollm2_dir)).convert_tokens_to_ids(list("0123456789"))
-    return {"name": "judge", "options": {
-        "base_url": base_url, "model": str(smollm2_dir), "template": DIGIT_GRADE, "format": "number",
-        "score_range": [0, 9], "max_tokens": 1, "extra_body": {"logit_bias": {str(t): 100.0 for t in digits}},
-        "concurrency": 4, "timeout": 60, **options}}
+    return {
+        "name": "judge",
+        "options": {
+            "base_url": base_url,
+            "model": str(smollm2_dir),
+            "template": DIGIT_GRADE,
+            "format": "number",
+            "score_range": [0, 9],
+            "max_tokens": 1,
+            "extra_body": {"logit_bias": {str(t): 100.0 for t in digits}},
+            "concurrency": 4,
+            "timeout": 60,
+            **options,
+        },
+    }
 
 
-def test_real_model_forced_into_the_format_judges_a_training_run(tiny_arithmetic_dir, smollm2_dir,  # noqa: F811
-                                                                  smollm2_server, tmp_path):
+def test_real_model_forced_into_the_format_judges_a_training_run(
+    tiny_arithmetic_dir,
+    smollm2_dir,  # noqa: F811
+    smollm2_server,
+    tmp_path,
+):
     out = tmp_path / "run"
     cfg = recipe(tmp_path / "r.yaml", forced_judge(smollm2_dir, smollm2_server.base_url))
-    assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir),
-                 "--output_dir", str(out), "--max_steps", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(cfg),
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "2",
+            ]
+        )
+        == 0
+    )
     rows = metrics(out)
     assert [r["judge/requests"] for r in rows] == [8, 8]
     assert all(r["reward_errors"] == 0 and r["judge/parse_failures"] == 0 for r in rows)  # every reply a grade
@@ -72,8 +103,12 @@ def test_real_model_forced_into_the_format_judges_a_training_run(tiny_arithmetic
     assert len(rollouts) == 16 and '"judge": null' not in "".join(rollouts)
 
 
-def test_real_server_killed_mid_run_and_restarted(tiny_arithmetic_dir, smollm2_dir, smollm2_server,  # noqa: F811
-                                                  tmp_path):
+def test_real_server_killed_mid_run_and_restarted(
+    tiny_arithmetic_dir,
+    smollm2_dir,
+    smollm2_server,  # noqa: F811
+    tmp_path,
+):
     """SIGKILL ``transformers serve`` once step 2's judgements have begun and start it again on the same
     port (its start and first model load take seconds): the requests meet a dead port, are retried with
     backoff, and the run ends within its error budget with every answer cached once."""
@@ -83,14 +118,29 @@ def test_real_server_killed_mid_run_and_restarted(tiny_arithmetic_dir, smollm2_d
     train_through_a_restart(smollm2_server, cfg, tiny_arithmetic_dir, out)
 
 
-def test_real_instruct_model_as_judge_answers_garbage(tiny_arithmetic_dir, smollm2_dir, smollm2_server,  # noqa: F811
-                                                      tmp_path, capsys):
+def test_real_instruct_model_as_judge_answers_garbage(
+    tiny_arithmetic_dir,
+    smollm2_dir,
+    smollm2_server,  # noqa: F811
+    tmp_path,
+    capsys,
+):
     """Unforced, SmolLM2 does not follow the rubric's format: every reply that holds no score in range is
     that sample's error; past the budget the run stops, loudly."""
-    reward = {"name": "judge", "options": {"base_url": smollm2_server.base_url, "model": str(smollm2_dir),
-                                           "format": "number", "score_range": [0, 1], "max_tokens": 8,
-                                           "concurrency": 4, "timeout": 60, "retries": 1,
-                                           "cache_dir": str(tmp_path / "cache")}}
+    reward = {
+        "name": "judge",
+        "options": {
+            "base_url": smollm2_server.base_url,
+            "model": str(smollm2_dir),
+            "format": "number",
+            "score_range": [0, 1],
+            "max_tokens": 8,
+            "concurrency": 4,
+            "timeout": 60,
+            "retries": 1,
+            "cache_dir": str(tmp_path / "cache"),
+        },
+    }
     out = tmp_path / "run"
     args = ["--model_name_or_path", str(tiny_arithmetic_dir), "--max_steps", "1", "--batch_size", "1"]
     lenient = recipe(tmp_path / "lenient.yaml", reward, max_reward_error_fraction=1.0)

@@ -20,15 +20,38 @@ pytest.importorskip("openai")
 
 
 def judge(name: str, base_url: str, **options) -> dict:
-    return {"name": name, "options": {"base_url": base_url, "model": "grader", "concurrency": 4, "timeout": 10,
-                                      "backoff_seconds": 0.2, **options}}
+    return {
+        "name": name,
+        "options": {
+            "base_url": base_url,
+            "model": "grader",
+            "concurrency": 4,
+            "timeout": 10,
+            "backoff_seconds": 0.2,
+            **options,
+        },
+    }
 
 
 def test_pointwise_judge_run_and_resume_pays_nothing_twice(tiny_arithmetic_dir, grader, tmp_path):
     out = tmp_path / "run"
     cfg = recipe(tmp_path / "r.yaml", judge("judge", grader.base_url), save_steps=1)
-    assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir),
-                 "--output_dir", str(out), "--max_steps", "3"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(cfg),
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "3",
+            ]
+        )
+        == 0
+    )
     rows = metrics(out)
     assert [r["judge/requests"] for r in rows] == [8, 8, 8] and all(r["reward_errors"] == 0 for r in rows)
     sent = sum(r["judge/calls"] for r in rows)
@@ -39,9 +62,24 @@ def test_pointwise_judge_run_and_resume_pays_nothing_twice(tiny_arithmetic_dir, 
     # Resumed from checkpoint-2, step 3 is regenerated exactly: its judgements come from the cache.
     (out / "metrics.jsonl").write_text("".join(line + "\n" for line in map(json.dumps, rows[:2])))
     before = len((tmp_path / "grader_requests.jsonl").read_text().splitlines())
-    assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir),
-                 "--output_dir", str(out), "--max_steps", "3", "--resume_from_checkpoint",
-                 str(out / "checkpoint-2")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(cfg),
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "3",
+                "--resume_from_checkpoint",
+                str(out / "checkpoint-2"),
+            ]
+        )
+        == 0
+    )
     step3 = metrics(out)[-1]
     assert step3["step"] == 3 and step3["judge/calls"] == 0
     assert step3["judge/cache_hits"] == rows[2]["judge/calls"] + rows[2]["judge/cache_hits"] > 0  # distinct requests
@@ -51,8 +89,22 @@ def test_pointwise_judge_run_and_resume_pays_nothing_twice(tiny_arithmetic_dir, 
 def test_group_judge_run_one_call_per_group(tiny_arithmetic_dir, grader, tmp_path):
     out = tmp_path / "run"
     cfg = recipe(tmp_path / "r.yaml", judge("group_judge", grader.base_url))
-    assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir),
-                 "--output_dir", str(out), "--max_steps", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(cfg),
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "2",
+            ]
+        )
+        == 0
+    )
     rows = metrics(out)
     assert [r["group_judge/requests"] for r in rows] == [2, 2]  # 2 groups of 4 a step: 2 requests
     assert all(r["reward_errors"] == 0 for r in rows)
@@ -67,8 +119,11 @@ def test_server_killed_mid_run_and_restarted(tiny_arithmetic_dir, grader, tmp_pa
     slow = standin(tmp_path / "slow.log", delay=0.3, port=grader.port)
     slow.start()
     out = tmp_path / "run"
-    cfg = recipe(tmp_path / "r.yaml", judge("judge", slow.base_url, retries=6, backoff_seconds=0.3),
-                 max_reward_error_fraction=0.25)
+    cfg = recipe(
+        tmp_path / "r.yaml",
+        judge("judge", slow.base_url, retries=6, backoff_seconds=0.3),
+        max_reward_error_fraction=0.25,
+    )
     try:
         train_through_a_restart(slow, cfg, tiny_arithmetic_dir, out, down_s=3.0)
     finally:

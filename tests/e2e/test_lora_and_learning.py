@@ -16,10 +16,34 @@ def _rows(path: Path) -> list[dict]:
 
 def test_lora_run_uses_base_as_reference_and_resumes(warm_arithmetic_dir, tmp_path):
     out = tmp_path / "lora"
-    args = ["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out), "--use_peft", "true",
-            "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj", "--beta", "0.5", "--max_steps", "3",
-            "--batch_size", "4", "--num_generations", "4", "--learning_rate", "5e-2", "--n_eval", "4",
-            "--save_steps", "2"]
+    args = [
+        "train",
+        "--model_name_or_path",
+        str(warm_arithmetic_dir),
+        "--output_dir",
+        str(out),
+        "--use_peft",
+        "true",
+        "--lora_r",
+        "4",
+        "--lora_target_modules",
+        "q_proj",
+        "v_proj",
+        "--beta",
+        "0.5",
+        "--max_steps",
+        "3",
+        "--batch_size",
+        "4",
+        "--num_generations",
+        "4",
+        "--learning_rate",
+        "5e-2",
+        "--n_eval",
+        "4",
+        "--save_steps",
+        "2",
+    ]
     assert main(args) == 0
     metrics = _rows(out / "metrics.jsonl")
     # LoRA starts with B = 0: the policy equals the reference, so the first KL is exactly 0 ...
@@ -49,10 +73,36 @@ def test_grpo_raises_the_reward_of_a_prompt(warm_arithmetic_dir, tmp_path):
     gains = []
     for seed in (1, 2):
         out = tmp_path / f"learn{seed}"
-        assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                     "--n_train", "4", "--batch_size", "4", "--num_generations", "8", "--max_steps", "40",
-                     "--learning_rate", "3e-3", "--lr_scheduler_type", "constant", "--adam_beta2", "0.99",
-                     "--n_eval", "0", "--seed", str(seed)]) == 0
+        assert (
+            main(
+                [
+                    "train",
+                    "--model_name_or_path",
+                    str(warm_arithmetic_dir),
+                    "--output_dir",
+                    str(out),
+                    "--n_train",
+                    "4",
+                    "--batch_size",
+                    "4",
+                    "--num_generations",
+                    "8",
+                    "--max_steps",
+                    "40",
+                    "--learning_rate",
+                    "3e-3",
+                    "--lr_scheduler_type",
+                    "constant",
+                    "--adam_beta2",
+                    "0.99",
+                    "--n_eval",
+                    "0",
+                    "--seed",
+                    str(seed),
+                ]
+            )
+            == 0
+        )
         rewards = [m["reward"] for m in _rows(out / "metrics.jsonl")]
         gains.append(sum(rewards[-5:]) / 5 - sum(rewards[:5]) / 5)
     assert min(gains) > 0 and sum(gains) / 2 > 0.12, gains

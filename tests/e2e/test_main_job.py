@@ -29,8 +29,28 @@ def cached_smollm2(smollm2_dir) -> Path:
 
 def test_the_main_job_in_two_small_steps(cached_smollm2, tmp_path, capsys):
     out = tmp_path / "main"
-    assert main(["train", "--output_dir", str(out), "--max_steps", "2", "--batch_size", "1", "--num_generations",
-                 "4", "--n_eval", "6", "--completions_print_steps", "1", "--seed", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "2",
+                "--batch_size",
+                "1",
+                "--num_generations",
+                "4",
+                "--n_eval",
+                "6",
+                "--completions_print_steps",
+                "1",
+                "--seed",
+                "0",
+            ]
+        )
+        == 0
+    )
     shown = capsys.readouterr().out
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"] == str(cached_smollm2) and summary["task"] == "arithmetic"

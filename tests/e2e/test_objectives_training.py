@@ -24,9 +24,23 @@ def two_steps(model_dir: Path, out: Path, keys: dict) -> tuple[list[dict], float
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
 
-    cfg = build_config(None, {"output_dir": str(out), "batch_size": 2, "num_generations": 4, "max_new_tokens": 4,
-                              "num_iterations": 2, "learning_rate": 3e-3, "n_eval": 0, "n_train": 40, "seed": 1,
-                              "device": "cpu", **keys}, environ={})
+    cfg = build_config(
+        None,
+        {
+            "output_dir": str(out),
+            "batch_size": 2,
+            "num_generations": 4,
+            "max_new_tokens": 4,
+            "num_iterations": 2,
+            "learning_rate": 3e-3,
+            "n_eval": 0,
+            "n_train": 40,
+            "seed": 1,
+            "device": "cpu",
+            **keys,
+        },
+        environ={},
+    )
     torch.manual_seed(1)
     policy = load_policy(cfg.model, str(model_dir), torch.device("cpu"), need_reference=False)
     before = {n: p.detach().clone() for n, p in policy.model.named_parameters()}
@@ -40,10 +54,19 @@ def two_steps(model_dir: Path, out: Path, keys: dict) -> tuple[list[dict], float
     return metrics, moved
 
 
-@pytest.mark.parametrize("keys", [{"loss": name} for name in sorted(LOSSES)] + [
-    {"loss": "ppo_clip", "entropy_coef": 0.01, "entropy_target": 5.0},  # adaptive, below target: applied from step 2
-    {"loss": "cispo", "loss_type": "bnpo", "beta": 0.02, "kl_estimator": "k2"},
-], ids=lambda keys: "-".join(str(v) for v in keys.values()))
+@pytest.mark.parametrize(
+    "keys",
+    [{"loss": name} for name in sorted(LOSSES)]
+    + [
+        {
+            "loss": "ppo_clip",
+            "entropy_coef": 0.01,
+            "entropy_target": 5.0,
+        },  # adaptive, below target: applied from step 2
+        {"loss": "cispo", "loss_type": "bnpo", "beta": 0.02, "kl_estimator": "k2"},
+    ],
+    ids=lambda keys: "-".join(str(v) for v in keys.values()),
+)
 def test_builtin_loss_trains_two_steps(keys, warm_arithmetic_dir, tmp_path):
     metrics, moved = two_steps(warm_arithmetic_dir, tmp_path, keys)
     assert moved > 1e-5, "the weights did not move"
@@ -57,9 +80,30 @@ def test_builtin_loss_trains_two_steps(keys, warm_arithmetic_dir, tmp_path):
 
 
 def cli_train(model_dir: Path, out: Path, *extra: str) -> int:
-    return main(["train", "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--batch_size", "2",
-                 "--num_generations", "4", "--max_new_tokens", "4", "--n_eval", "0", "--n_train", "40",
-                 "--device", "cpu", "--seed", "3", *extra])
+    return main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(model_dir),
+            "--output_dir",
+            str(out),
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "4",
+            "--max_new_tokens",
+            "4",
+            "--n_eval",
+            "0",
+            "--n_train",
+            "40",
+            "--device",
+            "cpu",
+            "--seed",
+            "3",
+            *extra,
+        ]
+    )
 
 
 def rows(path: Path) -> list[dict]:
@@ -79,12 +123,34 @@ def test_a_loss_from_a_file_trains_two_steps(warm_arithmetic_dir, tmp_path, caps
     path = tmp_path / "my_loss.py"
     path.write_text(USER_LOSS)
     out = tmp_path / "run"
-    assert cli_train(warm_arithmetic_dir, out, "--max_steps", "2", "--loss", f"{path}:reinforce",
-                     "--loss_options", "{scale: 2.0}") == 0
+    assert (
+        cli_train(
+            warm_arithmetic_dir,
+            out,
+            "--max_steps",
+            "2",
+            "--loss",
+            f"{path}:reinforce",
+            "--loss_options",
+            "{scale: 2.0}",
+        )
+        == 0
+    )
     logged = rows(out / "metrics.jsonl")
     assert [m["step"] for m in logged] == [1, 2] and all(m["reinforce/scale"] == 2.0 for m in logged)
-    assert cli_train(warm_arithmetic_dir, tmp_path / "bad", "--max_steps", "1", "--loss", f"{path}:reinforce",
-                     "--loss_options", "{scael: 2.0}") == 2
+    assert (
+        cli_train(
+            warm_arithmetic_dir,
+            tmp_path / "bad",
+            "--max_steps",
+            "1",
+            "--loss",
+            f"{path}:reinforce",
+            "--loss_options",
+            "{scael: 2.0}",
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert any("unknown option 'scael'" in line and "it takes: scale" in line for line in err), err
 
@@ -94,9 +160,22 @@ def metric_rows(path: Path) -> dict[int, dict]:
 
 
 def test_dynamic_sampling_curriculum_and_adaptive_entropy_resume_exactly(warm_arithmetic_dir, tmp_path):
-    keys = ("--max_steps", "4", "--num_iterations", "2", "--learning_rate", "1e-3", "--entropy_coef", "0.01",
-            "--entropy_target", "5.0", "--dynamic_sampling", "{metric: judge, max_batches: 3}",
-            "--curriculum", "{skip_steps: 2}")
+    keys = (
+        "--max_steps",
+        "4",
+        "--num_iterations",
+        "2",
+        "--learning_rate",
+        "1e-3",
+        "--entropy_coef",
+        "0.01",
+        "--entropy_target",
+        "5.0",
+        "--dynamic_sampling",
+        "{metric: judge, max_batches: 3}",
+        "--curriculum",
+        "{skip_steps: 2}",
+    )
     full, part = tmp_path / "full", tmp_path / "part"
     assert cli_train(warm_arithmetic_dir, full, *keys) == 0
     assert cli_train(warm_arithmetic_dir, part, *keys, "--save_steps", "2") == 0

@@ -19,11 +19,44 @@ LLAMA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
 
 def real_model_run(model: Path, out: Path, *extra: str) -> int:
     """2 prompts x 4 samples of at most 6 tokens; ``length`` (characters) gives the group a spread to learn from."""
-    return main(["train", "--task", "arithmetic", "--model_name_or_path", str(model), "--output_dir", str(out),
-                 "--max_steps", "2", "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "6",
-                 "--n_eval", "2", "--n_train", "8", "--device", "cpu", "--seed", "0", "--rewards", "length",
-                 "--learning_rate", "1e-5", "--lr_scheduler_type", "constant", "--logging_steps", "1",
-                 "--system_prompt", "Reply with only the number.", *extra])
+    return main(
+        [
+            "train",
+            "--task",
+            "arithmetic",
+            "--model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "4",
+            "--max_new_tokens",
+            "6",
+            "--n_eval",
+            "2",
+            "--n_train",
+            "8",
+            "--device",
+            "cpu",
+            "--seed",
+            "0",
+            "--rewards",
+            "length",
+            "--learning_rate",
+            "1e-5",
+            "--lr_scheduler_type",
+            "constant",
+            "--logging_steps",
+            "1",
+            "--system_prompt",
+            "Reply with only the number.",
+            *extra,
+        ]
+    )
 
 
 def metrics(out: Path) -> list[dict]:
@@ -38,8 +71,22 @@ def tensor(folder: Path, name: str):
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_two_steps_checkpoint_resume_and_eval(smollm2_dir, tmp_path, lora):
     out = tmp_path / "run"
-    peft = ["--use_peft", "true", "--lora_r", "4", "--lora_alpha", "8", "--lora_dropout", "0",
-            "--lora_target_modules", *LLAMA_MODULES] if lora else []
+    peft = (
+        [
+            "--use_peft",
+            "true",
+            "--lora_r",
+            "4",
+            "--lora_alpha",
+            "8",
+            "--lora_dropout",
+            "0",
+            "--lora_target_modules",
+            *LLAMA_MODULES,
+        ]
+        if lora
+        else []
+    )
     assert real_model_run(smollm2_dir, out, *peft) == 0
     steps = metrics(out)
     assert [m["step"] for m in steps if "loss" in m] == [1, 2]
@@ -61,7 +108,25 @@ def test_two_steps_checkpoint_resume_and_eval(smollm2_dir, tmp_path, lora):
     assert (out / "checkpoint-3").is_dir()
 
     report = tmp_path / "eval.jsonl"
-    assert main(["eval", "--model", str(out / "checkpoint-3"), "--task", "arithmetic", "--n", "2",
-                 "--max_new_tokens", "4", "--device", "cpu", "--out", str(report)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(out / "checkpoint-3"),
+                "--task",
+                "arithmetic",
+                "--n",
+                "2",
+                "--max_new_tokens",
+                "4",
+                "--device",
+                "cpu",
+                "--out",
+                str(report),
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert len(rows) == 2 and all(r["question"] and r["completion"] for r in rows)

@@ -14,9 +14,32 @@ TIMING = {"step_time", "generation_time", "score_time", "advantage_time", "updat
 
 
 def _train(model_dir: Path, out: Path, *extra: str) -> int:
-    return main(["train", "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "4",
-                 "--batch_size", "4", "--num_generations", "4", "--max_new_tokens", "5", "--n_eval", "8",
-                 "--learning_rate", "1e-3", "--num_iterations", "2", "--seed", "7", *extra])
+    return main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(model_dir),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "4",
+            "--batch_size",
+            "4",
+            "--num_generations",
+            "4",
+            "--max_new_tokens",
+            "5",
+            "--n_eval",
+            "8",
+            "--learning_rate",
+            "1e-3",
+            "--num_iterations",
+            "2",
+            "--seed",
+            "7",
+            *extra,
+        ]
+    )
 
 
 def _metrics(path: Path) -> dict[int, dict]:

@@ -23,9 +23,15 @@ SECRETS = ["sk-test-KEY-4f9a1c", "hf_TOKEN_77b2e0", "sekrit-bearer-5d1"]
 
 
 def judge_reward(base_url: str) -> dict:
-    return {"name": "judge", "options": {"base_url": base_url, "model": "grader", "api_key": SECRETS[0],
-                                         "extra_body": {"hub_token": SECRETS[1],
-                                                        "note": f"Bearer {SECRETS[2]}"}}}
+    return {
+        "name": "judge",
+        "options": {
+            "base_url": base_url,
+            "model": "grader",
+            "api_key": SECRETS[0],
+            "extra_body": {"hub_token": SECRETS[1], "note": f"Bearer {SECRETS[2]}"},
+        },
+    }
 
 
 def files_holding_secrets(*roots) -> list[str]:
@@ -46,8 +52,19 @@ def test_no_artifact_holds_a_secret(tiny_arithmetic_dir, grader, tmp_path, monke
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))
     out = tmp_path / "run"
     cfg = recipe(tmp_path / "r.yaml", judge_reward(grader.base_url))
-    argv = ["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir), "--output_dir", str(out),
-            "--max_steps", "1", "--report_to", report_to]
+    argv = [
+        "train",
+        "--config",
+        str(cfg),
+        "--model_name_or_path",
+        str(tiny_arithmetic_dir),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "1",
+        "--report_to",
+        report_to,
+    ]
     # what a tracker may record of the command line (W&B's metadata): a secret typed there as well
     monkeypatch.setattr(sys, "argv", ["grouprl", *argv, "--hub_token", SECRETS[1], f"{{api_key: {SECRETS[0]}}}"])
     assert main(argv) == 0
@@ -73,12 +90,16 @@ def test_an_old_run_folder_is_redacted_when_read(tmp_path):
 
     run = tmp_path / "old"
     run.mkdir()
-    (run / "config.json").write_text(json.dumps({"task": {"task": "arithmetic", "rewards": [judge_reward("x")]},
-                                                 "hub": {"hub_token": SECRETS[1]}}))
+    (run / "config.json").write_text(
+        json.dumps({"task": {"task": "arithmetic", "rewards": [judge_reward("x")]}, "hub": {"hub_token": SECRETS[1]}})
+    )
     overview = json.dumps(open_runs([str(run)])[0].overview())
     assert not [s for s in SECRETS if s in overview]
     assert redact({"max_new_tokens": 8, "tokenizer": "char", "prompt_tokens": 3}) == {
-        "max_new_tokens": 8, "tokenizer": "char", "prompt_tokens": 3}
+        "max_new_tokens": 8,
+        "tokenizer": "char",
+        "prompt_tokens": 3,
+    }
 
 
 def test_a_redacted_key_read_back_is_never_sent(monkeypatch):

@@ -31,16 +31,50 @@ def tiny_tool_model(tmp_path_factory) -> Path:
 
     driver = _driver()
     task = load_task(build_config(driver.AGENT_RECIPE, {}, environ={}))
-    return init_tiny(task.tokenizer_corpus(), tmp_path_factory.mktemp("driver_model") / "tiny", hidden=32, layers=1,
-                     heads=2, seed=0, tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
+    return init_tiny(
+        task.tokenizer_corpus(),
+        tmp_path_factory.mktemp("driver_model") / "tiny",
+        hidden=32,
+        layers=1,
+        heads=2,
+        seed=0,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )
 
 
 def test_the_driver_warms_measures_trains_through_the_agent_and_measures_again(tiny_tool_model, tmp_path):
     driver = _driver()
     out, work = tmp_path / "results", tmp_path / "work"
-    args = ["--model", str(tiny_tool_model), "--sft_steps", "2", "--check_every", "1", "--n_check", "2",
-            "--sft_target", "1.01", "--seeds", "0", "1", "--max_steps", "1", "--batch_size", "2",
-            "--num_generations", "2", "--n_eval", "3", "--sft_learning_rate", "1e-3", "--out", str(out), "--work", str(work)]
+    args = [
+        "--model",
+        str(tiny_tool_model),
+        "--sft_steps",
+        "2",
+        "--check_every",
+        "1",
+        "--n_check",
+        "2",
+        "--sft_target",
+        "1.01",
+        "--seeds",
+        "0",
+        "1",
+        "--max_steps",
+        "1",
+        "--batch_size",
+        "2",
+        "--num_generations",
+        "2",
+        "--n_eval",
+        "3",
+        "--sft_learning_rate",
+        "1e-3",
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
     result = driver.main(args)
     assert json.loads((out / "results.json").read_text()) == json.loads(json.dumps(result))
     assert (out / "held_out.png").stat().st_size > 0
@@ -65,8 +99,12 @@ def test_the_driver_warms_measures_trains_through_the_agent_and_measures_again(t
     # trains only a seed it has not run
     shutil.copy(out / "results.json", tmp_path / "first.json")
     seed0_metrics = (work / "rl_seed0" / "metrics.jsonl").read_text()
-    again = driver.main(args[:args.index("--seeds") + 1] + ["0", "2"] + args[args.index("--seeds") + 3:]
-                        + ["--warm", str(tmp_path / "first.json")])
+    again = driver.main(
+        args[: args.index("--seeds") + 1]
+        + ["0", "2"]
+        + args[args.index("--seeds") + 3 :]
+        + ["--warm", str(tmp_path / "first.json")]
+    )
     assert again["sft"] == result["sft"] and again["before"] == result["before"]
     assert again["seeds"]["0"] == result["seeds"]["0"] and sorted(again["seeds"]) == ["0", "2"]
     assert (work / "rl_seed2" / "metrics.jsonl").is_file()

@@ -31,16 +31,58 @@ def warm_tool_model(tmp_path_factory):
     out = tmp_path_factory.mktemp("tool_model")
     cfg = build_config(RECIPE, {"output_dir": str(out)}, environ={})
     task = load_task(cfg)
-    tiny = init_tiny(task.tokenizer_corpus(), out / "tiny", hidden=32, layers=2, heads=2, seed=0,
-                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
-    return tool_sft(str(tiny), task, episode_settings(cfg, task), out / "sft", steps=40, learning_rate=3e-3,
-                    batch_size=8, seed=0, n_episodes=32)
+    tiny = init_tiny(
+        task.tokenizer_corpus(),
+        out / "tiny",
+        hidden=32,
+        layers=2,
+        heads=2,
+        seed=0,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )
+    return tool_sft(
+        str(tiny),
+        task,
+        episode_settings(cfg, task),
+        out / "sft",
+        steps=40,
+        learning_rate=3e-3,
+        batch_size=8,
+        seed=0,
+        n_episodes=32,
+    )
 
 
 def _train(model: Path, out: Path, *extra: str) -> int:
-    return main(["train", "--config", str(RECIPE), "--model_name_or_path", str(model), "--output_dir", str(out),
-                 "--max_steps", "2", "--batch_size", "2", "--num_generations", "2", "--n_eval", "2",
-                 "--max_tool_calls", "2", "--seed", "5", "--device", "cpu", "--save_trajectories_every", "1", *extra])
+    return main(
+        [
+            "train",
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            str(model),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "2",
+            "--n_eval",
+            "2",
+            "--max_tool_calls",
+            "2",
+            "--seed",
+            "5",
+            "--device",
+            "cpu",
+            "--save_trajectories_every",
+            "1",
+            *extra,
+        ]
+    )
 
 
 def _metrics(path: Path) -> dict[int, dict]:
@@ -76,9 +118,34 @@ def test_tool_recipe_on_two_processes(warm_tool_model, tmp_path):
     from launch import torchrun
 
     out = tmp_path / "ddp"
-    torchrun(["-m", "grouprl.cli", "train", "--config", str(RECIPE), "--model_name_or_path", str(warm_tool_model),
-              "--output_dir", str(out), "--max_steps", "2", "--batch_size", "2", "--num_generations", "2",
-              "--n_eval", "2", "--max_tool_calls", "2", "--seed", "5", "--device", "cpu"], timeout=1200)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--config",
+            str(RECIPE),
+            "--model_name_or_path",
+            str(warm_tool_model),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "2",
+            "--n_eval",
+            "2",
+            "--max_tool_calls",
+            "2",
+            "--seed",
+            "5",
+            "--device",
+            "cpu",
+        ],
+        timeout=1200,
+    )
     metrics = _metrics(out / "metrics.jsonl")
     assert sorted(metrics) == [1, 2]
     for m in metrics.values():

@@ -18,8 +18,15 @@ def test_a_trickling_or_endless_server_fails_the_request_within_its_timeout(tmp_
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"prompt": f"q{i}"}) + "\n" for i in range(2)))
     with HostileServer() as server:
-        spec = GenerateSpec(dataset=str(data), model=model, base_url=server.base_url, output_dir=str(tmp_path / "out"),
-                            timeout=1.0, retries=0, progress=False)
+        spec = GenerateSpec(
+            dataset=str(data),
+            model=model,
+            base_url=server.base_url,
+            output_dir=str(tmp_path / "out"),
+            timeout=1.0,
+            retries=0,
+            progress=False,
+        )
         start = time.monotonic()
         with pytest.raises(GenerationFailed, match="2 of 2 requests failed"):
             generate(spec)

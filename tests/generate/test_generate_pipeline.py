@@ -44,9 +44,13 @@ class Server:
     def start(self) -> str:
         self.port = free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-        self.proc = subprocess.Popen([str(SERVE), "serve", str(self.model), "--host", "127.0.0.1", "--port",
-                                      str(self.port), "--device", "cpu"], stdout=self.log.open("ab"),
-                                     stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [str(SERVE), "serve", str(self.model), "--host", "127.0.0.1", "--port", str(self.port), "--device", "cpu"],
+            stdout=self.log.open("ab"),
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         deadline = time.time() + 120
         while time.time() < deadline:
             try:
@@ -87,10 +91,34 @@ def write_rows(path: Path, n: int) -> Path:
 
 
 def command(data: Path, base_url: str, out: Path, model: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "grouprl.cli", "generate", "--dataset", str(data), "--model", str(model),
-            "--base_url", base_url, "--output_dir", str(out), "--prompt_template", "Say: {{ instruction }}",
-            "--num_generations", "2", "--max_new_tokens", "12", "--temperature", "1.0", "--concurrency", "3",
-            "--timeout", "30", "--no-progress", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "grouprl.cli",
+        "generate",
+        "--dataset",
+        str(data),
+        "--model",
+        str(model),
+        "--base_url",
+        base_url,
+        "--output_dir",
+        str(out),
+        "--prompt_template",
+        "Say: {{ instruction }}",
+        "--num_generations",
+        "2",
+        "--max_new_tokens",
+        "12",
+        "--temperature",
+        "1.0",
+        "--concurrency",
+        "3",
+        "--timeout",
+        "30",
+        "--no-progress",
+        *extra,
+    ]
 
 
 def journal_keys(out: Path) -> list[tuple[int, int]]:
@@ -125,8 +153,12 @@ def test_server_killed_mid_run_then_rerun_loses_and_duplicates_nothing(server, t
     base_url = server.start()
     data = write_rows(tmp_path / "rows.jsonl", 40)
     out = tmp_path / "gen"
-    run = subprocess.Popen(command(data, base_url, out, tiny_model, "--retries", "1", "--backoff_seconds", "0.2"),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        command(data, base_url, out, tiny_model, "--retries", "1", "--backoff_seconds", "0.2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 180
     while len(journal_keys(out)) < 10 and time.time() < deadline and run.poll() is None:
         time.sleep(0.05)
@@ -156,16 +188,19 @@ def test_prompt_column_string_or_messages_and_template_errors_name_the_row(tmp_p
     from grouprl.generate.pipeline import GenerateSpec, build_messages
 
     spec = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path), system_prompt="Be brief.")
-    assert build_messages(spec, {"prompt": "hi"}, 0) == [{"role": "system", "content": "Be brief."},
-                                                           {"role": "user", "content": "hi"}]
+    assert build_messages(spec, {"prompt": "hi"}, 0) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "hi"},
+    ]
     chat = [{"role": "system", "content": "own"}, {"role": "user", "content": "hi"}]
     assert build_messages(spec, {"prompt": chat}, 0) == chat  # a message list is used as it is
     with pytest.raises(ConfigError, match="d.jsonl row 3: no prompt column 'prompt'"):
         build_messages(spec, {"text": "hi"}, 3)
     with pytest.raises(ConfigError, match="d.jsonl row 4: prompt is an empty string"):
         build_messages(spec, {"prompt": " "}, 4)
-    templated = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path),
-                             prompt_template="Reverse: {{ word }}")
+    templated = GenerateSpec(
+        dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path), prompt_template="Reverse: {{ word }}"
+    )
     assert build_messages(templated, {"word": "abc"}, 0) == [{"role": "user", "content": "Reverse: abc"}]
 
 

@@ -87,7 +87,6 @@ def test_upload_failure_is_raised_by_wait(tmp_path):
         pusher.wait()
 
 
-
 def test_a_failed_upload_keeps_its_checkpoint_through_rotation(tmp_path):
     """Rotation spares a checkpoint whose upload failed (its local copy is the only one)."""
     from types import SimpleNamespace
@@ -140,13 +139,17 @@ def test_model_revision_loads_weights_and_tokenizer_from_that_revision(hub, tmp_
     api.create_repo("me/tiny")
     api.upload_folder(repo_id="me/tiny", folder_path=str(init_tiny("abc 0123", tmp_path / "a", 32, 1, 4, seed=0)))
     api.create_branch("me/tiny", branch="v1")
-    api.upload_folder(repo_id="me/tiny", revision="v1",
-                      folder_path=str(init_tiny("xyz 0123 abcdefg", tmp_path / "b", 32, 1, 4, seed=1)))
+    api.upload_folder(
+        repo_id="me/tiny",
+        revision="v1",
+        folder_path=str(init_tiny("xyz 0123 abcdefg", tmp_path / "b", 32, 1, 4, seed=1)),
+    )
     env = dict(os.environ, HF_ENDPOINT=endpoint, HF_TOKEN="hf_x", HF_HUB_OFFLINE="0", HF_HOME=str(tmp_path / "hf"))
     loaded = {}
     for revision in ("main", "v1"):
-        proc = subprocess.run([sys.executable, "-c", LOAD_AT_REVISION, revision], env=env, capture_output=True,
-                              text=True, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-c", LOAD_AT_REVISION, revision], env=env, capture_output=True, text=True, timeout=300
+        )
         assert proc.returncode == 0, proc.stderr[-3000:]
         loaded[revision] = json.loads(proc.stdout.strip().splitlines()[-1])
     assert loaded["main"]["vocab"] == loaded["main"]["rows"]

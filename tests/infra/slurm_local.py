@@ -45,15 +45,27 @@ class LocalSlurm:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         munge = self.root / "munge"
         munge.chmod(0o711)  # munged refuses a socket dir others can write to; clients must reach it
-        subprocess.run([_which("mungekey"), "--create", f"--keyfile={munge / 'munge.key'}"], check=True,
-                       capture_output=True)
-        subprocess.run([_which("munged"), "--force", f"--socket={self.socket}", f"--key-file={munge / 'munge.key'}",
-                        f"--log-file={self.root / 'log' / 'munged.log'}", f"--pid-file={munge / 'munged.pid'}",
-                        f"--seed-file={munge / 'seed'}"], check=True, capture_output=True)
+        subprocess.run(
+            [_which("mungekey"), "--create", f"--keyfile={munge / 'munge.key'}"], check=True, capture_output=True
+        )
+        subprocess.run(
+            [
+                _which("munged"),
+                "--force",
+                f"--socket={self.socket}",
+                f"--key-file={munge / 'munge.key'}",
+                f"--log-file={self.root / 'log' / 'munged.log'}",
+                f"--pid-file={munge / 'munged.pid'}",
+                f"--seed-file={munge / 'seed'}",
+            ],
+            check=True,
+            capture_output=True,
+        )
         self._write_conf()
         subprocess.run([_which("slurmctld"), "-f", str(self.conf)], check=True, capture_output=True, env=self.env)
-        subprocess.run([_which("slurmd"), "-f", str(self.conf), "-N", "localhost"], check=True, capture_output=True,
-                       env=self.env)
+        subprocess.run(
+            [_which("slurmd"), "-f", str(self.conf), "-N", "localhost"], check=True, capture_output=True, env=self.env
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.run("sinfo", "-h", "-o", "%t", check=False).stdout.strip()
@@ -64,34 +76,38 @@ class LocalSlurm:
 
     def _write_conf(self) -> None:
         user, r = getpass.getuser(), self.root
-        self.conf.write_text("\n".join([
-            "ClusterName=grouprltest",
-            f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
-            f"SlurmctldPort={_free_port()}",
-            f"SlurmdPort={_free_port()}",
-            f"SlurmUser={user}",
-            f"SlurmdUser={user}",
-            "AuthType=auth/munge",
-            "CredType=cred/munge",
-            f"AuthInfo=socket={self.socket}",
-            f"StateSaveLocation={r / 'state'}",
-            f"SlurmdSpoolDir={r / 'spool'}",
-            f"SlurmctldPidFile={r / 'slurmctld.pid'}",
-            f"SlurmdPidFile={r / 'slurmd.pid'}",
-            f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
-            f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
-            "ProctrackType=proctrack/linuxproc",
-            "TaskPlugin=task/none",
-            "JobAcctGatherType=jobacct_gather/none",
-            "SelectType=select/cons_tres",
-            "SelectTypeParameters=CR_Core",
-            "MpiDefault=none",
-            "ReturnToService=2",
-            "SchedulerType=sched/builtin",
-            f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN",
-            "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
-            "",
-        ]))
+        self.conf.write_text(
+            "\n".join(
+                [
+                    "ClusterName=grouprltest",
+                    f"SlurmctldHost={socket.gethostname().split('.')[0]}(127.0.0.1)",
+                    f"SlurmctldPort={_free_port()}",
+                    f"SlurmdPort={_free_port()}",
+                    f"SlurmUser={user}",
+                    f"SlurmdUser={user}",
+                    "AuthType=auth/munge",
+                    "CredType=cred/munge",
+                    f"AuthInfo=socket={self.socket}",
+                    f"StateSaveLocation={r / 'state'}",
+                    f"SlurmdSpoolDir={r / 'spool'}",
+                    f"SlurmctldPidFile={r / 'slurmctld.pid'}",
+                    f"SlurmdPidFile={r / 'slurmd.pid'}",
+                    f"SlurmctldLogFile={r / 'log' / 'slurmctld.log'}",
+                    f"SlurmdLogFile={r / 'log' / 'slurmd.log'}",
+                    "ProctrackType=proctrack/linuxproc",
+                    "TaskPlugin=task/none",
+                    "JobAcctGatherType=jobacct_gather/none",
+                    "SelectType=select/cons_tres",
+                    "SelectTypeParameters=CR_Core",
+                    "MpiDefault=none",
+                    "ReturnToService=2",
+                    "SchedulerType=sched/builtin",
+                    f"NodeName=localhost NodeAddr=127.0.0.1 CPUs={self.cpus} State=UNKNOWN",
+                    "PartitionName=debug Nodes=localhost Default=YES MaxTime=INFINITE State=UP",
+                    "",
+                ]
+            )
+        )
 
     def stop(self) -> None:
         """Stop the daemons this instance started (by their pid files), never any other."""
@@ -116,8 +132,13 @@ class LocalSlurm:
         return subprocess.run([_which(cmd[0]), *cmd[1:]], capture_output=True, text=True, env=self.env, check=check)
 
     def sbatch(self, *args: str, env: dict[str, str] | None = None, cwd: Path | None = None) -> str:
-        proc = subprocess.run([_which("sbatch"), "--parsable", *args], capture_output=True, text=True,
-                              env={**self.env, **(env or {})}, cwd=cwd)
+        proc = subprocess.run(
+            [_which("sbatch"), "--parsable", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(env or {})},
+            cwd=cwd,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"sbatch {' '.join(args)} failed: {proc.stderr}\n{self.logs()}")
         return proc.stdout.strip().split(";")[0]

@@ -22,8 +22,15 @@ from grouprl.observe.dashboard import RunFolder, write_report
 from grouprl.observe.dashboard.run_folder import flag_words
 
 CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", "--no-first-run"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
@@ -54,8 +61,12 @@ class Session:
         self.arith, self.grid, self.shots = root / "arith", root / "grid", root / "screenshots"
         self.shots.mkdir()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-        self.server = subprocess.Popen([sys.executable, "-m", "grouprl.cli", "dashboard", str(self.arith),
-                                        str(self.grid), "--port", "0"], stdout=subprocess.PIPE, text=True, env=env)
+        self.server = subprocess.Popen(
+            [sys.executable, "-m", "grouprl.cli", "dashboard", str(self.arith), str(self.grid), "--port", "0"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         line = self.server.stdout.readline()
         assert line.startswith("grouprl dashboard: http://127.0.0.1:"), line
         self.url = line.split()[2]
@@ -74,8 +85,14 @@ class Session:
         page.on("pageerror", lambda err: self.errors.append(f"{url}: {err}"))
         page.on("console", lambda msg: msg.type == "error" and self.errors.append(f"{url}: {msg.text}"))
         if offline:  # a report must not need the network: every request but the file itself fails
-            page.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file://")
-                       else (self.errors.append("network: " + route.request.url), route.abort()))
+            page.route(
+                "**/*",
+                lambda route: (
+                    route.continue_()
+                    if route.request.url.startswith("file://")
+                    else (self.errors.append("network: " + route.request.url), route.abort())
+                ),
+            )
         page.goto(url)
         page.wait_for_selector("body[data-ready='1']", timeout=30000)
         return page
@@ -100,12 +117,42 @@ def session(tmp_path_factory, warm_arithmetic_dir, warm_grid_dir):
     try:
         if not browser_missing():
             s.open_browser()
-        common = {"max_steps": 3, "num_generations": 4, "device": "cpu", "save_trajectories_every": 1,
-                  "logging_steps": 1}
-        _train(_flags({**common, "task": "arithmetic", "model_name_or_path": warm_arithmetic_dir, "batch_size": 4,
-                       "n_train": 64, "n_eval": 8, "output_dir": s.arith, "report_to": "tensorboard"}))
-        _train(_flags({**common, **GRID_CLI, "model_name_or_path": warm_grid_dir, "advantage": "gigpo", "batch_size": 2,
-                       "max_episode_steps": 4, "n_train": 16, "n_eval": 4, "output_dir": s.grid}))
+        common = {
+            "max_steps": 3,
+            "num_generations": 4,
+            "device": "cpu",
+            "save_trajectories_every": 1,
+            "logging_steps": 1,
+        }
+        _train(
+            _flags(
+                {
+                    **common,
+                    "task": "arithmetic",
+                    "model_name_or_path": warm_arithmetic_dir,
+                    "batch_size": 4,
+                    "n_train": 64,
+                    "n_eval": 8,
+                    "output_dir": s.arith,
+                    "report_to": "tensorboard",
+                }
+            )
+        )
+        _train(
+            _flags(
+                {
+                    **common,
+                    **GRID_CLI,
+                    "model_name_or_path": warm_grid_dir,
+                    "advantage": "gigpo",
+                    "batch_size": 2,
+                    "max_episode_steps": 4,
+                    "n_train": 16,
+                    "n_eval": 4,
+                    "output_dir": s.grid,
+                }
+            )
+        )
         yield s
     finally:
         s.close()
@@ -158,7 +205,8 @@ def test_training_wrote_tensorboard_events(session):
     events.Reload()
     rows = RunFolder(session.arith).metrics()["rows"]
     assert [(e.step, round(e.value, 5)) for e in events.Scalars("reward")] == [
-        (r["step"], round(r["reward"], 5)) for r in rows]
+        (r["step"], round(r["reward"], 5)) for r in rows
+    ]
 
 
 def test_report_is_one_file_with_no_outside_references(session):
@@ -175,8 +223,10 @@ def test_report_is_one_file_with_no_outside_references(session):
 # -- in the browser ---------------------------------------------------------------------------
 def test_live_dashboard_followed_the_runs(browser):
     page = browser.live_page  # opened before either run existed, never reloaded
-    page.wait_for_function("document.querySelectorAll('#view table.grid tbody tr td:last-child')[1]?.textContent"
-                           " === 'finished'", timeout=30000)
+    page.wait_for_function(
+        "document.querySelectorAll('#view table.grid tbody tr td:last-child')[1]?.textContent === 'finished'",
+        timeout=30000,
+    )
     rows = page.locator("#view table.grid").first.locator("tbody tr")
     assert rows.nth(0).locator("td").nth(3).inner_text() == "3 / 3"
     assert rows.nth(1).locator("td").nth(3).inner_text() == "3 / 3"
@@ -219,7 +269,8 @@ def test_groups_view_shows_a_groups_completions(browser, session):
     page.click("#search-all")
     page.wait_for_selector("#search-hits tbody tr")
     hits = page.locator("#search-hits tbody tr").evaluate_all(
-        "rows => rows.map(r => r.cells[0].textContent + '/' + r.cells[1].textContent)")
+        "rows => rows.map(r => r.cells[0].textContent + '/' + r.cells[1].textContent)"
+    )
     assert f"{last_step}/{first['group']}" in hits
     page.close()
 
@@ -237,12 +288,16 @@ def _doctored_copy(session) -> tuple[Path, int, list[dict]]:
             if r["step"] != last:
                 continue
             r["correct"] = r["group"] == 1 and r["completion"] == next(
-                x["completion"] for x in rows if x["step"] == last and x["group"] == 1)
+                x["completion"] for x in rows if x["step"] == last and x["group"] == 1
+            )
             if r["group"] == 2:
                 r["reward_reasons"] = {"arithmetic_digits": f"digits right in {r['completion']!r}"}
         first = next(r for r in rows if r["step"] == last and r["group"] == 2)
-        first.update(completion='<img src=x onerror="window.pwned=1"><b>bold</b>', truncated=True,
-                     reward_errors=["arithmetic_digits: TimeoutError: no answer within 60 s"])
+        first.update(
+            completion='<img src=x onerror="window.pwned=1"><b>bold</b>',
+            truncated=True,
+            reward_errors=["arithmetic_digits: TimeoutError: no answer within 60 s"],
+        )
         (run / "rollouts" / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     rows = _rollouts(run)
     last = max(r["step"] for r in rows)
@@ -251,8 +306,9 @@ def _doctored_copy(session) -> tuple[Path, int, list[dict]]:
 
 def test_groups_filters_reasons_errors_and_markup_as_text(browser, session):
     run, last, rows = _doctored_copy(session)
-    page = browser.page(write_report([str(run)], session.root / "doctored.html").as_uri() + "#view=groups",
-                        offline=True)
+    page = browser.page(
+        write_report([str(run)], session.root / "doctored.html").as_uri() + "#view=groups", offline=True
+    )
     page.wait_for_selector("table.groups-list tbody tr")
     groups = {}
     for r in rows:
@@ -261,13 +317,16 @@ def test_groups_filters_reasons_errors_and_markup_as_text(browser, session):
     def shown(kind: str) -> list[int]:
         page.select_option("#group-filter", kind)
         page.evaluate("() => GRL.app.queue")  # the redraw the change started
-        return [int(x) for x in page.locator("table.groups-list tbody tr").evaluate_all(
-            "rows => rows.map(r => r.dataset.group)")]
+        return [
+            int(x)
+            for x in page.locator("table.groups-list tbody tr").evaluate_all("rows => rows.map(r => r.dataset.group)")
+        ]
 
     assert shown("correct") == [g for g, eps in groups.items() if any(e["correct"] for e in eps)] == [1]
     assert shown("wrong") == [g for g, eps in groups.items() if not any(e["correct"] for e in eps)]
-    assert shown("zero") == [g for g, eps in groups.items()
-                             if max(e["reward"] for e in eps) - min(e["reward"] for e in eps) < 1e-9]
+    assert shown("zero") == [
+        g for g, eps in groups.items() if max(e["reward"] for e in eps) - min(e["reward"] for e in eps) < 1e-9
+    ]
     assert shown("errors") == [2]
     page.locator("table.groups-list tbody tr").first.click()
     page.wait_for_selector("#group-detail .completion")
@@ -299,10 +358,12 @@ def test_curves_overlay_runs_smoothing_and_eval_points(browser, session):
         smoothed, last = [], 0.0  # TensorBoard's debiased exponential moving average
         for n, y in enumerate(raw, start=1):
             last = last * 0.6 + 0.4 * y
-            smoothed.append(last / (1 - 0.6 ** n))
+            smoothed.append(last / (1 - 0.6**n))
         assert by_label[f"{name} · reward"] == pytest.approx(smoothed)
-        evals = [[json.loads(line)["reward"] for line in (run / "eval" / f"{which}.jsonl").read_text().splitlines()]
-                 for which in ("before", "after")]  # drawn at step 0 and at the last step
+        evals = [
+            [json.loads(line)["reward"] for line in (run / "eval" / f"{which}.jsonl").read_text().splitlines()]
+            for which in ("before", "after")
+        ]  # drawn at step 0 and at the last step
         assert by_label[f"{name} · held-out eval"] == pytest.approx([sum(e) / len(e) for e in evals])
     # eval points sit only on the charts of metrics a run logs: the arithmetic run has no success_rate
     labels = page.evaluate("""() => document.querySelector(".chart[data-metric='success_rate']").chart
@@ -334,8 +395,10 @@ def test_trajectory_view_shows_steps_and_anchor_group(browser, session):
     page.select_option("#run-select", "1")
     page.click("#tabs button[data-view='trajectories']")
     page.wait_for_selector("table.episodes-list tbody tr")
-    by_step = {int(f.stem.split("_")[1]): [json.loads(line) for line in f.read_text().splitlines()]
-               for f in (session.grid / "trajectories").glob("step_*.jsonl")}
+    by_step = {
+        int(f.stem.split("_")[1]): [json.loads(line) for line in f.read_text().splitlines()]
+        for f in (session.grid / "trajectories").glob("step_*.jsonl")
+    }
     # the training step with the most step-level signal (nonzero A_S), and in it an episode with an
     # invalid action when there is one: what a person debugging GiGPO would open
     step = max(by_step, key=lambda s: (sum(abs(r["step_advantage"]) > 1e-9 for r in by_step[s]), s))
@@ -365,7 +428,8 @@ def test_trajectory_view_shows_steps_and_anchor_group(browser, session):
     assert page.locator("#anchor-group .completion").count() == len(members) == chosen["anchor_group_size"]
     assert page.locator("#anchor-group .completion.chosen").count() == 1
     shown = page.locator("#anchor-group .completion").evaluate_all(
-        "cards => cards.map(c => c.dataset.episode + '/' + c.dataset.t)")
+        "cards => cards.map(c => c.dataset.episode + '/' + c.dataset.t)"
+    )
     assert sorted(shown) == sorted(f"{m['episode']}/{m['t']}" for m in members)
     browser.shot(page, "live_trajectory_grid")
 
@@ -384,9 +448,20 @@ def test_grail_view_without_and_with_grail_metrics(browser, session):
     with open(grail / "metrics.jsonl", "w") as fh:
         for r in rows:
             t = r["step"] / 3
-            fh.write(json.dumps({**r, "grail/alpha": 1 - t / 2, "grail/beta": t / 2, "disc/accuracy": 0.5 + t / 3,
-                                 "disc/p_expert_pos": 0.5 + t / 4, "disc/p_expert_neg": 0.5 - t / 4,
-                                 "disc/loss": 0.7 - t / 5}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        **r,
+                        "grail/alpha": 1 - t / 2,
+                        "grail/beta": t / 2,
+                        "disc/accuracy": 0.5 + t / 3,
+                        "disc/p_expert_pos": 0.5 + t / 4,
+                        "disc/p_expert_neg": 0.5 - t / 4,
+                        "disc/loss": 0.7 - t / 5,
+                    }
+                )
+                + "\n"
+            )
     out = write_report([str(grail)], session.root / "grail.html")
     report = browser.page(out.as_uri() + "#view=grail", offline=True)
     report.wait_for_selector(".chart canvas")

@@ -90,10 +90,13 @@ def roll(pool, factories, seeds, n_steps, rng_seed):
     return trace
 
 
-@pytest.mark.parametrize("factory, n_steps", [
-    (functools.partial(GridWorld, size=4, slippery=0.3), 12),
-    (functools.partial(Sokoban, size=6, boxes=1, max_steps=8), 10),
-])
+@pytest.mark.parametrize(
+    "factory, n_steps",
+    [
+        (functools.partial(GridWorld, size=4, slippery=0.3), 12),
+        (functools.partial(Sokoban, size=6, boxes=1, max_steps=8), 10),
+    ],
+)
 def test_same_results_as_local_pool(ray_pool, factory, n_steps):
     factories, seeds = [factory] * 7, [0, 0, 0, 1, 1, 2, None]  # 7 envs: uneven split over 2 workers
     local = roll(LocalEnvPool(), factories, seeds, n_steps, rng_seed=5)

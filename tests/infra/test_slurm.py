@@ -12,8 +12,11 @@ import pytest
 from launch import REPO_ROOT, child_env
 from slurm_local import LocalSlurm, missing_binaries
 
-pytestmark = pytest.mark.skipif(bool(missing_binaries()), reason=f"SLURM/munge not installed ({missing_binaries()}); "
-                                "run .ci/install-system-deps (Debian: slurmctld slurmd slurm-client munge)")
+pytestmark = pytest.mark.skipif(
+    bool(missing_binaries()),
+    reason=f"SLURM/munge not installed ({missing_binaries()}); "
+    "run .ci/install-system-deps (Debian: slurmctld slurmd slurm-client munge)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +43,34 @@ def test_train_slurm_runs_the_tiny_default_with_two_tasks(slurm, tmp_path):
     ranks from SLURM_PROCID, the main address and port from SLURM), training together over gloo."""
     out = tmp_path / "run"
     env = child_env({"PYTHON": sys.executable, "SEED": "3", "GRAIL_MAX_HISTORY": "5"})
-    job = slurm.sbatch("--nodes=1", "--ntasks=2", "--ntasks-per-node=2", f"--output={tmp_path / 'job.out'}",
-                       str(REPO_ROOT / "slurm" / "train.slurm"), "--",
-                       "--max_steps", "2", "--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200",
-                       "--n_eval", "4", "--batch_size", "2", "--num_generations", "4", "--device", "cpu",
-                       "--output_dir", str(out), env=env, cwd=REPO_ROOT)
+    job = slurm.sbatch(
+        "--nodes=1",
+        "--ntasks=2",
+        "--ntasks-per-node=2",
+        f"--output={tmp_path / 'job.out'}",
+        str(REPO_ROOT / "slurm" / "train.slurm"),
+        "--",
+        "--max_steps",
+        "2",
+        "--sft_steps",
+        "10",
+        "--sft_batch_size",
+        "16",
+        "--n_train",
+        "200",
+        "--n_eval",
+        "4",
+        "--batch_size",
+        "2",
+        "--num_generations",
+        "4",
+        "--device",
+        "cpu",
+        "--output_dir",
+        str(out),
+        env=env,
+        cwd=REPO_ROOT,
+    )
     info = slurm.wait(job, timeout=500)
     log = (tmp_path / "job.out").read_text()
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), log[-5000:]

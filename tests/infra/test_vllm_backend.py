@@ -24,14 +24,19 @@ LOGPROB_TOL = 1e-3
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    path = init_tiny(CORPUS, tmp_path_factory.mktemp("tiny_vllm"), hidden=128, layers=2, heads=4, seed=0)  # vLLM CPU attention: head_dim >= 32
+    path = init_tiny(
+        CORPUS, tmp_path_factory.mktemp("tiny_vllm"), hidden=128, layers=2, heads=4, seed=0
+    )  # vLLM CPU attention: head_dim >= 32
     tok = load_tokenizer(str(path))
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     engine = VLLMBackend(str(path), tok, VLLMOptions(dtype="float32", max_model_len=128))
-    texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-             for q in ("What is 2+3?", "What is 12*4?", "What is 7-9?") for _ in range(2)]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in ("What is 2+3?", "What is 12*4?", "What is 7-9?")
+        for _ in range(2)
+    ]
     prompts = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     return model, tok, engine, prompts
 

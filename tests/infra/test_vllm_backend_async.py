@@ -22,8 +22,15 @@ from grouprl.train.trainer import Trainer  # noqa: E402
 
 
 def test_one_step_off_on_the_vllm_engine(tmp_path):
-    cli = dict(TRAIN, output_dir=str(tmp_path / "run"), generation_backend="vllm", vllm_max_model_len=256,
-               rollout_mode="one_step_off", vllm_sleep_during_update=False, rollout_timeout=300)
+    cli = dict(
+        TRAIN,
+        output_dir=str(tmp_path / "run"),
+        generation_backend="vllm",
+        vllm_max_model_len=256,
+        rollout_mode="one_step_off",
+        vllm_sleep_during_update=False,
+        rollout_timeout=300,
+    )
     cfg = build_config(None, cli, environ={})
     task = load_task(cfg)
     path = init_tiny(task.tokenizer_corpus(), tmp_path / "model", hidden=128, layers=2, heads=4, seed=0)
@@ -55,8 +62,17 @@ def test_a_push_to_the_colocated_engine_is_staged_not_waited_for(tmp_path):
     from grouprl.rollout.generation import SamplingParams
     from grouprl.rollout.weight_sync import GeneratorCopy
 
-    cfg = build_config(None, dict(TRAIN, output_dir=str(tmp_path / "run"), generation_backend="vllm",
-                                  vllm_max_model_len=256, vllm_sleep_during_update=False), environ={})
+    cfg = build_config(
+        None,
+        dict(
+            TRAIN,
+            output_dir=str(tmp_path / "run"),
+            generation_backend="vllm",
+            vllm_max_model_len=256,
+            vllm_sleep_during_update=False,
+        ),
+        environ={},
+    )
     task = load_task(cfg)
     path = init_tiny(task.tokenizer_corpus(), tmp_path / "model", hidden=128, layers=2, heads=4, seed=0)
     policy = load_policy(cfg.model, str(path), torch.device("cpu"), need_reference=False)

@@ -25,8 +25,14 @@ from grouprl.tasks import load_task  # noqa: E402
 from grouprl.train.trainer import Trainer  # noqa: E402
 
 LLAMA_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-REAL = dict(TRAIN, learning_rate=1e-5, max_new_tokens=6, vllm_max_model_len=256, generation_backend="vllm",
-            system_prompt="Reply with only the number.")
+REAL = dict(
+    TRAIN,
+    learning_rate=1e-5,
+    max_new_tokens=6,
+    vllm_max_model_len=256,
+    generation_backend="vllm",
+    system_prompt="Reply with only the number.",
+)
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
@@ -43,15 +49,62 @@ def test_two_steps_on_the_real_model_follow_the_trainer(smollm2_dir, tmp_path, l
 
 def test_cli_run_checkpoints_resumes_and_evaluates(smollm2_dir, tmp_path):
     out = tmp_path / "run"
-    run = ["train", "--task", "arithmetic", "--model_name_or_path", str(smollm2_dir), "--output_dir", str(out),
-           "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "6", "--n_eval", "2",
-           "--n_train", "8", "--device", "cpu", "--seed", "0", "--rewards", "length", "--learning_rate", "1e-5",
-           "--generation_backend", "vllm", "--vllm_max_model_len", "256", "--torch_dtype", "float32"]
+    run = [
+        "train",
+        "--task",
+        "arithmetic",
+        "--model_name_or_path",
+        str(smollm2_dir),
+        "--output_dir",
+        str(out),
+        "--batch_size",
+        "2",
+        "--num_generations",
+        "4",
+        "--max_new_tokens",
+        "6",
+        "--n_eval",
+        "2",
+        "--n_train",
+        "8",
+        "--device",
+        "cpu",
+        "--seed",
+        "0",
+        "--rewards",
+        "length",
+        "--learning_rate",
+        "1e-5",
+        "--generation_backend",
+        "vllm",
+        "--vllm_max_model_len",
+        "256",
+        "--torch_dtype",
+        "float32",
+    ]
     assert main([*run, "--max_steps", "2"]) == 0
     assert main([*run, "--max_steps", "3", "--resume_from_checkpoint", "last"]) == 0
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert [s for s in steps if s] == [1, 2, 3]
     report = tmp_path / "eval.jsonl"
-    assert main(["eval", "--model", str(out / "checkpoint-3"), "--task", "arithmetic", "--n", "2",
-                 "--max_new_tokens", "4", "--device", "cpu", "--out", str(report)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--model",
+                str(out / "checkpoint-3"),
+                "--task",
+                "arithmetic",
+                "--n",
+                "2",
+                "--max_new_tokens",
+                "4",
+                "--device",
+                "cpu",
+                "--out",
+                str(report),
+            ]
+        )
+        == 0
+    )
     assert len(report.read_text().splitlines()) == 2

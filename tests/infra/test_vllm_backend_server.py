@@ -46,8 +46,9 @@ def _free_port() -> int:
 
 def _env() -> dict[str, str]:
     """This checkout's grouprl in the subprocesses, one torch thread each (the test machine is shared)."""
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
-                OMP_NUM_THREADS="1")
+    return dict(
+        os.environ, PYTHONPATH=os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])), OMP_NUM_THREADS="1"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +60,25 @@ def server(tmp_path_factory):
     port = _free_port()
     log = root / "server.log"
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "grouprl.cli", "vllm-serve", "--model", str(path),
-                                 "--port", str(port), "--dtype", "float32", "--max_model_len", "256"],
-                                stdout=out, stderr=subprocess.STDOUT, env=_env())
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "grouprl.cli",
+                "vllm-serve",
+                "--model",
+                str(path),
+                "--port",
+                str(port),
+                "--dtype",
+                "float32",
+                "--max_model_len",
+                "256",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
     try:
         client = VLLMServerBackend(load_tokenizer(str(path)), port=port)
         deadline = time.monotonic() + 180
@@ -85,8 +102,11 @@ def server(tmp_path_factory):
 
 
 def _prompts(tok) -> list[list[int]]:
-    texts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
-             for q in ("What is 2+3?", "What is 12*4?", "What is 7-9?") for _ in range(2)]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, tokenize=False)
+        for q in ("What is 2+3?", "What is 12*4?", "What is 7-9?")
+        for _ in range(2)
+    ]
     return [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
 
 
@@ -157,8 +177,17 @@ def test_an_unreachable_server_is_named():
 
 def test_two_training_steps_against_the_server(server, tmp_path):
     _, path, port, _ = server
-    cfg = build_config(None, dict(TRAIN, output_dir=str(tmp_path / "run"), generation_backend="vllm_server",
-                                  vllm_server_port=port, vllm_server_timeout=10), environ={})
+    cfg = build_config(
+        None,
+        dict(
+            TRAIN,
+            output_dir=str(tmp_path / "run"),
+            generation_backend="vllm_server",
+            vllm_server_port=port,
+            vllm_server_timeout=10,
+        ),
+        environ={},
+    )
     policy = load_policy(cfg.model, str(path), torch.device("cpu"), need_reference=False)
     trainer = Trainer(cfg, policy, load_task(cfg))  # pushes the policy's weights at start
     assert isinstance(trainer.backend, VLLMServerBackend)
@@ -169,13 +198,38 @@ def test_grouprl_train_against_the_server(server, tmp_path):
     """The documented command: ``grouprl train --generation_backend vllm_server`` ends rc 0 and logs the
     importance-sampling ratios of the server's log-probs."""
     _, path, port, _ = server
-    flags = [a for k, v in TRAIN.items() if k != "n_eval"
-             for a in (f"--{k}", *(map(str, v) if isinstance(v, list) else [str(v)]))]
+    flags = [
+        a
+        for k, v in TRAIN.items()
+        if k != "n_eval"
+        for a in (f"--{k}", *(map(str, v) if isinstance(v, list) else [str(v)]))
+    ]
     out = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--model_name_or_path", str(path), *flags,
-                           "--n_eval", "0", "--max_steps", "2", "--output_dir", str(out),
-                           "--generation_backend", "vllm_server", "--vllm_server_port", str(port)],
-                          env=_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--model_name_or_path",
+            str(path),
+            *flags,
+            "--n_eval",
+            "0",
+            "--max_steps",
+            "2",
+            "--output_dir",
+            str(out),
+            "--generation_backend",
+            "vllm_server",
+            "--vllm_server_port",
+            str(port),
+        ],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]
@@ -193,13 +247,40 @@ def test_two_processes_push_the_weights_once_per_update(server, tmp_path, mode):
     not once per process, and every step trains (in ``async``, within the staleness bound)."""
     _, path, port, _ = server
     before = _weights_version(port)
-    flags = [a for k, v in TRAIN.items() if k != "n_eval"
-             for a in (f"--{k}", *(map(str, v) if isinstance(v, list) else [str(v)]))]
+    flags = [
+        a
+        for k, v in TRAIN.items()
+        if k != "n_eval"
+        for a in (f"--{k}", *(map(str, v) if isinstance(v, list) else [str(v)]))
+    ]
     out = tmp_path / "run"
-    torchrun(["-m", "grouprl.cli", "train", "--model_name_or_path", str(path), *flags, "--n_eval", "0",
-              "--max_steps", "2", "--output_dir", str(out), "--generation_backend", "vllm_server",
-              "--vllm_server_port", str(port), "--rollout_mode", mode, "--max_staleness", "1"],
-             nproc=2, timeout=600, cwd=tmp_path)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--model_name_or_path",
+            str(path),
+            *flags,
+            "--n_eval",
+            "0",
+            "--max_steps",
+            "2",
+            "--output_dir",
+            str(out),
+            "--generation_backend",
+            "vllm_server",
+            "--vllm_server_port",
+            str(port),
+            "--rollout_mode",
+            mode,
+            "--max_staleness",
+            "1",
+        ],
+        nproc=2,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert _weights_version(port) - before == 1 + 2
     steps = [m for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in m]
     assert [m["step"] for m in steps] == [1, 2]

@@ -25,18 +25,34 @@ LOGPROB_TOL = 1e-3  # fp32 engine vs fp32 trainer (see test_vllm_backend.py)
 
 def test_conversations_on_vllm(tmp_path):
     task = ToolArithmeticTask("tool_arithmetic", rows(2), rows(2, 1000))
-    path = init_tiny(task.tokenizer_corpus(), tmp_path / "tiny", hidden=128, layers=2, heads=4, seed=0,
-                     max_positions=task.tiny_max_positions)
+    path = init_tiny(
+        task.tokenizer_corpus(),
+        tmp_path / "tiny",
+        hidden=128,
+        layers=2,
+        heads=4,
+        seed=0,
+        max_positions=task.tiny_max_positions,
+    )
     tok = load_tokenizer(str(path))
     ensure_tool_template(tok, "auto")
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32).eval()
     engine = VLLMBackend(str(path), tok, VLLMOptions(dtype="float32", max_model_len=2048))
-    settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]), max_tool_calls=2,
-                                    max_conversation_tokens=2048)
-    episodes = run_conversations([task.env_factory(r) for r in task.train_rows], task.train_rows, 2, engine, tok,
-                                 SamplingParams(max_new_tokens=24), settings, [r["seed"] for r in task.train_rows])
+    settings = ConversationSettings(
+        tools=resolve_tools(["calculator", "lookup"]), max_tool_calls=2, max_conversation_tokens=2048
+    )
+    episodes = run_conversations(
+        [task.env_factory(r) for r in task.train_rows],
+        task.train_rows,
+        2,
+        engine,
+        tok,
+        SamplingParams(max_new_tokens=24),
+        settings,
+        [r["seed"] for r in task.train_rows],
+    )
     assert all(ep.conversation and ep.end_reason for ep in episodes)
     for ep in episodes:
         conversation_layout(ep)  # every turn's prompt + action is a prefix of the conversation
@@ -67,15 +83,60 @@ def test_the_tool_recipe_trains_on_vllm(tmp_path):
     recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny" / "tool_arithmetic.yaml"
     cfg = build_config(recipe, {"output_dir": str(tmp_path / "sft")}, environ={})
     task = load_task(cfg)
-    tiny = init_tiny(task.tokenizer_corpus(), tmp_path / "tiny", hidden=128, layers=2, heads=4, seed=0,
-                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)  # head_dim 32 for vLLM
-    warm = tool_sft(str(tiny), task, episode_settings(cfg, task), tmp_path / "warm", steps=60, learning_rate=3e-3,
-                    batch_size=8, seed=0, n_episodes=64)
+    tiny = init_tiny(
+        task.tokenizer_corpus(),
+        tmp_path / "tiny",
+        hidden=128,
+        layers=2,
+        heads=4,
+        seed=0,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )  # head_dim 32 for vLLM
+    warm = tool_sft(
+        str(tiny),
+        task,
+        episode_settings(cfg, task),
+        tmp_path / "warm",
+        steps=60,
+        learning_rate=3e-3,
+        batch_size=8,
+        seed=0,
+        n_episodes=64,
+    )
     out = tmp_path / "run"
-    assert main(["train", "--config", str(recipe), "--model_name_or_path", str(warm), "--output_dir", str(out),
-                 "--generation_backend", "vllm", "--torch_dtype", "float32", "--max_steps", "2", "--batch_size", "2",
-                 "--num_generations", "2", "--n_eval", "2", "--seed", "1", "--device", "cpu",
-                 "--save_trajectories_every", "1"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(recipe),
+                "--model_name_or_path",
+                str(warm),
+                "--output_dir",
+                str(out),
+                "--generation_backend",
+                "vllm",
+                "--torch_dtype",
+                "float32",
+                "--max_steps",
+                "2",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "2",
+                "--n_eval",
+                "2",
+                "--seed",
+                "1",
+                "--device",
+                "cpu",
+                "--save_trajectories_every",
+                "1",
+            ]
+        )
+        == 0
+    )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2]
     assert all(m["samples"] == 4 for m in metrics)  # one sequence per episode

@@ -34,9 +34,18 @@ def test_two_training_steps_on_the_vllm_backend(tmp_path):
 def test_lora_policy_pushes_merged_weights_the_engine_follows(tmp_path):
     # The engine serves the base architecture: the adapters go in merged (W + scale * B A), and the
     # trainer's PeftModel keeps its unmerged adapters (the two steps below train them).
-    cli = dict(TRAIN, output_dir=str(tmp_path / "run"), generation_backend="vllm", vllm_max_model_len=256,
-               use_peft=True, lora_r=4, lora_alpha=8, lora_dropout=0.0, lora_target_modules=["q_proj", "v_proj"],
-               learning_rate=5e-2)  # no dropout: the trainer's log-probs must be deterministic to compare
+    cli = dict(
+        TRAIN,
+        output_dir=str(tmp_path / "run"),
+        generation_backend="vllm",
+        vllm_max_model_len=256,
+        use_peft=True,
+        lora_r=4,
+        lora_alpha=8,
+        lora_dropout=0.0,
+        lora_target_modules=["q_proj", "v_proj"],
+        learning_rate=5e-2,
+    )  # no dropout: the trainer's log-probs must be deterministic to compare
     cfg = build_config(None, cli, environ={})
     task = load_task(cfg)
     path = init_tiny(task.tokenizer_corpus(), tmp_path / "model", hidden=128, layers=2, heads=4, seed=0)

@@ -9,9 +9,18 @@ import torch
 from grouprl.policy.scoring import completion_logps, pack
 from grouprl.rollout.generation import SamplingParams
 
-TRAIN = {"batch_size": 2, "num_generations": 4, "max_new_tokens": 8, "learning_rate": 1e-2,
-         "lr_scheduler_type": "constant", "rewards": ["length"], "torch_dtype": "float32", "device": "cpu",
-         "n_train": 50, "n_eval": 1}  # the config of both tests' runs (plus output_dir and the backend)
+TRAIN = {
+    "batch_size": 2,
+    "num_generations": 4,
+    "max_new_tokens": 8,
+    "learning_rate": 1e-2,
+    "lr_scheduler_type": "constant",
+    "rewards": ["length"],
+    "torch_dtype": "float32",
+    "device": "cpu",
+    "n_train": 50,
+    "n_eval": 1,
+}  # the config of both tests' runs (plus output_dir and the backend)
 
 
 def two_steps_follow_the_trainer(trainer, policy) -> None:

@@ -22,15 +22,26 @@ from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 
 
 def test_a_tool_conversation_is_kept_whole_in_the_per_example_file(tmp_path):
-    cfg = build_config(None, {"task": "tool_arithmetic", "episode_mode": "conversation", "n_eval": 4,
-                              "tools": ["calculator", "lookup"]}, environ={})
+    cfg = build_config(
+        None,
+        {"task": "tool_arithmetic", "episode_mode": "conversation", "n_eval": 4, "tools": ["calculator", "lookup"]},
+        environ={},
+    )
     task = load_task(cfg)
     tokenizer = build_tokenizer(string.printable)
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
     out, seen = tmp_path / "per_example.jsonl", []
-    result = evaluate(ScriptedBackend(tokenizer, expert_reply), tokenizer, task, task.eval_rows[:4],
-                      SamplingParams(max_new_tokens=200), Scorer.from_config(cfg, task), out, episode_settings(cfg, task),
-                      progress=lambda done, total, tokens: seen.append((done, total, tokens)))
+    result = evaluate(
+        ScriptedBackend(tokenizer, expert_reply),
+        tokenizer,
+        task,
+        task.eval_rows[:4],
+        SamplingParams(max_new_tokens=200),
+        Scorer.from_config(cfg, task),
+        out,
+        episode_settings(cfg, task),
+        progress=lambda done, total, tokens: seen.append((done, total, tokens)),
+    )
     assert result["accuracy"] == 1.0 and seen[-1][:2] == (4, 4) and seen[-1][2] > 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     for record in records:
@@ -46,14 +57,34 @@ def test_a_tool_conversation_is_kept_whole_in_the_per_example_file(tmp_path):
         assert record["question"] in messages[1]["content"]
 
 
-def test_cli_eval_shows_progress_and_tokens_per_second_and_takes_a_system_prompt(tiny_arithmetic_dir, tmp_path,
-                                                                                 capsys):
+def test_cli_eval_shows_progress_and_tokens_per_second_and_takes_a_system_prompt(tiny_arithmetic_dir, tmp_path, capsys):
     out = tmp_path / "per_example.jsonl"
-    assert cli.main(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--n", "6",
-                     "--max_new_tokens", "4", "--device", "cpu", "--out", str(out), "--system_prompt",
-                     "Answer fast.", "--tool_parser", "mistral"]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--model",
+                str(tiny_arithmetic_dir),
+                "--task",
+                "arithmetic",
+                "--n",
+                "6",
+                "--max_new_tokens",
+                "4",
+                "--device",
+                "cpu",
+                "--out",
+                str(out),
+                "--system_prompt",
+                "Answer fast.",
+                "--tool_parser",
+                "mistral",
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
-    result = json.loads(captured.out[captured.out.index("{"):])
+    result = json.loads(captured.out[captured.out.index("{") :])
     assert result["tokens_per_second"] > 0
     err = " ".join(captured.err.split())  # rich wraps long log lines
     assert "0/6 prompts" in err and "6/6 prompts" in err and "tokens/s" in err
@@ -63,9 +94,26 @@ def test_cli_eval_shows_progress_and_tokens_per_second_and_takes_a_system_prompt
 
 def test_cli_eval_tool_parser_reaches_the_conversation_settings(tiny_arithmetic_dir, tmp_path, capsys):
     recipe = tmp_path / "tools.yaml"
-    recipe.write_text("task:\n  task: tool_arithmetic\ntools:\n  episode_mode: conversation\n  tools: [calculator, lookup]\n")
-    code = cli.main(["eval", "--model", str(tiny_arithmetic_dir), "--config", str(recipe), "--n", "2",
-                     "--device", "cpu", "--out", str(tmp_path / "x.jsonl"), "--tool_parser", "smoke_signals"])
+    recipe.write_text(
+        "task:\n  task: tool_arithmetic\ntools:\n  episode_mode: conversation\n  tools: [calculator, lookup]\n"
+    )
+    code = cli.main(
+        [
+            "eval",
+            "--model",
+            str(tiny_arithmetic_dir),
+            "--config",
+            str(recipe),
+            "--n",
+            "2",
+            "--device",
+            "cpu",
+            "--out",
+            str(tmp_path / "x.jsonl"),
+            "--tool_parser",
+            "smoke_signals",
+        ]
+    )
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("grouprl: error")]
     assert code == 2 and len(errors) == 1 and "'tool_parser'" in errors[0] and "smoke_signals" in errors[0]
 

@@ -20,16 +20,38 @@ from grouprl.tasks import load_task
 from grouprl.job.evaluate import evaluate as run_evaluate
 
 # the one episode-record schema (observe/step_logs.episode_record), with the row's index
-FIELDS = {"index", "episode", "group", "prompt_id", "seed", "question", "prompt", "completion", "prediction",
-          "ground_truth", "reward", "rewards", "correct", "reward_errors", "reward_reasons", "truncated",
-          "episode_length", "new_tokens"}
+FIELDS = {
+    "index",
+    "episode",
+    "group",
+    "prompt_id",
+    "seed",
+    "question",
+    "prompt",
+    "completion",
+    "prediction",
+    "ground_truth",
+    "reward",
+    "rewards",
+    "correct",
+    "reward_errors",
+    "reward_reasons",
+    "truncated",
+    "episode_length",
+    "new_tokens",
+}
 CPU = torch.device("cpu")
 
 
 def evaluate(model, tokenizer, task, rows, params, device, out):
     """evaluate() with the HF backend and the task's scorer (the defaults a run builds)."""
-    scorer = Scorer(task.reward_names, task.reward_weights, task.correct_reward, reward_kwargs=task.reward_kwargs,
-                    predict=task.predict)
+    scorer = Scorer(
+        task.reward_names,
+        task.reward_weights,
+        task.correct_reward,
+        reward_kwargs=task.reward_kwargs,
+        predict=task.predict,
+    )
     return run_evaluate(HFBackend(model, tokenizer, device), tokenizer, task, rows, params, scorer, out)
 
 
@@ -37,7 +59,7 @@ def run_cli(argv, capsys) -> dict:
     capsys.readouterr()
     assert cli.main(argv) == 0
     out = capsys.readouterr().out
-    return json.loads(out[out.index("{"):])
+    return json.loads(out[out.index("{") :])
 
 
 def read_rows(path) -> list[dict]:
@@ -79,8 +101,19 @@ def build_constant_answer_model(src: Path, out: Path, digit: str) -> Path:
 
 def arithmetic_task(n: int):
     # Pinned options (not the defaults), so the hand-checked rows below stay what they are.
-    return load_task(build_config(None, {"task": "arithmetic", "n_eval": n, "arithmetic_operands": 3,
-                                         "arithmetic_operators": "+-", "n_train": 20000}, environ={}))
+    return load_task(
+        build_config(
+            None,
+            {
+                "task": "arithmetic",
+                "n_eval": n,
+                "arithmetic_operands": 3,
+                "arithmetic_operators": "+-",
+                "n_train": 20000,
+            },
+            environ={},
+        )
+    )
 
 
 def test_tiny_tokenizer_round_trips_prompts(tiny_arithmetic_dir):
@@ -110,8 +143,24 @@ def test_tiny_tokenizer_round_trips_prompts(tiny_arithmetic_dir):
 
 def test_cli_eval_arithmetic(tiny_arithmetic_dir, tmp_path, capsys):
     out = tmp_path / "per_example.jsonl"
-    result = run_cli(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--n", "20",
-                      "--max_new_tokens", "8", "--device", "cpu", "--out", str(out)], capsys)
+    result = run_cli(
+        [
+            "eval",
+            "--model",
+            str(tiny_arithmetic_dir),
+            "--task",
+            "arithmetic",
+            "--n",
+            "20",
+            "--max_new_tokens",
+            "8",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert set(result) >= {"accuracy", "reward", "completions/mean_length", "pass@1", "n", "per_example"}
     assert 0.0 <= result["accuracy"] <= 1.0
     assert 0.0 < result["completions/mean_length"] <= 8
@@ -134,8 +183,24 @@ def test_cli_eval_arithmetic(tiny_arithmetic_dir, tmp_path, capsys):
     assert result["completions/mean_length"] == pytest.approx(sum(r["new_tokens"] for r in rows) / 20)
 
     # a second run replaces the per-example file instead of appending to it
-    run_cli(["eval", "--model", str(tiny_arithmetic_dir), "--task", "arithmetic", "--n", "5",
-             "--max_new_tokens", "8", "--device", "cpu", "--out", str(out)], capsys)
+    run_cli(
+        [
+            "eval",
+            "--model",
+            str(tiny_arithmetic_dir),
+            "--task",
+            "arithmetic",
+            "--n",
+            "5",
+            "--max_new_tokens",
+            "8",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        capsys,
+    )
     assert len(read_rows(out)) == 5
 
 
@@ -166,8 +231,7 @@ def test_eval_with_known_answers(tiny_arithmetic_dir, tmp_path):
 
 def test_greedy_eval_is_deterministic(tiny_arithmetic_dir, tmp_path):
     task = arithmetic_task(12)
-    policy = load_policy(build_config(None, {}, environ={}).model, str(tiny_arithmetic_dir), CPU,
-                         need_reference=False)
+    policy = load_policy(build_config(None, {}, environ={}).model, str(tiny_arithmetic_dir), CPU, need_reference=False)
     params = SamplingParams(max_new_tokens=6, greedy=True, batch_size=5)
     runs = []
     for k in range(2):
@@ -190,15 +254,47 @@ def test_greedy_eval_is_deterministic(tiny_arithmetic_dir, tmp_path):
 
 def test_cli_init_model_and_eval_gsm8k(gsm8k_dir, tmp_path, capsys):
     model_dir = tmp_path / "tiny_gsm8k"
-    assert cli.main(["init-model", "--task", "gsm8k", "--dataset_name_or_path", str(gsm8k_dir),
-                     "--out", str(model_dir), "--hidden_size", "32", "--num_layers", "1"]) == 0
+    assert (
+        cli.main(
+            [
+                "init-model",
+                "--task",
+                "gsm8k",
+                "--dataset_name_or_path",
+                str(gsm8k_dir),
+                "--out",
+                str(model_dir),
+                "--hidden_size",
+                "32",
+                "--num_layers",
+                "1",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.strip() == str(model_dir)
     assert (model_dir / "config.json").is_file()
     config = json.loads((model_dir / "config.json").read_text())
     assert config["hidden_size"] == 32 and config["num_hidden_layers"] == 1
 
-    result = run_cli(["eval", "--task", "gsm8k", "--dataset_name_or_path", str(gsm8k_dir), "--model",
-                      str(model_dir), "--n", "4", "--max_new_tokens", "8", "--device", "cpu"], capsys)
+    result = run_cli(
+        [
+            "eval",
+            "--task",
+            "gsm8k",
+            "--dataset_name_or_path",
+            str(gsm8k_dir),
+            "--model",
+            str(model_dir),
+            "--n",
+            "4",
+            "--max_new_tokens",
+            "8",
+            "--device",
+            "cpu",
+        ],
+        capsys,
+    )
     assert 0.0 <= result["accuracy"] <= 1.0
     assert 0.0 < result["completions/mean_length"] <= 8
     assert result["n"] == 4

@@ -15,10 +15,38 @@ def test_tiny_first_run_shows_evaluation_progress_and_no_deprecation_warnings(tm
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GROUPRL_", "PYTHONWARNINGS"))}
     env.update(PYTHONPATH=str(REPO_ROOT / "src"), OMP_NUM_THREADS="1", COLUMNS="120")
     done = subprocess.run(
-        [sys.executable, "-m", "grouprl.cli", "train", "--model", "tiny", "--output_dir", str(tmp_path / "run"),
-         "--max_steps", "1", "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "4", "--n_eval", "16",
-         "--n_train", "40", "--sft_steps", "20", "--device", "cpu"],
-        env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--model",
+            "tiny",
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "1",
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "4",
+            "--max_new_tokens",
+            "4",
+            "--n_eval",
+            "16",
+            "--n_train",
+            "40",
+            "--sft_steps",
+            "20",
+            "--device",
+            "cpu",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-3000:]
     lines = output.splitlines()

@@ -13,24 +13,59 @@ from pathlib import Path
 from conftest import REPO_ROOT
 from grouprl.cli import main
 
-ARGS = ["--task", "arithmetic", "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "4",
-        "--n_eval", "0", "--n_train", "200", "--device", "cpu", "--seed", "3"]
+ARGS = [
+    "--task",
+    "arithmetic",
+    "--batch_size",
+    "2",
+    "--num_generations",
+    "4",
+    "--max_new_tokens",
+    "4",
+    "--n_eval",
+    "0",
+    "--n_train",
+    "200",
+    "--device",
+    "cpu",
+    "--seed",
+    "3",
+]
 
 
 def steps(out: Path) -> list[int]:
     path = out / "metrics.jsonl"
     if not path.is_file():
         return []
-    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip().startswith("{")
-            and "step" in json.loads(line)]
+    return [
+        json.loads(line)["step"]
+        for line in path.read_text().splitlines()
+        if line.strip().startswith("{") and "step" in json.loads(line)
+    ]
 
 
 def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir, tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "grouprl.cli", "train", "--model_name_or_path",
-                             str(tiny_arithmetic_dir), "--output_dir", str(out), "--max_steps", "500", *ARGS],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--model_name_or_path",
+            str(tiny_arithmetic_dir),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "500",
+            *ARGS,
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 300
     while not steps(out) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -43,6 +78,21 @@ def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir
     ckpt = out / f"checkpoint-{last}"
     assert (ckpt / "trainer_state.json").is_file() and (ckpt / "model.safetensors").is_file(), sorted(os.listdir(out))
     assert f"stopped by SIGTERM after step {last}" in err and str(ckpt) in err
-    assert main(["train", "--model_name_or_path", str(tiny_arithmetic_dir), "--output_dir", str(out),
-                 "--max_steps", str(last + 1), "--resume_from_checkpoint", str(ckpt), *ARGS]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                str(last + 1),
+                "--resume_from_checkpoint",
+                str(ckpt),
+                *ARGS,
+            ]
+        )
+        == 0
+    )
     assert steps(out)[-1] == last + 1 and (out / f"checkpoint-{last + 1}").is_dir()

@@ -26,12 +26,24 @@ def _steps(out, name):
 
 def test_resume_cuts_the_logs_back_to_the_checkpoint(tiny_arithmetic_dir, tmp_path):
     out = tmp_path / "run"
-    assert train(tiny_arithmetic_dir, out, "--max_steps", "3", "--save_steps", "1",
-                 "--save_trajectories_every", "1") == 0
+    assert (
+        train(tiny_arithmetic_dir, out, "--max_steps", "3", "--save_steps", "1", "--save_trajectories_every", "1") == 0
+    )
     assert _steps(out, "metrics.jsonl") == [1, 2, 3]
     # Resume from checkpoint-1 (as after a crash past it): steps 2 and 3 are run and logged again, once.
-    assert train(tiny_arithmetic_dir, out, "--max_steps", "3", "--resume_from_checkpoint",
-                 str(out / "checkpoint-1"), "--save_trajectories_every", "1") == 0
+    assert (
+        train(
+            tiny_arithmetic_dir,
+            out,
+            "--max_steps",
+            "3",
+            "--resume_from_checkpoint",
+            str(out / "checkpoint-1"),
+            "--save_trajectories_every",
+            "1",
+        )
+        == 0
+    )
     assert _steps(out, "metrics.jsonl") == [1, 2, 3]
     steps = _steps(out, "rollouts/rollouts.jsonl")
     assert sorted(set(steps)) == [1, 2, 3] and all(steps.count(s) == 8 for s in (1, 2, 3))
@@ -109,8 +121,14 @@ def test_overwrite_never_deletes_what_the_run_reads(read, finished, tiny_arithme
     assert _snapshot(out) == before
 
 
-@pytest.mark.parametrize("bad", [["--advantage", "no_such_estimator"], ["--model_name_or_path", "./no/such/model"],
-                                 ["--task", "prompt_dataset", "--dataset_name_or_path", "/no/such/data.jsonl"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--advantage", "no_such_estimator"],
+        ["--model_name_or_path", "./no/such/model"],
+        ["--task", "prompt_dataset", "--dataset_name_or_path", "/no/such/data.jsonl"],
+    ],
+)
 def test_overwrite_checks_everything_before_deleting_anything(bad, finished, tiny_arithmetic_dir, tmp_path, capsys):
     out = _copy(finished, tmp_path)
     before = _snapshot(out)
@@ -137,23 +155,32 @@ def _shard_missing(path):
 
 
 DAMAGE = {
-    "model.safetensors": _truncate, "optimizer.pt": _truncate, "trainer_state.json": _truncate,
-    "scheduler.pt": _truncate, "rng.pt": _truncate, "tokenizer.json": _truncate,
-    "optimizer.pt:garbled": _garble, "model.safetensors:empty": lambda p: p.write_bytes(b""),
-    "rng.pt:missing": lambda p: p.unlink(), "model.safetensors:shard missing": _shard_missing, "trainer_state.json:no step": lambda p: p.write_text('{"data_position": 2}'),
+    "model.safetensors": _truncate,
+    "optimizer.pt": _truncate,
+    "trainer_state.json": _truncate,
+    "scheduler.pt": _truncate,
+    "rng.pt": _truncate,
+    "tokenizer.json": _truncate,
+    "optimizer.pt:garbled": _garble,
+    "model.safetensors:empty": lambda p: p.write_bytes(b""),
+    "rng.pt:missing": lambda p: p.unlink(),
+    "model.safetensors:shard missing": _shard_missing,
+    "trainer_state.json:no step": lambda p: p.write_text('{"data_position": 2}'),
 }
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGE))
-def test_a_damaged_checkpoint_is_refused_before_any_log_changes(damage, finished, tiny_arithmetic_dir, tmp_path,
-                                                                capsys):
+def test_a_damaged_checkpoint_is_refused_before_any_log_changes(
+    damage, finished, tiny_arithmetic_dir, tmp_path, capsys
+):
     out = _copy(finished, tmp_path)
     name = damage.split(":")[0]
     DAMAGE[damage](out / "checkpoint-2" / name)
     before = _snapshot(out)
     capsys.readouterr()
-    assert train(tiny_arithmetic_dir, out, "--max_steps", "3", "--resume_from_checkpoint",
-                 str(out / "checkpoint-2")) == 2
+    assert (
+        train(tiny_arithmetic_dir, out, "--max_steps", "3", "--resume_from_checkpoint", str(out / "checkpoint-2")) == 2
+    )
     err = _one_line(capsys)
     assert name in err and "checkpoint-1" in err and "no log was changed" in err, err
     assert _snapshot(out) == before  # metrics, rollouts, trajectories: not cut back
@@ -191,8 +218,9 @@ def test_a_hand_edited_metrics_file_does_not_log_replayed_steps_twice(finished, 
     text = frame.to_json(orient="records", lines=True).replace("\n", "\r\n")
     assert '"step":2.0' in text
     (out / "metrics.jsonl").write_text(text + "\r\nnote: resumed by hand after a crash\r\n", newline="")
-    assert train(tiny_arithmetic_dir, out, "--max_steps", "2", "--resume_from_checkpoint",
-                 str(out / "checkpoint-1")) == 0
+    assert (
+        train(tiny_arithmetic_dir, out, "--max_steps", "2", "--resume_from_checkpoint", str(out / "checkpoint-1")) == 0
+    )
     lines = [line for line in (out / "metrics.jsonl").read_text().splitlines() if line.startswith("{")]
     assert [int(json.loads(line)["step"]) for line in lines] == [1, 2]
     assert "note: resumed by hand after a crash" in (out / "metrics.jsonl").read_text()  # a note is no step: kept
@@ -204,10 +232,29 @@ def test_two_runs_cannot_share_an_output_dir(tiny_arithmetic_dir, tmp_path):
     holder = RunFolder(out)
     holder.lock()
     try:
-        second = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--model_name_or_path",
-                                 str(tiny_arithmetic_dir), "--output_dir", str(out), "--max_steps", "1",
-                                 "--n_eval", "0", "--device", "cpu"],
-                                capture_output=True, text=True, timeout=300, env=child_env(), cwd=tmp_path)
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "grouprl.cli",
+                "train",
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "1",
+                "--n_eval",
+                "0",
+                "--device",
+                "cpu",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=child_env(),
+            cwd=tmp_path,
+        )
     finally:
         holder.release()
     assert second.returncode == 2, second.stderr[-2000:]
@@ -218,12 +265,40 @@ def test_two_runs_cannot_share_an_output_dir(tiny_arithmetic_dir, tmp_path):
 
 def test_two_runs_started_together_do_not_mix(tiny_arithmetic_dir, tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "grouprl.cli", "train", "--task", "arithmetic", "--model_name_or_path",
-           str(tiny_arithmetic_dir), "--output_dir", str(out), "--max_steps", "2", "--save_steps", "1",
-           "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "4", "--n_eval", "0",
-           "--n_train", "20", "--device", "cpu"]
-    procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(),
-                              cwd=tmp_path) for _ in range(2)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "grouprl.cli",
+        "train",
+        "--task",
+        "arithmetic",
+        "--model_name_or_path",
+        str(tiny_arithmetic_dir),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "1",
+        "--batch_size",
+        "2",
+        "--num_generations",
+        "4",
+        "--max_new_tokens",
+        "4",
+        "--n_eval",
+        "0",
+        "--n_train",
+        "20",
+        "--device",
+        "cpu",
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=child_env(), cwd=tmp_path
+        )
+        for _ in range(2)
+    ]
     results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
     assert sorted(rc for rc, _ in results) == [0, 2], results
     loser = next(err for rc, err in results if rc == 2)
@@ -235,9 +310,18 @@ def test_two_runs_started_together_do_not_mix(tiny_arithmetic_dir, tmp_path):
 def test_the_lock_goes_with_a_killed_run(tmp_path):
     """The kernel releases the flock when its holder dies (SIGKILL: no cleanup code runs)."""
     out = tmp_path / "run"
-    child = subprocess.Popen([sys.executable, "-c", "import sys, time; from grouprl.job.run_dir import RunFolder; "
-                              "RunFolder(sys.argv[1]).lock(); print('locked', flush=True); time.sleep(60)", str(out)],
-                             stdout=subprocess.PIPE, text=True, env=child_env())
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from grouprl.job.run_dir import RunFolder; "
+            "RunFolder(sys.argv[1]).lock(); print('locked', flush=True); time.sleep(60)",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
     assert child.stdout.readline().strip() == "locked"
     with pytest.raises(ConfigError, match="in use by another grouprl run"):
         RunFolder(out).lock()

@@ -17,8 +17,12 @@ def _functions(path: Path):
 
 
 def test_no_function_in_train_is_over_50_lines():
-    long = [f"{path.name}:{name} ({lines} lines)" for path in sorted(TRAIN.rglob("*.py"))
-            for name, lines in _functions(path) if lines > 50]
+    long = [
+        f"{path.name}:{name} ({lines} lines)"
+        for path in sorted(TRAIN.rglob("*.py"))
+        for name, lines in _functions(path)
+        if lines > 50
+    ]
     assert not long, "functions in train/ over 50 lines: " + ", ".join(long)
 
 

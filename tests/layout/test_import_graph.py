@@ -28,7 +28,8 @@ def module_files() -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(tree: ast.AST):
@@ -103,11 +104,14 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 
 def test_the_walk_sees_function_level_imports_and_skips_type_checking(tmp_path):
-    tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
-                     "def f():\n    import c\n")
+    tree = ast.parse(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import a\nelse:\n    import b\n"
+        "def f():\n    import c\n"
+    )
     assert sorted(alias.name for node in _imports(tree) for alias in node.names) == ["TYPE_CHECKING", "b", "c"]
-    assert circles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"w"}, "v": set()}) == [["x", "y", "z"], ["w"]] or \
-        sorted(circles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"w"}, "v": set()})) == [["w"], ["x", "y", "z"]]
+    assert circles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"w"}, "v": set()}) == [["x", "y", "z"], ["w"]] or sorted(
+        circles({"x": {"y"}, "y": {"z"}, "z": {"x"}, "w": {"w"}, "v": set()})
+    ) == [["w"], ["x", "y", "z"]]
 
 
 def test_no_import_circle():
@@ -115,7 +119,8 @@ def test_no_import_circle():
     assert len(graph) > 100 and graph["grouprl.run_config"], "the walk found the package"
     found = circles(graph)
     assert not found, "import circles (each line: modules that import each other):\n" + "\n".join(
-        " <-> ".join(c) for c in found)
+        " <-> ".join(c) for c in found
+    )
 
 
 def test_config_imports_nothing_above_it():
@@ -127,6 +132,9 @@ def test_config_imports_nothing_above_it():
 
 
 def test_no_module_over_400_lines():
-    long = {str(p.relative_to(SRC)): n for p in module_files().values()
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(SRC)): n
+        for p in module_files().values()
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}"

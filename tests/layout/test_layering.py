@@ -51,8 +51,12 @@ def inner_room(module: str, floors: list[list[str]]) -> tuple[int, str]:
     """A module's floor and room inside its folder: the longest named path that holds it, else ``*``."""
     inside = module.split(".")[2:]
     rest = next((i, "*") for i, names in enumerate(floors) if "*" in names)
-    named = [(len(name.split(".")), i, name) for i, names in enumerate(floors) for name in names
-             if name != "*" and inside[: len(name.split("."))] == name.split(".")]
+    named = [
+        (len(name.split(".")), i, name)
+        for i, names in enumerate(floors)
+        for name in names
+        if name != "*" and inside[: len(name.split("."))] == name.split(".")
+    ]
     return max(named)[1:] if named else rest
 
 
@@ -66,7 +70,9 @@ def upward_arrows(graph: dict[str, set[str]]) -> list[str]:
             if room(name) != room(target):
                 a, b = floor_of(name), floor_of(target)
                 if b >= a:
-                    found.append(f"{name} imports {target} ({room(name)}/ on floor {a} -> {room(target)}/ on floor {b})")
+                    found.append(
+                        f"{name} imports {target} ({room(name)}/ on floor {a} -> {room(target)}/ on floor {b})"
+                    )
             elif room(name) in INNER and len(name.split(".")) > 2 and len(target.split(".")) > 2:
                 (a, here), (b, there) = inner_room(name, INNER[room(name)]), inner_room(target, INNER[room(name)])
                 if here != there and b >= a:
@@ -89,8 +95,11 @@ def test_the_check_fails_on_an_arrow_up_and_across():
     graph = {
         "grouprl.tools.builtin": {"grouprl.tasks.envs.calculator", "grouprl.rewards.kit"},
         "grouprl.tools.parsers": {"grouprl.policy.loading"},
-        "grouprl.rollout.backends.vllm_server": {"grouprl.rollout.generation", "grouprl.rollout.sampling",
-                                                 "grouprl.rollout.backends.vllm"},
+        "grouprl.rollout.backends.vllm_server": {
+            "grouprl.rollout.generation",
+            "grouprl.rollout.sampling",
+            "grouprl.rollout.backends.vllm",
+        },
         "grouprl.rollout.generation": {"grouprl.rollout.backends.vllm", "grouprl.rollout.turn_cache"},
         "grouprl.cli": {"grouprl.job.run", "grouprl.generate.cli"},
     }
@@ -105,5 +114,7 @@ def test_the_architecture_doc_states_the_same_floors():
     """The fenced list under "The rooms, in import order": one floor a line, its number then its rooms."""
     section = ARCHITECTURE.read_text().split("## The rooms, in import order", 1)[1]
     block = section.split("```", 2)[1]
-    stated = [[name.rstrip("/").removesuffix(".py") for name in line.split()[1:]] for line in block.strip().splitlines()]
+    stated = [
+        [name.rstrip("/").removesuffix(".py") for name in line.split()[1:]] for line in block.strip().splitlines()
+    ]
     assert stated == FLOORS, f"docs/architecture.md states the floors {stated}; the test holds {FLOORS}"

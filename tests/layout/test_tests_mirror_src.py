@@ -48,10 +48,15 @@ def test_tests_sit_in_the_folder_of_the_module_they_are_named_after():
 
 def test_the_check_names_the_misplaced_test_and_its_home():
     modules = {"evaluate": {"job"}, "runner": {"rollout", "rewards/sandbox"}, "run_dir": {"job"}}
-    files = [TESTS / "train" / "test_evaluate.py", TESTS / "job" / "test_evaluate_k.py",
-             TESTS / "rollout" / "test_runner.py", TESTS / "e2e" / "test_evaluate.py"]
+    files = [
+        TESTS / "train" / "test_evaluate.py",
+        TESTS / "job" / "test_evaluate_k.py",
+        TESTS / "rollout" / "test_runner.py",
+        TESTS / "e2e" / "test_evaluate.py",
+    ]
     assert misplaced(files, modules) == [
-        "tests/train/test_evaluate.py is named after evaluate.py: it belongs in tests/job/"]
+        "tests/train/test_evaluate.py is named after evaluate.py: it belongs in tests/job/"
+    ]
 
 
 def test_test_file_names_are_unique():

@@ -68,14 +68,21 @@ def test_truncating_on_a_full_disk_leaves_the_old_file(tiny_disk):
 
 def test_a_file_size_limit_is_named_too(tmp_path):
     """RLIMIT_FSIZE (a batch system's limit): EFBIG, not ENOSPC; the same cut-back and one line."""
-    code = ("import sys; from grouprl.observe.jsonl import JsonlAppender\n"
-            "out = JsonlAppender(sys.argv[1])\n"
-            "try:\n"
-            "    for i in range(1000): out.write_many([{'step': i, 'x': 'z' * 300}] * 3)\n"
-            "except Exception as err: print(type(err).__name__, err)\n")
+    code = (
+        "import sys; from grouprl.observe.jsonl import JsonlAppender\n"
+        "out = JsonlAppender(sys.argv[1])\n"
+        "try:\n"
+        "    for i in range(1000): out.write_many([{'step': i, 'x': 'z' * 300}] * 3)\n"
+        "except Exception as err: print(type(err).__name__, err)\n"
+    )
     limit = 10_000
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "log.jsonl")], capture_output=True, text=True,
-                          timeout=120, preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)))
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "log.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
     assert proc.stdout.startswith("DiskFull File too large"), proc.stdout + proc.stderr
     rows = _lines(tmp_path / "log.jsonl")
     assert len(rows) % 3 == 0 and 0 < (tmp_path / "log.jsonl").stat().st_size <= limit

@@ -33,11 +33,21 @@ def test_truncate_reads_steps_however_the_file_was_edited(tmp_path):
     """Steps as 3.0 (pandas), "3" (a spreadsheet), CRLF line ends, blank lines and note lines: every
     record of a later step goes, notes stay, and nothing of an earlier step is lost."""
     log = tmp_path / "metrics.jsonl"
-    log.write_bytes(b'{"step": 1.0, "loss": 1}\r\n\r\n{"step": "2", "loss": 2}\r\n# resumed by hand\r\n'
-                    b'{"step": 3.0, "loss": 3}\r\n{"step": 4, "loss": 4}\n{"loss": 5}\n[1, 2]\n{"step": 2.5}\n'
-                    b'{"step": true}\n{"step": "3"}')
+    log.write_bytes(
+        b'{"step": 1.0, "loss": 1}\r\n\r\n{"step": "2", "loss": 2}\r\n# resumed by hand\r\n'
+        b'{"step": 3.0, "loss": 3}\r\n{"step": 4, "loss": 4}\n{"loss": 5}\n[1, 2]\n{"step": 2.5}\n'
+        b'{"step": true}\n{"step": "3"}'
+    )
     assert truncate_to_step(log, 2) == 3  # 3.0, 4 and "3" (its missing newline is no tear: it parses)
     kept = log.read_bytes().splitlines()
-    assert kept == [b'{"step": 1.0, "loss": 1}', b"", b'{"step": "2", "loss": 2}', b"# resumed by hand",
-                    b'{"loss": 5}', b"[1, 2]", b'{"step": 2.5}', b'{"step": true}']
+    assert kept == [
+        b'{"step": 1.0, "loss": 1}',
+        b"",
+        b'{"step": "2", "loss": 2}',
+        b"# resumed by hand",
+        b'{"loss": 5}',
+        b"[1, 2]",
+        b'{"step": 2.5}',
+        b'{"step": true}',
+    ]
     assert log.read_bytes().endswith(b"\n")

@@ -16,9 +16,11 @@ from grouprl.run_config import build_config
 from grouprl.observe.sinks import MetricsSink
 
 SRC = Path(__file__).resolve().parents[2] / "src"
-METRICS = [{"reward": 0.25, "loss": -0.5, "rewards/accuracy/mean": 0.2},
-           {"reward": 0.5, "loss": -0.25, "rewards/accuracy/mean": 0.4},
-           {"reward": 0.75, "loss": 0.125, "rewards/accuracy/mean": 0.6}]
+METRICS = [
+    {"reward": 0.25, "loss": -0.5, "rewards/accuracy/mean": 0.2},
+    {"reward": 0.5, "loss": -0.25, "rewards/accuracy/mean": 0.4},
+    {"reward": 0.75, "loss": 0.125, "rewards/accuracy/mean": 0.6},
+]
 
 
 def test_tensorboard_event_files_read_back(tmp_path):
@@ -50,7 +52,7 @@ def test_trackio_database_read_back(tmp_path):
     script = textwrap.dedent(f"""
         import json
         from grouprl.observe.sinks import MetricsSink
-        sink = MetricsSink({str(tmp_path / 'run')!r}, "trackio", "grouprl-test", "run-a", {{"max_steps": 3}})
+        sink = MetricsSink({str(tmp_path / "run")!r}, "trackio", "grouprl-test", "run-a", {{"max_steps": 3}})
         for step, metrics in enumerate({METRICS!r}, start=1):
             sink.log(step, metrics)
         sink.summary({{"accuracy_after": 0.625, "task": "arithmetic"}})
@@ -59,12 +61,20 @@ def test_trackio_database_read_back(tmp_path):
         print("LOGS " + json.dumps(SQLiteStorage.get_logs("grouprl-test", "run-a"), default=str))
         print("RUNS " + json.dumps(SQLiteStorage.get_runs("grouprl-test")))
     """)
-    env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONPATH": str(SRC),
-           "HF_HUB_OFFLINE": "1", "TRACKIO_PROJECT": ""}
+    env = {
+        **os.environ,
+        "TRACKIO_DIR": str(tmp_path / "trackio"),
+        "PYTHONPATH": str(SRC),
+        "HF_HUB_OFFLINE": "1",
+        "TRACKIO_PROJECT": "",
+    }
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    lines = {line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
-             for line in done.stdout.splitlines() if line.startswith(("LOGS ", "RUNS "))}
+    lines = {
+        line.split(" ", 1)[0]: json.loads(line.split(" ", 1)[1])
+        for line in done.stdout.splitlines()
+        if line.startswith(("LOGS ", "RUNS "))
+    }
     assert lines["RUNS"] == ["run-a"]
     by_step = {}
     for row in lines["LOGS"]:

@@ -26,12 +26,37 @@ def wandb_run(tiny_arithmetic_dir, tmp_path_factory):
         mp.setenv("WANDB_DATA_DIR", str(root / "wandb_data"))
         mp.setenv("WANDB_SILENT", "true")
         mp.setenv("WANDB_DISABLE_GIT", "true")
-        rc = cli.main([
-            "train", "--task", "arithmetic", "--model_name_or_path", str(tiny_arithmetic_dir),
-            "--report_to", "wandb", "--wandb_project", "notthis", "--run_name", "notthiseither",
-            "--max_steps", "1", "--batch_size", "2", "--num_generations", "2", "--max_new_tokens", "4",
-            "--n_eval", "2", "--n_train", "20", "--output_dir", str(out), "--device", "cpu",
-        ])
+        rc = cli.main(
+            [
+                "train",
+                "--task",
+                "arithmetic",
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--report_to",
+                "wandb",
+                "--wandb_project",
+                "notthis",
+                "--run_name",
+                "notthiseither",
+                "--max_steps",
+                "1",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "2",
+                "--max_new_tokens",
+                "4",
+                "--n_eval",
+                "2",
+                "--n_train",
+                "20",
+                "--output_dir",
+                str(out),
+                "--device",
+                "cpu",
+            ]
+        )
     finally:
         mp.undo()
     assert rc == 0
@@ -63,11 +88,11 @@ def _scan_wandb_log(path) -> list[bytes]:
         if space < 7:  # block trailer
             pos += space
             continue
-        _crc, length, kind = struct.unpack("<IHB", data[pos: pos + 7])
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0:  # zero padding up to the end of the block
             pos += space
             continue
-        chunk = data[pos + 7: pos + 7 + length]
+        chunk = data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind == 1:
             out.append(chunk)

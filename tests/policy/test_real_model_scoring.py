@@ -27,8 +27,10 @@ def chat_batch(tok):
     """Two real chat prompts of different lengths, three completions each of different lengths (one cut short)."""
     end = tok.convert_tokens_to_ids("<|im_end|>")
     prompts, completions = [], []
-    for question, answers in [("What is 12+30?", ["42", "It is 42.", "The sum of 12 and 30 is"]),
-                              ("Name a colour of the sky on a clear day, please.", ["Blue.", "blue", "Sky blue"])]:
+    for question, answers in [
+        ("What is 12+30?", ["42", "It is 42.", "The sum of 12 and 30 is"]),
+        ("Name a colour of the sky on a clear day, please.", ["Blue.", "blue", "Sky blue"]),
+    ]:
         _, prompt, _ = render_prompt_ids(tok, [{"role": "user", "content": question}])
         for k, answer in enumerate(answers):
             ids = tok(answer, add_special_tokens=False)["input_ids"]

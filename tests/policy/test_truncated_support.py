@@ -14,8 +14,16 @@ from grouprl.policy.scoring import completion_logps, pack
 
 def tiny_model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=41, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True, pad_token_id=0)
+    cfg = Qwen2Config(
+        vocab_size=41,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+    )
     cfg._attn_implementation = "sdpa"
     model = Qwen2ForCausalLM(cfg).float()
     with torch.no_grad():

@@ -12,9 +12,11 @@ import pytest
 from run_helpers import rows, train, user_file
 
 BLOCKING_PLAIN = "import time\ndef fn(completion, ground_truth, **kw):\n    time.sleep(3600)\n"
-BLOCKING_TYPED = ("import threading\nfrom grouprl.rewards.kit import reward_function\n"
-                  "@reward_function(mode='batch')\ndef fn(rollouts_messages, ground_truths=None, **kw):\n"
-                  "    threading.Event().wait()\n")
+BLOCKING_TYPED = (
+    "import threading\nfrom grouprl.rewards.kit import reward_function\n"
+    "@reward_function(mode='batch')\ndef fn(rollouts_messages, ground_truths=None, **kw):\n"
+    "    threading.Event().wait()\n"
+)
 
 
 def test_blocking_in_process_reward_times_out_and_the_run_finishes(tiny_arithmetic_dir, tmp_path):
@@ -22,8 +24,17 @@ def test_blocking_in_process_reward_times_out_and_the_run_finishes(tiny_arithmet
         reward = user_file(tmp_path, name, body)
         out = tmp_path / name.removesuffix(".py")
         start = time.monotonic()
-        rc = train(tiny_arithmetic_dir, out, "--rewards", f"{reward}:fn", "arithmetic_digits", "--reward_timeout", "1",
-                   "--max_reward_error_fraction", "1.0")
+        rc = train(
+            tiny_arithmetic_dir,
+            out,
+            "--rewards",
+            f"{reward}:fn",
+            "arithmetic_digits",
+            "--reward_timeout",
+            "1",
+            "--max_reward_error_fraction",
+            "1.0",
+        )
         elapsed = time.monotonic() - start
         assert rc == 0 and elapsed < 60, (name, elapsed)
         metrics = rows(out / "metrics.jsonl")[0]
@@ -82,14 +93,15 @@ def test_a_batch_of_calls_takes_one_hand_off_and_keeps_a_budget_per_call():
     results = map_with_timeout(slow_double, 0.4, [((i,), {"delay": 0.15}) for i in range(5)])
     assert [v[1] for v, e in results] == [0, 2, 4, 6, 8] and all(e is None for _, e in results)
     assert len({v[0] for v, _ in results}) == 1 and results[0][0][0] != threading.get_ident()
-    (_, err), = map_with_timeout(slow_double, 0.4, [((-1,), {})])
+    ((_, err),) = map_with_timeout(slow_double, 0.4, [((-1,), {})])
     assert isinstance(err, ValueError)  # an error is that call's, the others go on
     with pytest.raises(SystemExit):  # not an ordinary error: it reaches the caller, as without a budget
         map_with_timeout(lambda: (_ for _ in ()).throw(SystemExit(3)), 5.0, [((), {})])
     release = threading.Event()
     before = guard.ABANDONED
-    results = map_with_timeout(lambda x: x if x != 2 else release.wait(30), 0.2, [((i,), {}) for i in range(4)],
-                               name="stuck")
+    results = map_with_timeout(
+        lambda x: x if x != 2 else release.wait(30), 0.2, [((i,), {}) for i in range(4)], name="stuck"
+    )
     assert [v for v, _ in results[:2]] == [0, 1]
     assert all(isinstance(e, RewardTimeout) and "stuck" in str(e) for _, e in results[2:])  # stuck one + untried
     assert guard.ABANDONED == before + 1

@@ -14,13 +14,17 @@ from grouprl.rewards.kit import RewardFunctionError, reward_function, score_batc
 def last_is_42(messages: list[Message], ground_truth=None, **kwargs) -> EvaluateResult:
     said = messages[-1].content.strip()
     ok = said == str(ground_truth)
-    return EvaluateResult(score=float(ok), reason=f"said {said!r}",
-                          metrics={"exact": MetricResult(score=float(ok), reason="string match")})
+    return EvaluateResult(
+        score=float(ok),
+        reason=f"said {said!r}",
+        metrics={"exact": MetricResult(score=float(ok), reason="string match")},
+    )
 
 
 def test_bare_pointwise_coerces_dicts_and_returns_result():
-    result = last_is_42([{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": " 42 "}],
-                        ground_truth=42)
+    result = last_is_42(
+        [{"role": "user", "content": "6*7?"}, {"role": "assistant", "content": " 42 "}], ground_truth=42
+    )
     assert result.score == 1.0 and result.metrics["exact"].score == 1.0 and "42" in result.reason
     assert last_is_42([Message(role="assistant", content="41")], ground_truth=42).score == 0.0
     assert last_is_42.reward_mode == "pointwise" and last_is_42.reward_id == "last_is_42"
@@ -41,6 +45,7 @@ def test_batch_and_async_with_arguments():
 
 def test_function_without_kwargs_fails_at_decoration():
     with pytest.raises(RewardFunctionError, match=r"'strict'.*\*\*kwargs"):
+
         @reward_function
         def strict(messages, ground_truth=None):
             return EvaluateResult(score=0.0)
@@ -91,15 +96,35 @@ def test_trl_adapter_inside_a_real_trl_run(tiny_arithmetic_dir, tmp_path, monkey
             return EvaluateResult(score=0.0, is_score_valid=False, reason="no number: no opinion")
         return EvaluateResult(score=float(said.strip() == ground_truth))
 
-    rows = [{"prompt": [{"role": "user", "content": f"{a}+{b}"}], "ground_truth": str(a + b)}
-            for a, b in [(12, 30), (45, 11), (20, 20), (33, 3)]]
-    args = GRPOConfig(output_dir=str(tmp_path), num_generations=4, per_device_train_batch_size=8,
-                      max_completion_length=4, max_steps=2, learning_rate=1e-3, use_cpu=True, bf16=False,
-                      gradient_checkpointing=False, report_to="none", logging_steps=1, save_strategy="no",
-                      disable_tqdm=True, use_vllm=False, seed=0, dataloader_num_workers=0)
-    trainer = GRPOTrainer(model=AutoModelForCausalLM.from_pretrained(str(tiny_arithmetic_dir), dtype=torch.float32),
-                          reward_funcs=digits_match.as_trl(), args=args, train_dataset=Dataset.from_list(rows),
-                          processing_class=load_tokenizer(str(tiny_arithmetic_dir)))
+    rows = [
+        {"prompt": [{"role": "user", "content": f"{a}+{b}"}], "ground_truth": str(a + b)}
+        for a, b in [(12, 30), (45, 11), (20, 20), (33, 3)]
+    ]
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        num_generations=4,
+        per_device_train_batch_size=8,
+        max_completion_length=4,
+        max_steps=2,
+        learning_rate=1e-3,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        use_vllm=False,
+        seed=0,
+        dataloader_num_workers=0,
+    )
+    trainer = GRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(tiny_arithmetic_dir), dtype=torch.float32),
+        reward_funcs=digits_match.as_trl(),
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_tokenizer(str(tiny_arithmetic_dir)),
+    )
     trainer.train()
     assert len(calls) == 2 * 8  # every completion of both steps went through the typed function
     assert {truth for _, truth in calls} <= {r["ground_truth"] for r in rows}

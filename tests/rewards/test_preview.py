@@ -41,8 +41,14 @@ def test_preview_gsm8k_final_scores(tmp_path):
     assert [r["scores"]["gsm8k_final"] for r in rows] == EXPECTED
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 6
-    assert records[3] == {"index": 3, "line": 4, "scores": {"gsm8k_final": 0.1},
-                          "reasons": {"gsm8k_final": None}, "metrics": {}, "errors": []}
+    assert records[3] == {
+        "index": 3,
+        "line": 4,
+        "scores": {"gsm8k_final": 0.1},
+        "reasons": {"gsm8k_final": None},
+        "metrics": {},
+        "errors": [],
+    }
     assert [r["scores"]["gsm8k_final"] for r in records] == EXPECTED
 
 
@@ -54,8 +60,20 @@ def test_preview_gold_is_taken_from_full_answer_field():
 
 def test_cli_preview_writes_out_and_max_samples(tmp_path, capsys):
     out = tmp_path / "o.jsonl"
-    rc = run_cli(["rewards", "preview", "--reward", "gsm8k_final", "--samples", str(FIXTURE),
-                  "--max-samples", "4", "--out", str(out)])
+    rc = run_cli(
+        [
+            "rewards",
+            "preview",
+            "--reward",
+            "gsm8k_final",
+            "--samples",
+            str(FIXTURE),
+            "--max-samples",
+            "4",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["scores"]["gsm8k_final"] for r in records] == EXPECTED[:4]
@@ -66,8 +84,20 @@ def test_cli_preview_reward_raising_on_one_sample_exits_1(tmp_path, capsys):
     reward_file = tmp_path / "picky.py"
     reward_file.write_text(RAISING_REWARD)
     out = tmp_path / "o.jsonl"
-    rc = run_cli(["rewards", "preview", "--reward", "gsm8k_final", "--reward", f"{reward_file}:picky",
-                  "--samples", str(FIXTURE), "--out", str(out)])
+    rc = run_cli(
+        [
+            "rewards",
+            "preview",
+            "--reward",
+            "gsm8k_final",
+            "--reward",
+            f"{reward_file}:picky",
+            "--samples",
+            str(FIXTURE),
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 1
     captured = capsys.readouterr()
     assert "cannot score sprints" in captured.out
@@ -95,10 +125,13 @@ def test_preview_malformed_rows_name_the_line(tmp_path, capsys):
 
 def test_preview_messages_form_and_typed_reward(tmp_path):
     path = tmp_path / "msgs.jsonl"
-    sample = {"messages": [{"role": "user", "content": "Give me a person as JSON."},
-                           {"role": "assistant", "content": '```json\n{"name": "Ada", "age": 36}\n```'}],
-              "ground_truth": {"type": "object", "required": ["name", "age"],
-                               "properties": {"age": {"type": "integer"}}}}
+    sample = {
+        "messages": [
+            {"role": "user", "content": "Give me a person as JSON."},
+            {"role": "assistant", "content": '```json\n{"name": "Ada", "age": 36}\n```'},
+        ],
+        "ground_truth": {"type": "object", "required": ["name", "age"], "properties": {"age": {"type": "integer"}}},
+    }
     bad = dict(sample, messages=[sample["messages"][0], {"role": "assistant", "content": '{"name": "Bo"}'}])
     path.write_text(json.dumps(sample) + "\n" + json.dumps(bad) + "\n")
     rows, n_errors = preview(["grouprl.rewards.builtin.structured:json_schema"], path)
@@ -130,9 +163,13 @@ def test_rewards_list_shows_the_model_and_learned_rewards_with_their_kind(capsys
     from grouprl.rewards.learned.model_rewards import build_reward
 
     by_name = {e[0]: e for e in list_rewards()}
-    for name, kind in [("judge", "model (LLM judge)"), ("group_judge", "model (LLM judge)"),
-                       ("distilled_judge", "learned"), ("path/to/model | owner/name", "model (reward model)"),
-                       ("path/to/file.py:make_reward", "learned")]:
+    for name, kind in [
+        ("judge", "model (LLM judge)"),
+        ("group_judge", "model (LLM judge)"),
+        ("distilled_judge", "learned"),
+        ("path/to/model | owner/name", "model (reward model)"),
+        ("path/to/file.py:make_reward", "learned"),
+    ]:
         assert by_name[name][1] == kind, name
     for name in ("judge", "group_judge", "distilled_judge"):
         with pytest.raises(Exception) as err:  # no endpoint given: the model reward's own error, not "unknown"
@@ -148,8 +185,9 @@ def test_cli_preview_with_a_recipe_scores_as_training_does(tmp_path):
     from grouprl.rewards.registry import get_reward
 
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("rewards:\n  - {name: gsm8k_final, weight: 3, options: {strict: true}}\n"
-                      "  - {name: format, weight: 1}\n")
+    recipe.write_text(
+        "rewards:\n  - {name: gsm8k_final, weight: 3, options: {strict: true}}\n  - {name: format, weight: 1}\n"
+    )
     out = tmp_path / "o.jsonl"
     assert run_cli(["rewards", "preview", "--config", str(recipe), "--samples", str(FIXTURE), "--out", str(out)]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]

@@ -12,8 +12,7 @@ from grouprl.cli import main
 from grouprl.rewards.sandbox import runner as sandbox
 
 # 1.0 only inside the sandbox: there the project's files are not visible.
-PROBE = ("import os\ndef fn(completion, ground_truth, **kw):\n"
-         "    return 0.0 if os.path.exists({marker!r}) else 1.0\n")
+PROBE = "import os\ndef fn(completion, ground_truth, **kw):\n    return 0.0 if os.path.exists({marker!r}) else 1.0\n"
 
 
 @pytest.fixture()
@@ -32,9 +31,25 @@ def test_preview_runs_a_user_file_in_the_sandbox(tmp_path, samples):
     reward = tmp_path / "probe.py"
     reward.write_text(PROBE.format(marker=str(marker)))
     outside, inside = tmp_path / "outside.jsonl", tmp_path / "inside.jsonl"
-    assert main(["rewards", "preview", "--reward", f"{reward}:fn", "--samples", str(samples), "--out", str(outside)]) == 0
-    assert main(["rewards", "preview", "--reward", f"{reward}:fn", "--samples", str(samples), "--out", str(inside),
-                 "--sandbox_user_rewards"]) == 0
+    assert (
+        main(["rewards", "preview", "--reward", f"{reward}:fn", "--samples", str(samples), "--out", str(outside)]) == 0
+    )
+    assert (
+        main(
+            [
+                "rewards",
+                "preview",
+                "--reward",
+                f"{reward}:fn",
+                "--samples",
+                str(samples),
+                "--out",
+                str(inside),
+                "--sandbox_user_rewards",
+            ]
+        )
+        == 0
+    )
     assert json.loads(outside.read_text())["scores"][f"{reward}:fn"] == 0.0
     assert json.loads(inside.read_text())["scores"][f"{reward}:fn"] == 1.0
 

@@ -34,10 +34,12 @@ def test_endless_programs_cost_their_own_samples_only():
     assert time.monotonic() - start > 4.0  # the batch did take longer than one budget
 
 
-SLEEPY = ("import time\n"
-          "def fn(completion, ground_truth, **kw):\n"
-          "    time.sleep(100 if completion == 'hang' else 0.3)\n"
-          "    return 1.0 if completion == 'ok' else 0.0\n")
+SLEEPY = (
+    "import time\n"
+    "def fn(completion, ground_truth, **kw):\n"
+    "    time.sleep(100 if completion == 'hang' else 0.3)\n"
+    "    return 1.0 if completion == 'ok' else 0.0\n"
+)
 
 
 def test_sandboxed_user_reward_has_reward_timeout_per_sample(tmp_path):
@@ -52,13 +54,15 @@ def test_sandboxed_user_reward_has_reward_timeout_per_sample(tmp_path):
 
 
 @pytest.mark.parametrize("sandboxed", [True, False])
-@pytest.mark.parametrize("source, found", [
-    ("def fn(completion, ground_truth, **kw):\n    return (1.0\n\nx = 1\n", "SyntaxError"),
-    ("import sys\nsys.exit(0)\ndef fn(completion, ground_truth, **kw):\n    return 1.0\n", "exit"),
-    ("def other(completion, ground_truth, **kw):\n    return 1.0\n", "no function 'fn'"),
-])
-def test_a_reward_file_that_cannot_be_a_reward_is_refused_when_the_scorer_is_built(tmp_path, source, found,
-                                                                                   sandboxed):
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("def fn(completion, ground_truth, **kw):\n    return (1.0\n\nx = 1\n", "SyntaxError"),
+        ("import sys\nsys.exit(0)\ndef fn(completion, ground_truth, **kw):\n    return 1.0\n", "exit"),
+        ("def other(completion, ground_truth, **kw):\n    return 1.0\n", "no function 'fn'"),
+    ],
+)
+def test_a_reward_file_that_cannot_be_a_reward_is_refused_when_the_scorer_is_built(tmp_path, source, found, sandboxed):
     path = tmp_path / "bad_reward.py"
     path.write_text(source)
     with pytest.raises(KeyError) as err:
@@ -69,18 +73,36 @@ def test_a_reward_file_that_cannot_be_a_reward_is_refused_when_the_scorer_is_bui
         assert "line 2" in text or "line 4" in text, text
 
 
-@pytest.mark.parametrize("source, found", [
-    ("def fn(completion, ground_truth, **kw):\n    return (1.0\n\nx = 1\n", "SyntaxError"),
-    ("import sys\nsys.exit(0)\ndef fn(completion, ground_truth, **kw):\n    return 1.0\n", "exit"),
-])
+@pytest.mark.parametrize(
+    "source, found",
+    [
+        ("def fn(completion, ground_truth, **kw):\n    return (1.0\n\nx = 1\n", "SyntaxError"),
+        ("import sys\nsys.exit(0)\ndef fn(completion, ground_truth, **kw):\n    return 1.0\n", "exit"),
+    ],
+)
 @pytest.mark.parametrize("sandboxed", ["true", "false"])
 def test_grouprl_train_refuses_such_a_file_before_any_model_loads(tmp_path, capsys, source, found, sandboxed):
     path = tmp_path / "bad_reward.py"
     path.write_text(source)
     not_a_model = tmp_path / "not_a_model"  # loading it would fail: the reward must be refused first
     not_a_model.mkdir()
-    rc = main(["train", "--model_name_or_path", str(not_a_model), "--output_dir", str(tmp_path / "o"),
-               "--max_steps", "1", "--n_eval", "0", "--rewards", f"{path}:fn", "--sandbox_user_rewards", sandboxed])
+    rc = main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(not_a_model),
+            "--output_dir",
+            str(tmp_path / "o"),
+            "--max_steps",
+            "1",
+            "--n_eval",
+            "0",
+            "--rewards",
+            f"{path}:fn",
+            "--sandbox_user_rewards",
+            sandboxed,
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "Traceback" not in err and err.count("\n") == 0, err
     assert err.startswith("grouprl: error: ") and f"{path}:fn" in err and found in err, err

@@ -12,7 +12,7 @@ from grouprl.records import EvaluateResult
 from grouprl.rewards.scorer import Scorer
 from run_helpers import one_step_episodes
 
-REWARDS = textwrap.dedent('''
+REWARDS = textwrap.dedent("""
     from grouprl.records import EvaluateResult
     from grouprl.rewards.kit import reward_function
 
@@ -35,11 +35,18 @@ REWARDS = textwrap.dedent('''
     @reward_function(mode="batch")
     def honest(rollouts_messages, ground_truths=None, **kwargs):
         return [EvaluateResult(score=0.5) for _ in rollouts_messages]
-''')
+""")
 
 
-@pytest.mark.parametrize("name, found", [("one_for_all", "1 result(s) for 16"), ("one_too_many", "17 result(s) for 16"),
-                                         ("not_a_list", "returned EvaluateResult for 16"), ("floats", "returned float")])
+@pytest.mark.parametrize(
+    "name, found",
+    [
+        ("one_for_all", "1 result(s) for 16"),
+        ("one_too_many", "17 result(s) for 16"),
+        ("not_a_list", "returned EvaluateResult for 16"),
+        ("floats", "returned float"),
+    ],
+)
 def test_a_wrong_count_fails_every_sample_of_the_call_naming_the_reward(tmp_path, name, found):
     path = tmp_path / "counts.py"
     path.write_text(REWARDS)

@@ -48,12 +48,28 @@ def user_file(tmp_path):
     return path
 
 
-def score_episodes(episodes, names, weights, correct, normalize_weights=True, max_error_fraction=1.0,
-                   options=None, sandbox_user_rewards=False, default_step_reward=0.0):
+def score_episodes(
+    episodes,
+    names,
+    weights,
+    correct,
+    normalize_weights=True,
+    max_error_fraction=1.0,
+    options=None,
+    sandbox_user_rewards=False,
+    default_step_reward=0.0,
+):
     """The run's scorer, built from these settings, on one batch: its verdicts and metrics."""
-    scores = Scorer(names, weights, correct, normalize_weights=normalize_weights, max_error_fraction=max_error_fraction,
-                    reward_kwargs=options, sandbox_user_rewards=sandbox_user_rewards,
-                    default_step_reward=default_step_reward).score(episodes)
+    scores = Scorer(
+        names,
+        weights,
+        correct,
+        normalize_weights=normalize_weights,
+        max_error_fraction=max_error_fraction,
+        reward_kwargs=options,
+        sandbox_user_rewards=sandbox_user_rewards,
+        default_step_reward=default_step_reward,
+    ).score(episodes)
     return scores.verdicts, scores.metrics
 
 
@@ -91,18 +107,44 @@ def test_a_failing_reward_marks_the_sample_and_stops_only_past_the_threshold(use
     assert v[1].parts[name] is None and "cannot score boom" in v[1].errors[0]
     assert v[0].errors == [] and v[0].score == 0.5
     with pytest.raises(RewardFailure, match="1 of 4 samples failed"):
-        score_episodes(_episodes(["12", "boom", "13", "14"]), [name], [1.0], "arithmetic_exact",
-                       max_error_fraction=0.1)
+        score_episodes(_episodes(["12", "boom", "13", "14"]), [name], [1.0], "arithmetic_exact", max_error_fraction=0.1)
 
 
 def test_typed_user_reward_in_a_training_run(warm_arithmetic_dir, user_file, tmp_path):
     out = tmp_path / "run"
-    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                 "--rewards", "arithmetic_digits", f"{user_file}:short_answer", "--reward_weights", "3", "1",
-                 "--max_steps", "2", "--batch_size", "2", "--num_generations", "4", "--n_eval", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model_name_or_path",
+                str(warm_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--rewards",
+                "arithmetic_digits",
+                f"{user_file}:short_answer",
+                "--reward_weights",
+                "3",
+                "1",
+                "--max_steps",
+                "2",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "4",
+                "--n_eval",
+                "0",
+            ]
+        )
+        == 0
+    )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert {"rewards/short_answer/mean", "rewards/arithmetic_digits/mean", "reward_errors",
-            "sandbox_fallbacks"} <= metrics[0].keys()
+    assert {
+        "rewards/short_answer/mean",
+        "rewards/arithmetic_digits/mean",
+        "reward_errors",
+        "sandbox_fallbacks",
+    } <= metrics[0].keys()
     rows = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     for r in rows:
         parts = r["rewards"]
@@ -124,8 +166,9 @@ def test_step_outputs_become_step_rewards_and_bad_indices_are_named():
         eps = _episodes(["12"])
         v, _ = score_episodes(eps, ["per_step_test"], [1.0], "arithmetic_exact")
         assert v[0].step_rewards == [0.25] and v[0].score == 1.0 and v[0].errors == []
-        bad, _ = score_episodes(_episodes(["12"]), ["per_step_test"], [1.0], "arithmetic_exact",
-                                options={"per_step_test": {"index": 3}})
+        bad, _ = score_episodes(
+            _episodes(["12"]), ["per_step_test"], [1.0], "arithmetic_exact", options={"per_step_test": {"index": 3}}
+        )
         assert "step_index 3" in bad[0].errors[0] and "group 0, #0" in bad[0].errors[0]
     finally:
         del registry.REWARDS["per_step_test"]
@@ -136,8 +179,10 @@ def test_recipe_reward_specs_with_weights_and_options(tmp_path):
     from grouprl.tasks import load_task
 
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("task:\n  rewards:\n    - {name: arithmetic_digits, weight: 2}\n"
-                      "    - {name: soft_overlong, weight: 1, options: {max_completion_len: 4, cache_len: 2}}\n")
+    recipe.write_text(
+        "task:\n  rewards:\n    - {name: arithmetic_digits, weight: 2}\n"
+        "    - {name: soft_overlong, weight: 1, options: {max_completion_len: 4, cache_len: 2}}\n"
+    )
     task = load_task(build_config(recipe, environ={}))
     assert task.reward_names == ["arithmetic_digits", "soft_overlong"] and task.reward_weights == [2, 1]
     assert task.reward_kwargs == {"soft_overlong": {"max_completion_len": 4, "cache_len": 2}}
@@ -189,8 +234,14 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
         eps = _episodes(["12", "1234", "boom"])
         for ep in eps:
             ep.row["secret_path"] = str(secret)
-        v, metrics = score_episodes(eps, [f"{path}:snoopy", f"{path}:plain_len"], [1.0, 1.0], "arithmetic_exact",
-                                    normalize_weights=False, sandbox_user_rewards=True)
+        v, metrics = score_episodes(
+            eps,
+            [f"{path}:snoopy", f"{path}:plain_len"],
+            [1.0, 1.0],
+            "arithmetic_exact",
+            normalize_weights=False,
+            sandbox_user_rewards=True,
+        )
         assert [x.parts[f"{path}:snoopy"] for x in v] == [0.2, 0.4, 0.4]
         assert v[0].parts[f"{path}:plain_len"] == 0.2
         assert v[2].parts[f"{path}:plain_len"] is None and "no boom" in v[2].errors[0]
@@ -199,8 +250,9 @@ def test_user_rewards_run_in_the_sandbox(tmp_path):
         from grouprl.rewards.registry import get_reward
         from grouprl.rewards.sandbox.user_reward import user_reward_in_sandbox
 
-        boxed = user_reward_in_sandbox(f"{path}:snoopy")([[{"role": "assistant", "content": "x"}]],
-                                                   secret_path=[str(secret)])
+        boxed = user_reward_in_sandbox(f"{path}:snoopy")(
+            [[{"role": "assistant", "content": "x"}]], secret_path=[str(secret)]
+        )
         assert boxed[0].reason == "leaked=False online=False", boxed[0]
         # ... while in-process the same function reads it.
 
@@ -219,7 +271,8 @@ def side_effect_reward_file(tmp_path, name: str):
         pytest.skip(f"bubblewrap cannot start here: {why}")
     marker = tmp_path / "imported_in_process"
     path = tmp_path / name
-    path.write_text(textwrap.dedent(f'''
+    path.write_text(
+        textwrap.dedent(f"""
         from pathlib import Path
         try:  # a side effect at import time: only possible outside the sandbox
             Path({str(marker)!r}).write_text("imported")
@@ -228,16 +281,38 @@ def side_effect_reward_file(tmp_path, name: str):
 
         def length_score(completion, ground_truth, **row):
             return len(completion) / 10
-    '''))
+    """)
+    )
     return path, marker
 
 
 def test_sandboxed_user_reward_file_is_never_imported_in_process(warm_arithmetic_dir, tmp_path):
     path, marker = side_effect_reward_file(tmp_path, "side_effect.py")
     out = tmp_path / "run"
-    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                 "--rewards", f"{path}:length_score", "--sandbox_user_rewards", "true", "--max_steps", "1",
-                 "--batch_size", "2", "--num_generations", "2", "--n_eval", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model_name_or_path",
+                str(warm_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--rewards",
+                f"{path}:length_score",
+                "--sandbox_user_rewards",
+                "true",
+                "--max_steps",
+                "1",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "2",
+                "--n_eval",
+                "0",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     assert len(rows) == 4 and all(r["rewards"][f"{path}:length_score"] is not None for r in rows)
     assert not marker.exists()
@@ -250,10 +325,34 @@ def test_sandboxed_user_reward_file_is_never_imported_in_process_during_eval(war
 
     path, marker = side_effect_reward_file(tmp_path, "eval_side_effect.py")
     out = tmp_path / "run"
-    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                 "--rewards", f"{path}:length_score", "--reward_weights", "2", "--normalize_weights", "false",
-                 "--sandbox_user_rewards", "true", "--max_steps", "1", "--batch_size", "2",
-                 "--num_generations", "2", "--n_eval", "3"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model_name_or_path",
+                str(warm_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--rewards",
+                f"{path}:length_score",
+                "--reward_weights",
+                "2",
+                "--normalize_weights",
+                "false",
+                "--sandbox_user_rewards",
+                "true",
+                "--max_steps",
+                "1",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "2",
+                "--n_eval",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert not marker.exists()
     assert not any(getattr(m, "__file__", None) == str(path) for m in list(sys.modules.values()))
     for name in ("before", "after"):

@@ -40,8 +40,15 @@ REWARD_FILE = textwrap.dedent('''
 
 def episode(group: int, row: dict, completion: str) -> Episode:
     messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": row["question"]}]
-    step = Step(prompt_text="p", prompt_ids=[1], action_text=completion, action_ids=[2], truncated=False,
-                anchor_state=None, messages=messages)
+    step = Step(
+        prompt_text="p",
+        prompt_ids=[1],
+        action_text=completion,
+        action_ids=[2],
+        truncated=False,
+        anchor_state=None,
+        messages=messages,
+    )
     return Episode(group_id=group, index_in_group=0, row=row, steps=[step])
 
 
@@ -53,14 +60,17 @@ def reward_file(tmp_path):
 
 
 def rows():
-    return [{"question": "capital of France?", "keyword": "Paris", "solution": "Paris", "ground_truth": "Paris"},
-            {"question": "2+2?", "keyword": "4", "solution": "?", "ground_truth": "?"}]
+    return [
+        {"question": "capital of France?", "keyword": "Paris", "solution": "Paris", "ground_truth": "Paris"},
+        {"question": "2+2?", "keyword": "4", "solution": "?", "ground_truth": "?"},
+    ]
 
 
 def test_signature_detection():
     def trl(completions, **kwargs): ...
     def trl_prompts(prompts, completions, **kwargs): ...
     def plain(completion, ground_truth, **kwargs): ...
+
     assert takes_trl_signature(trl) and takes_trl_signature(trl_prompts) and not takes_trl_signature(plain)
 
 
@@ -79,10 +89,15 @@ def test_prompts_and_columns_reach_the_function(reward_file):
     eps = [episode(0, rows()[0], "x")]
     name = f"{reward_file}:sees"
     Scorer([name], [1.0]).score(eps)
-    module = next(m for k, m in sys.modules.items() if k.startswith("grouprl_user_reward_")
-                  and getattr(m, "__file__", None) == str(reward_file))
+    module = next(
+        m
+        for k, m in sys.modules.items()
+        if k.startswith("grouprl_user_reward_") and getattr(m, "__file__", None) == str(reward_file)
+    )
     call = module.seen[-1]
-    assert call["prompts"] == [[{"role": "system", "content": "sys"}, {"role": "user", "content": "capital of France?"}]]
+    assert call["prompts"] == [
+        [{"role": "system", "content": "sys"}, {"role": "user", "content": "capital of France?"}]
+    ]
     assert call["kwargs"] == ["keyword", "question", "solution"]  # columns; not grouprl's group_ids
 
 

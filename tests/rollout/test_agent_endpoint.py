@@ -73,30 +73,38 @@ def test_models_auth_episode_routing(tokenizer):
             client(served, "nobody").chat.completions.create(model="tiny", messages=QUESTION)
         assert err.value.code == "episode_not_found"
         # the episode in a header instead of the path; "policy" names the model too
-        plain = openai.OpenAI(base_url=f"{served.url}/v1", api_key=KEY, max_retries=0,
-                              default_headers={EPISODE_HEADER: "ep0"})
+        plain = openai.OpenAI(
+            base_url=f"{served.url}/v1", api_key=KEY, max_retries=0, default_headers={EPISODE_HEADER: "ep0"}
+        )
         assert plain.chat.completions.create(model="policy", messages=QUESTION).model == "policy"
         with pytest.raises(openai.BadRequestError) as err:
             openai.OpenAI(base_url=f"{served.url}/v1", api_key=KEY, max_retries=0).chat.completions.create(
-                model="tiny", messages=QUESTION)
+                model="tiny", messages=QUESTION
+            )
         assert err.value.code == "episode_missing"
         assert len(served.episodes["ep0"].calls) == 1
 
 
-@pytest.mark.parametrize("extra, status, code", [
-    ({"model": "gpt-4o"}, openai.NotFoundError, "model_not_found"),
-    ({"n": 2}, openai.BadRequestError, "unsupported_parameter"),
-    ({"stream": True}, openai.BadRequestError, "unsupported_parameter"),
-    ({"stop": ["\n"]}, openai.BadRequestError, "unsupported_parameter"),
-    ({"logit_bias": {"5": 10}}, openai.BadRequestError, "unsupported_parameter"),
-    ({"presence_penalty": 0.5}, openai.BadRequestError, "unsupported_parameter"),
-    ({"tool_choice": "required", "tools": TOOLS}, openai.BadRequestError, "unsupported_parameter"),
-    ({"response_format": {"type": "json_object"}}, openai.BadRequestError, "unsupported_parameter"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     openai.BadRequestError, "bad_request"),
-    ({"messages": [{"role": "wizard", "content": "hi"}]}, openai.BadRequestError, "bad_request"),
-    ({"max_tokens": 0}, openai.BadRequestError, "bad_request"),
-])
+@pytest.mark.parametrize(
+    "extra, status, code",
+    [
+        ({"model": "gpt-4o"}, openai.NotFoundError, "model_not_found"),
+        ({"n": 2}, openai.BadRequestError, "unsupported_parameter"),
+        ({"stream": True}, openai.BadRequestError, "unsupported_parameter"),
+        ({"stop": ["\n"]}, openai.BadRequestError, "unsupported_parameter"),
+        ({"logit_bias": {"5": 10}}, openai.BadRequestError, "unsupported_parameter"),
+        ({"presence_penalty": 0.5}, openai.BadRequestError, "unsupported_parameter"),
+        ({"tool_choice": "required", "tools": TOOLS}, openai.BadRequestError, "unsupported_parameter"),
+        ({"response_format": {"type": "json_object"}}, openai.BadRequestError, "unsupported_parameter"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+            openai.BadRequestError,
+            "bad_request",
+        ),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, openai.BadRequestError, "bad_request"),
+        ({"max_tokens": 0}, openai.BadRequestError, "bad_request"),
+    ],
+)
 def test_requests_it_cannot_serve_are_openai_errors_and_counted(tokenizer, extra, status, code):
     served, backend = endpoint(tokenizer)
     with served:
@@ -159,10 +167,12 @@ def test_concurrent_requests_share_one_generate_call(tokenizer):
             served.open_episode(f"ep{i}")
 
         async def all_at_once():
-            clients = [openai.AsyncOpenAI(base_url=served.base_url(f"ep{i}"), api_key=KEY, max_retries=0)
-                       for i in range(16)]
-            answers = await asyncio.gather(*(c.chat.completions.create(model="tiny", messages=QUESTION, tools=TOOLS)
-                                             for c in clients))
+            clients = [
+                openai.AsyncOpenAI(base_url=served.base_url(f"ep{i}"), api_key=KEY, max_retries=0) for i in range(16)
+            ]
+            answers = await asyncio.gather(
+                *(c.chat.completions.create(model="tiny", messages=QUESTION, tools=TOOLS) for c in clients)
+            )
             for c in clients:
                 await c.close()
             return answers
@@ -191,8 +201,9 @@ def test_the_engine_s_log_probs_are_recorded_and_answered_when_asked(tokenizer):
     with served:
         record = served.open_episode("ep0")
         asked = client(served).chat.completions.create(model="tiny", messages=QUESTION, logprobs=True)
-        plain = client(served).chat.completions.create(model="tiny", messages=QUESTION, tool_choice="none",
-                                                       tools=TOOLS, temperature=0.0, seed=1)
+        plain = client(served).chat.completions.create(
+            model="tiny", messages=QUESTION, tool_choice="none", tools=TOOLS, temperature=0.0, seed=1
+        )
     tokens = asked.choices[0].logprobs.content
     assert [t.logprob for t in tokens] == pytest.approx([-0.1 * k for k in range(len(tokens))])
     assert "".join(t.token for t in tokens) == "Answer: 6<|im_end|>"

@@ -40,9 +40,17 @@ class Recorded(ScriptedBackend):
 def play(tokenizer, agent, task_rows, group_size=2, backend=None, **kw):
     settings = AgentSettings(agent=agent if callable(agent) else import_callable(agent, "agent"), **kw)
     factories = [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows]
-    return run_agent_episodes(factories, task_rows, group_size, backend or Recorded(tokenizer), tokenizer,
-                              SamplingParams(max_new_tokens=200), settings, [r["seed"] for r in task_rows],
-                              policy_version=7)
+    return run_agent_episodes(
+        factories,
+        task_rows,
+        group_size,
+        backend or Recorded(tokenizer),
+        tokenizer,
+        SamplingParams(max_new_tokens=200),
+        settings,
+        [r["seed"] for r in task_rows],
+        policy_version=7,
+    )
 
 
 def trained_spans(batch, row):
@@ -59,8 +67,9 @@ def test_an_append_only_agent_makes_one_sample_per_episode_token_for_token(token
     episodes = play(tokenizer, CALCULATOR, rows(4))
     assert all(ep.success and ep.end_reason == "answer" and ep.agent.segments == 1 for ep in episodes)
     assert [len(ep.steps) for ep in episodes[::2]] == [2 if r["kind"] == "multiply" else 3 for r in rows(4)]
-    samples = pack_conversations(episodes, torch.ones(sum(len(ep.steps) for ep in episodes)),
-                                 tokenizer.pad_token_id, mask_truncated=False)
+    samples = pack_conversations(
+        episodes, torch.ones(sum(len(ep.steps) for ep in episodes)), tokenizer.pad_token_id, mask_truncated=False
+    )
     batch = samples.batch
     assert batch.prompt_ids.shape[0] == len(episodes)
     for row, ep in enumerate(episodes):
@@ -69,16 +78,18 @@ def test_an_append_only_agent_makes_one_sample_per_episode_token_for_token(token
         expected = tokenizer(text, add_special_tokens=False)["input_ids"]
         prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()].tolist()
         completion = batch.completion_ids[row][batch.attention[row].bool()].tolist()
-        assert prompt + completion == expected[:len(prompt) + len(completion)]
-        assert tokenizer.decode(expected[len(prompt) + len(completion):]) == "\n"
+        assert prompt + completion == expected[: len(prompt) + len(completion)]
+        assert tokenizer.decode(expected[len(prompt) + len(completion) :]) == "\n"
         # trained: exactly the ids the engine generated, each call's, in order
         assert trained_spans(batch, row) == [s.action_ids for s in ep.steps]
         assert all(s.policy_version == 7 for s in ep.steps)
         # the anchors are the tool-interaction states, as in conversation mode
         assert ep.steps[0].anchor_state == "start" and ep.steps[1].anchor_state.startswith(
-            ep.steps[0].tool_calls[0]["name"])
+            ep.steps[0].tool_calls[0]["name"]
+        )
         assert [r["content"] for r in ep.steps[0].tool_results] == [
-            m["content"] for m in ep.steps[1].messages if m["role"] == "tool"]
+            m["content"] for m in ep.steps[1].messages if m["role"] == "tool"
+        ]
     metrics = agent_metrics(episodes)
     assert metrics["agent/merged_episodes"] == 1.0 and metrics["agent/calls_per_episode"] == 2.5
 
@@ -89,8 +100,12 @@ def test_an_agent_that_rewrites_its_history_makes_one_sample_per_chain(tokenizer
     for ep, row in zip(episodes, task_rows):
         assert ep.success and ep.steps[-1].env_reward == 1.0  # the agent's own reward
         assert ep.agent.segments == (1 if row["kind"] == "multiply" else 2)
-    samples = pack_conversations(episodes, torch.arange(1.0, 1 + sum(len(ep.steps) for ep in episodes)),
-                                 tokenizer.pad_token_id, mask_truncated=False)
+    samples = pack_conversations(
+        episodes,
+        torch.arange(1.0, 1 + sum(len(ep.steps) for ep in episodes)),
+        tokenizer.pad_token_id,
+        mask_truncated=False,
+    )
     batch = samples.batch
     assert batch.prompt_ids.shape[0] == sum(ep.agent.segments for ep in episodes)
     row, first = 0, 0
@@ -99,8 +114,9 @@ def test_an_agent_that_rewrites_its_history_makes_one_sample_per_chain(tokenizer
         for chain in chains:
             last = ep.steps[chain[-1]]
             # each sample is its last call's rendering plus what the model generated, nothing re-tokenised
-            text = tokenizer.apply_chat_template(last.messages, tools=SCHEMAS, add_generation_prompt=True,
-                                                 tokenize=False)
+            text = tokenizer.apply_chat_template(
+                last.messages, tools=SCHEMAS, add_generation_prompt=True, tokenize=False
+            )
             prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()].tolist()
             completion = batch.completion_ids[row][batch.attention[row].bool()].tolist()
             assert prompt + completion == tokenizer(text, add_special_tokens=False)["input_ids"] + last.action_ids
@@ -165,9 +181,17 @@ async def nan_reward(client, row, model, **_):
     return {"score": math.nan}
 
 
-@pytest.mark.parametrize("agent, kind, calls", [(raises, "agent_raised", 1), (hangs, "timeout", 0),
-                                                (loops, "max_calls", 2), (never_calls, "no_calls", 0),
-                                                (odd_reward, "invalid_reward", 1), (nan_reward, "invalid_reward", 1)])
+@pytest.mark.parametrize(
+    "agent, kind, calls",
+    [
+        (raises, "agent_raised", 1),
+        (hangs, "timeout", 0),
+        (loops, "max_calls", 2),
+        (never_calls, "no_calls", 0),
+        (odd_reward, "invalid_reward", 1),
+        (nan_reward, "invalid_reward", 1),
+    ],
+)
 def test_every_agent_failure_is_a_counted_failed_episode(tokenizer, agent, kind, calls):
     episodes = play(tokenizer, agent, rows(1), group_size=2, max_calls=2, episode_timeout=1.0)
     for ep in episodes:
@@ -178,8 +202,9 @@ def test_every_agent_failure_is_a_counted_failed_episode(tokenizer, agent, kind,
     metrics = agent_metrics(episodes)
     assert metrics[f"agent/failed/{kind}"] == 2.0 and metrics["agent/failed_episodes"] == 1.0
     # the batch still packs: a failed episode's calls are samples, one without calls trains nothing
-    samples = pack_conversations(episodes, torch.ones(sum(len(ep.steps) for ep in episodes)),
-                                 tokenizer.pad_token_id, mask_truncated=False)
+    samples = pack_conversations(
+        episodes, torch.ones(sum(len(ep.steps) for ep in episodes)), tokenizer.pad_token_id, mask_truncated=False
+    )
     assert int(samples.batch.completion_mask.sum()) == sum(len(s.action_ids) for ep in episodes for s in ep.steps)
 
 
@@ -194,8 +219,7 @@ def test_the_tiny_model_drives_the_agent_through_the_hf_backend():
     for ep in episodes:
         assert ep.agent.failure is None and ep.agent.calls >= 1 and ep.end_reason == "answer"
         first = ep.steps[0]
-        text = tokenizer.apply_chat_template(first.messages, tools=SCHEMAS, add_generation_prompt=True,
-                                             tokenize=False)
+        text = tokenizer.apply_chat_template(first.messages, tools=SCHEMAS, add_generation_prompt=True, tokenize=False)
         assert first.prompt_ids == tokenizer(text, add_special_tokens=False)["input_ids"]
         assert all(len(s.action_ids) <= 200 and s.action_ids for s in ep.steps)
 
@@ -205,8 +229,15 @@ def test_the_recipe_key_names_the_agent(tmp_path):
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 
-    cli = {"task": "tool_arithmetic", "episode_mode": "conversation", "tools": ["calculator", "lookup"],
-           "agent": CALCULATOR, "max_calls": 5, "episode_timeout": 9.0, "max_conversation_tokens": 900}
+    cli = {
+        "task": "tool_arithmetic",
+        "episode_mode": "conversation",
+        "tools": ["calculator", "lookup"],
+        "agent": CALCULATOR,
+        "max_calls": 5,
+        "episode_timeout": 9.0,
+        "max_conversation_tokens": 900,
+    }
     cfg = build_config(None, cli, environ={})
     settings = episode_settings(cfg, load_task(cfg))
     assert isinstance(settings, AgentSettings) and settings.agent.__name__ == "run"
@@ -245,14 +276,18 @@ def test_a_sub_agent_s_calls_are_their_own_sample_between_the_main_chat_s(tokeni
     tool = calculator.__globals__["call_tool"]
 
     async def with_sub_agent(client, row, model, **_):
-        chat = [{"role": "system", "content": "Use the tools to answer. End with: Answer: <number>"},
-                {"role": "user", "content": row["question"]}]
+        chat = [
+            {"role": "system", "content": "Use the tools to answer. End with: Answer: <number>"},
+            {"role": "user", "content": row["question"]},
+        ]
         first = (await client.chat.completions.create(model=model, messages=chat, tools=SCHEMAS)).choices[0].message
         # a sub-agent asks the same question in a chat of its own, in between
         await client.chat.completions.create(model=model, messages=list(chat), tools=SCHEMAS)
         call = first.tool_calls[0]
-        chat += [first.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": tool(call.function.name, call.function.arguments)}]
+        chat += [
+            first.model_dump(exclude_none=True),
+            {"role": "tool", "tool_call_id": call.id, "content": tool(call.function.name, call.function.arguments)},
+        ]
         await client.chat.completions.create(model=model, messages=chat, tools=SCHEMAS)
         return 1.0
 

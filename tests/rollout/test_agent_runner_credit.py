@@ -27,23 +27,36 @@ def call(name, **arguments):
 
 def scripted(turns):
     """The expert, except for the turns given (turn index -> reply)."""
+
     def reply(prompt):
         t = prompt.count("<|im_start|>assistant")  # the assistant turns already taken, plus this one's header
         return turns.get(t - 1) or expert_reply(prompt)
+
     return reply
 
 
 def test_dependent_calls_share_anchors_and_gigpo_credits_the_calculator_turn(tokenizer):
     row = rows(1, 0, "convert")[0]  # How many feet are in 15 miles? (lookup mile, then 15 * 5280)
     n = row["question"].split()[-2]
-    scripts = [{}, {}, {1: call("calculator", expression=f"{n} * 5281")},  # right lookup, wrong factor copied
-               {0: call("lookup", unit="yard")}]  # wrong unit first: its later turns are in a state of their own
+    scripts = [
+        {},
+        {},
+        {1: call("calculator", expression=f"{n} * 5281")},  # right lookup, wrong factor copied
+        {0: call("lookup", unit="yard")},
+    ]  # wrong unit first: its later turns are in a state of their own
     settings = AgentSettings(agent=import_callable(CALCULATOR, "agent"))
     episodes = []
     for k, script in enumerate(scripts):  # one run per script, then made one group (the reply reads the prompt)
-        ep, = run_agent_episodes([lambda: ToolAnswerEnv(row["question"], row["ground_truth"])], [row], 1,
-                                 ScriptedBackend(tokenizer, scripted(script)), tokenizer,
-                                 SamplingParams(max_new_tokens=200), settings, [row["seed"]])
+        (ep,) = run_agent_episodes(
+            [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
+            [row],
+            1,
+            ScriptedBackend(tokenizer, scripted(script)),
+            tokenizer,
+            SamplingParams(max_new_tokens=200),
+            settings,
+            [row["seed"]],
+        )
         ep.index_in_group = k
         episodes.append(ep)
     assert [ep.success for ep in episodes] == [True, True, False, False]
@@ -51,10 +64,17 @@ def test_dependent_calls_share_anchors_and_gigpo_credits_the_calculator_turn(tok
 
     scored = Scorer([], []).score(episodes)
     algorithm = type("A", (), {"anchor_mode": "exact", "similarity_threshold": 0.95, "gamma": 0.95})()
-    gigpo = compute_advantage_record(episodes, scored.episode, [v.step_rewards for v in scored.verdicts],
-                                     algorithm, get_estimator("gigpo"), {"gamma": 0.95, "step_advantage_weight": 1.0})
-    grpo = compute_advantage_record(episodes, scored.episode, [v.step_rewards for v in scored.verdicts],
-                                    algorithm, get_estimator("grpo"), {})
+    gigpo = compute_advantage_record(
+        episodes,
+        scored.episode,
+        [v.step_rewards for v in scored.verdicts],
+        algorithm,
+        get_estimator("gigpo"),
+        {"gamma": 0.95, "step_advantage_weight": 1.0},
+    )
+    grpo = compute_advantage_record(
+        episodes, scored.episode, [v.step_rewards for v in scored.verdicts], algorithm, get_estimator("grpo"), {}
+    )
     states = [s.anchor_state for ep in episodes for s in ep.steps]
     sizes = gigpo.anchor_size.tolist()
     assert states[0::3] == ["start"] * 4 and sizes[0::3] == [4] * 4

@@ -28,14 +28,24 @@ def served_tool_model(tmp_path_factory):
 
     task = ToolArithmeticTask("tool_arithmetic", rows(2), rows(1))
     out = tmp_path_factory.mktemp("served") / "tiny"
-    init_tiny(task.tokenizer_corpus(), out, hidden=32, layers=1, heads=2, seed=0, tokenizer=task.tiny_tokenizer,
-              max_positions=task.tiny_max_positions)
+    init_tiny(
+        task.tokenizer_corpus(),
+        out,
+        hidden=32,
+        layers=1,
+        heads=2,
+        seed=0,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )
     tokenizer = AutoTokenizer.from_pretrained(out)
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
     tokenizer.save_pretrained(out)
     serve = Path(sys.executable).parent / "transformers"
-    srv = ServedProcess([str(serve), "serve", str(out), "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"],
-                        out.parent / "serve.log")
+    srv = ServedProcess(
+        [str(serve), "serve", str(out), "--host", "127.0.0.1", "--port", "{port}", "--device", "cpu"],
+        out.parent / "serve.log",
+    )
     srv.start()
     yield out, srv.base_url
     srv.kill()

@@ -20,9 +20,16 @@ def settings(**kw):
 
 def play(tokenizer, task_rows, reply=expert_reply, group_size=2, max_new_tokens=200, **kw):
     factories = [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows]
-    return run_conversations(factories, task_rows, group_size, ScriptedBackend(tokenizer, reply), tokenizer,
-                             SamplingParams(max_new_tokens=max_new_tokens), settings(**kw),
-                             [r["seed"] for r in task_rows])
+    return run_conversations(
+        factories,
+        task_rows,
+        group_size,
+        ScriptedBackend(tokenizer, reply),
+        tokenizer,
+        SamplingParams(max_new_tokens=max_new_tokens),
+        settings(**kw),
+        [r["seed"] for r in task_rows],
+    )
 
 
 def test_expert_conversations_succeed_through_the_real_tools(tokenizer):
@@ -46,8 +53,8 @@ def test_masks_token_by_token_against_the_template_rendering(tokenizer):
         expected = tokenizer(text, add_special_tokens=False)["input_ids"]
         prompt = batch.prompt_ids[row][batch.prompt_mask[row].bool()].tolist()
         completion = batch.completion_ids[row][batch.attention[row].bool()].tolist()
-        assert prompt + completion == expected[:len(prompt) + len(completion)]
-        assert tokenizer.decode(expected[len(prompt) + len(completion):]) == "\n"
+        assert prompt + completion == expected[: len(prompt) + len(completion)]
+        assert tokenizer.decode(expected[len(prompt) + len(completion) :]) == "\n"
         # Trained tokens: exactly each turn's generated ids (eos included), with that turn's advantage.
         mask = batch.completion_mask[row].tolist()
         spans, current = [], []
@@ -59,7 +66,7 @@ def test_masks_token_by_token_against_the_template_rendering(tokenizer):
                 current = []
         spans += [current] if current else []
         assert spans[1:] == [s.action_ids for s in ep.steps[1:]]  # turn 0's ids open the completion
-        assert batch.completion_ids[row][:len(ep.steps[0].action_ids)].tolist() == ep.steps[0].action_ids
+        assert batch.completion_ids[row][: len(ep.steps[0].action_ids)].tolist() == ep.steps[0].action_ids
         for span, step in zip(spans, ep.steps):
             assert tokenizer.decode(span) == step.action_text + "<|im_end|>"
         trained = batch.completion_mask[row].bool()
@@ -67,20 +74,27 @@ def test_masks_token_by_token_against_the_template_rendering(tokenizer):
         assert values == [float(first + t + 1) for t in range(len(ep.steps))]
         assert (samples.advantages[row][~trained] == 0).all()
         # Untrained completion tokens are the template's and the tools': none of them was generated.
-        untrained = tokenizer.decode([t for t, m, a in zip(batch.completion_ids[row].tolist(), mask,
-                                                             batch.attention[row].tolist()) if a and not m])
+        untrained = tokenizer.decode(
+            [
+                t
+                for t, m, a in zip(batch.completion_ids[row].tolist(), mask, batch.attention[row].tolist())
+                if a and not m
+            ]
+        )
         assert untrained.count("<tool_response>") == len(ep.steps) - 1 and "<tool_call>" not in untrained
         first += len(ep.steps)
 
 
 def test_malformed_unknown_and_wrong_calls_are_answered_and_counted(tokenizer):
-    turns = iter([
-        '<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>',
-        '<tool_call>{"name": "abacus", "arguments": {"expression": "1+1"}}</tool_call>',
-        '<tool_call>{"name": "lookup", "arguments": {"units": "mile"}}</tool_call>',
-        '<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call>',
-        "Answer: 5",
-    ])
+    turns = iter(
+        [
+            '<tool_call>{"name": "calculator", "arguments": {"expression": </tool_call>',
+            '<tool_call>{"name": "abacus", "arguments": {"expression": "1+1"}}</tool_call>',
+            '<tool_call>{"name": "lookup", "arguments": {"units": "mile"}}</tool_call>',
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "1/0"}}</tool_call>',
+            "Answer: 5",
+        ]
+    )
     [ep] = play(tokenizer, rows(1), reply=lambda _: next(turns), group_size=1, max_tool_calls=8)
     kinds = [s.tool_results[0]["error"] if s.tool_results else None for s in ep.steps]
     assert kinds == ["malformed", "unknown_tool", "bad_arguments", "raised", None]
@@ -116,8 +130,7 @@ def test_bare_json_calls_run_under_hermes_lenient_and_are_counted_apart(tokenize
     metrics = tool_metrics([ep])
     assert (metrics["tools/calls_bare_json"], metrics["tools/calls_tagged"]) == (1, 1)
     # the strict parser reads the same bare turn as a (wrong) final answer: no call, nothing counted
-    [strict] = play(tokenizer, [row], reply=lambda _: '{"name": "lookup", "arguments": {"unit": "mile"}}',
-                    group_size=1)
+    [strict] = play(tokenizer, [row], reply=lambda _: '{"name": "lookup", "arguments": {"unit": "mile"}}', group_size=1)
     assert strict.end_reason == "answer" and not strict.success and len(strict.steps) == 1
     assert (tool_metrics([strict])["tools/calls_bare_json"], tool_metrics([strict])["tools/calls_tagged"]) == (0, 0)
 
@@ -126,8 +139,15 @@ def test_the_caps_end_an_episode(tokenizer):
     call = '<tool_call>{"name": "calculator", "arguments": {"expression": "2*3"}}</tool_call>'
     [capped] = play(tokenizer, rows(1), reply=lambda _: call, group_size=1, max_tool_calls=2)
     assert capped.end_reason == "max_tool_calls" and len(capped.steps) == 3 and not capped.done
-    [context] = play(tokenizer, rows(1), reply=lambda _: call, group_size=1, max_tool_calls=50,
-                     max_conversation_tokens=1300, max_new_tokens=100)
+    [context] = play(
+        tokenizer,
+        rows(1),
+        reply=lambda _: call,
+        group_size=1,
+        max_tool_calls=50,
+        max_conversation_tokens=1300,
+        max_new_tokens=100,
+    )
     assert context.end_reason == "context"
     assert len(context.steps[-1].prompt_ids) + len(context.steps[-1].action_ids) <= 1300
     [cut] = play(tokenizer, rows(1), reply=lambda _: call, group_size=1, max_new_tokens=20)

@@ -1,7 +1,5 @@
 """Credit per turn in conversation episodes: final-answer and per-turn rewards, GiGPO on tool-state anchors."""
 
-
-
 from grouprl.algos.advantages import get_estimator
 from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards import registry
@@ -16,8 +14,9 @@ from grouprl.train.advantages import compute_advantage_record
 
 
 def convert_row():
-    return next(make_row(s) for s in range(100) if make_row(s)["kind"] == "convert" and "mile" not in
-                make_row(s)["question"])
+    return next(
+        make_row(s) for s in range(100) if make_row(s)["kind"] == "convert" and "mile" not in make_row(s)["question"]
+    )
 
 
 WASTED = '<tool_call>{"name": "lookup", "arguments": {"unit": "mile"}}</tool_call>'
@@ -34,9 +33,16 @@ def group(tokenizer, row):
         def reply(prompt, turns=turns):
             return turns.pop(0) if turns else expert_reply(_without_wasted(prompt))
 
-        episodes += run_conversations([lambda: ToolAnswerEnv(row["question"], row["ground_truth"])], [row], 1,
-                                      ScriptedBackend(tokenizer, reply), tokenizer, SamplingParams(max_new_tokens=200),
-                                      ConversationSettings(tools=resolve_tools(["calculator", "lookup"])), [0])
+        episodes += run_conversations(
+            [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
+            [row],
+            1,
+            ScriptedBackend(tokenizer, reply),
+            tokenizer,
+            SamplingParams(max_new_tokens=200),
+            ConversationSettings(tools=resolve_tools(["calculator", "lookup"])),
+            [0],
+        )
     for k, ep in enumerate(episodes):
         ep.index_in_group = k
     return episodes
@@ -50,8 +56,10 @@ def _without_wasted(prompt):
 @reward_function
 def tool_step_cost(messages, ground_truth=None, **kwargs):
     turns = [m for m in messages if m.role == "assistant"]
-    return EvaluateResult(score=0.0, step_outputs=[StepOutput(step_index=i, base_reward=-0.05)
-                                                   for i, m in enumerate(turns) if m.tool_calls])
+    return EvaluateResult(
+        score=0.0,
+        step_outputs=[StepOutput(step_index=i, base_reward=-0.05) for i, m in enumerate(turns) if m.tool_calls],
+    )
 
 
 def test_final_answer_and_per_turn_rewards(tokenizer):
@@ -72,8 +80,14 @@ def test_gigpo_anchors_on_the_tool_state(tokenizer):
     registry.REWARDS["tool_step_cost"] = tool_step_cost
     scored = Scorer(["tool_step_cost"], [1.0]).score(episodes)
     algorithm = type("A", (), {"anchor_mode": "exact", "similarity_threshold": 0.95, "gamma": 0.9})()
-    record = compute_advantage_record(episodes, scored.episode, [v.step_rewards for v in scored.verdicts],
-                                      algorithm, get_estimator("gigpo"), {"gamma": 0.9})
+    record = compute_advantage_record(
+        episodes,
+        scored.episode,
+        [v.step_rewards for v in scored.verdicts],
+        algorithm,
+        get_estimator("gigpo"),
+        {"gamma": 0.9},
+    )
     states = [s.anchor_state for ep in episodes for s in ep.steps]
     sizes = dict(zip(states, record.anchor_size.tolist()))
     assert sizes["start"] == 4  # every episode's first turn

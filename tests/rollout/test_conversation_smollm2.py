@@ -21,13 +21,20 @@ def test_smollm2_tokenizer_conversations(smollm2_dir):  # noqa: F811
     assert not declares_tools(tok.chat_template)
     settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]))
     task_rows = rows(4)
-    episodes = run_conversations([lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
-                                 task_rows, 1, ScriptedBackend(tok, expert_reply), tok,
-                                 SamplingParams(max_new_tokens=200), settings)
+    episodes = run_conversations(
+        [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
+        task_rows,
+        1,
+        ScriptedBackend(tok, expert_reply),
+        tok,
+        SamplingParams(max_new_tokens=200),
+        settings,
+    )
     assert declares_tools(tok.chat_template)  # auto: installed on the tokenizer
     assert all(ep.success for ep in episodes)
-    samples = pack_conversations(episodes, __import__("torch").zeros(sum(len(e.steps) for e in episodes)),
-                                 tok.pad_token_id, mask_truncated=False)
+    samples = pack_conversations(
+        episodes, __import__("torch").zeros(sum(len(e.steps) for e in episodes)), tok.pad_token_id, mask_truncated=False
+    )
     for row, ep in enumerate(episodes):
         prompt, completion, owner = conversation_layout(ep)
         text = tok.apply_chat_template(episode_messages(ep), tools=settings.schemas, tokenize=False)

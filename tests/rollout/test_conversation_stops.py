@@ -25,8 +25,9 @@ def stops(tokenizer):
     """The stop ids of a model configured like Qwen2.5 (end of turn, then <|endoftext|>), plus an ordinary
     token ("~") that a model's generation config names as an eos."""
     model = build_tiny_model(tokenizer, hidden=16, layers=1, heads=2)
-    model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids(t) for t in
-                                            ("<|im_end|>", "<|endoftext|>", "~")]
+    model.generation_config.eos_token_id = [
+        tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>", "~")
+    ]
     return stop_token_ids(tokenizer, model)
 
 
@@ -51,19 +52,29 @@ def test_every_stop_id_ends_a_turn_and_the_conversation_goes_on(tokenizer, stops
     settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]))
     for stop in stops:
         factories = [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows]
-        episodes = run_conversations(factories, task_rows, 1, StopsOn(tokenizer, stop), tokenizer,
-                                     SamplingParams(max_new_tokens=200), settings, [r["seed"] for r in task_rows])
+        episodes = run_conversations(
+            factories,
+            task_rows,
+            1,
+            StopsOn(tokenizer, stop),
+            tokenizer,
+            SamplingParams(max_new_tokens=200),
+            settings,
+            [r["seed"] for r in task_rows],
+        )
         stop_text = tokenizer.decode([stop])
         assert all(ep.success and ep.end_reason == "answer" for ep in episodes), stop_text
         for ep in episodes:
             for step in ep.steps:
                 assert step.action_ids[-1] == stop and not step.action_text.endswith(stop_text)
             for before, after in zip(ep.steps, ep.steps[1:]):  # each prompt extends the last, ids as generated
-                assert after.prompt_ids[:len(before.prompt_ids) + len(before.action_ids)] == (
-                    before.prompt_ids + before.action_ids)
-                assert "<tool_response>" in tokenizer.decode(after.prompt_ids[len(before.prompt_ids):])
-        samples = pack_conversations(episodes, torch.ones(sum(len(ep.steps) for ep in episodes)),
-                                     tokenizer.pad_token_id, mask_truncated=False)
+                assert after.prompt_ids[: len(before.prompt_ids) + len(before.action_ids)] == (
+                    before.prompt_ids + before.action_ids
+                )
+                assert "<tool_response>" in tokenizer.decode(after.prompt_ids[len(before.prompt_ids) :])
+        samples = pack_conversations(
+            episodes, torch.ones(sum(len(ep.steps) for ep in episodes)), tokenizer.pad_token_id, mask_truncated=False
+        )
         assert samples.batch.completion_mask.sum() == sum(len(s.action_ids) for ep in episodes for s in ep.steps)
 
 
@@ -98,8 +109,12 @@ def test_the_vllm_server_backend_sends_and_reads_every_stop_id(tokenizer, stops,
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             seen.append(parse_generate(body)[2])
             ids = tokenizer("5", add_special_tokens=False)["input_ids"]
-            data = json.dumps({"completions": [{"ids": ids + [s], "logprobs": None} for s in stops]
-                               + [{"ids": ids, "logprobs": None}]}).encode()
+            data = json.dumps(
+                {
+                    "completions": [{"ids": ids + [s], "logprobs": None} for s in stops]
+                    + [{"ids": ids, "logprobs": None}]
+                }
+            ).encode()
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

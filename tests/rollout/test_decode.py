@@ -33,7 +33,9 @@ def prompts_of(tokenizer, copies: list[int], prefix: str = PREFIX) -> list[list[
 def load(model_dir, scale: float = 4.0):
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(model_dir).float().eval()
-    with torch.no_grad():  # an untrained tiny model is near-uniform: spread its logits so prompts lead to different tokens
+    with (
+        torch.no_grad()
+    ):  # an untrained tiny model is near-uniform: spread its logits so prompts lead to different tokens
         for p in model.parameters():
             p.mul_(scale)
     return model, load_tokenizer(str(model_dir))
@@ -71,7 +73,10 @@ def test_sampling_makes_generates_draws_while_rows_leave_the_batch(tiny, tempera
         prompts = prompts_of(tok, [8, 8, 4, 6, 3])
         params = SamplingParams(max_new_tokens=24, temperature=temperature, top_p=top_p, top_k=top_k, batch_size=64)
         for seed in (1, 2):
-            ours, reference = run(model, tok, prompts, params, True, seed), run(model, tok, prompts, params, False, seed)
+            ours, reference = (
+                run(model, tok, prompts, params, True, seed),
+                run(model, tok, prompts, params, False, seed),
+            )
             assert [c.ids for c in ours] == [c.ids for c in reference]
             assert [c.truncated for c in ours] == [c.truncated for c in reference]
         lengths = {len(c.ids) for c in ours}
@@ -85,11 +90,16 @@ def test_sampling_makes_generates_draws_while_rows_leave_the_batch(tiny, tempera
 def test_chunks_one_token_prompts_and_prompts_with_nothing_in_common(tiny):
     model, tok = tiny
     params = SamplingParams(max_new_tokens=8, greedy=True, batch_size=5)  # chunks cut through groups
-    cases = [prompts_of(tok, [3, 3, 1, 3]), prompts_of(tok, [1, 1, 1, 1], prefix=""),
-             [tok("1").input_ids[-1:], tok("2").input_ids[-1:]] * 3, [tok("7 + 8").input_ids]]
+    cases = [
+        prompts_of(tok, [3, 3, 1, 3]),
+        prompts_of(tok, [1, 1, 1, 1], prefix=""),
+        [tok("1").input_ids[-1:], tok("2").input_ids[-1:]] * 3,
+        [tok("7 + 8").input_ids],
+    ]
     for prompts in cases:
-        assert [c.ids for c in run(model, tok, prompts, params, True)] == \
-               [c.ids for c in run(model, tok, prompts, params, False)]
+        assert [c.ids for c in run(model, tok, prompts, params, True)] == [
+            c.ids for c in run(model, tok, prompts, params, False)
+        ]
 
 
 def test_the_common_prefix_and_each_distinct_prompt_are_embedded_once(tiny):
@@ -99,7 +109,9 @@ def test_the_common_prefix_and_each_distinct_prompt_are_embedded_once(tiny):
     assert p >= len(tok(PREFIX).input_ids) - 1
     params = SamplingParams(max_new_tokens=1, greedy=True, batch_size=64)  # one new token: the prompt pass
     embedded: list[tuple[int, ...]] = []
-    hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: embedded.append(tuple(args[0].shape)))
+    hook = model.get_input_embeddings().register_forward_hook(
+        lambda m, args, out: embedded.append(tuple(args[0].shape))
+    )
     try:
         run(model, tok, prompts, params, True)
     finally:
@@ -115,8 +127,7 @@ def test_finished_rows_leave_the_decode_batch_and_progress_is_reported_per_step(
     try:
         prompts = prompts_of(tok, [8, 8])
         seen: list[tuple[int, int, int]] = []
-        params = SamplingParams(max_new_tokens=24, temperature=1.0, batch_size=64,
-                                progress=lambda *a: seen.append(a))
+        params = SamplingParams(max_new_tokens=24, temperature=1.0, batch_size=64, progress=lambda *a: seen.append(a))
         rows: list[int] = []
         hook = model.get_input_embeddings().register_forward_hook(lambda m, args, out: rows.append(args[0].shape[0]))
         try:
@@ -143,8 +154,9 @@ def test_a_generation_config_the_loop_does_not_implement_keeps_generate(tiny):
     try:
         assert sampling_warpers(model, params) is None
         prompts = prompts_of(tok, [4, 4])
-        assert [c.ids for c in run(model, tok, prompts, params, True)] == \
-               [c.ids for c in run(model, tok, prompts, params, False)]
+        assert [c.ids for c in run(model, tok, prompts, params, True)] == [
+            c.ids for c in run(model, tok, prompts, params, False)
+        ]
     finally:
         model.generation_config.repetition_penalty = before
     assert stop_token_ids(tok, model) == [tok.eos_token_id]
@@ -154,12 +166,14 @@ def test_lora_policy_decodes_the_same_through_the_adapters(tiny_arithmetic_dir):
     from peft import LoraConfig, get_peft_model
 
     base, tok = load(tiny_arithmetic_dir)
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                            init_lora_weights=False)).eval()
+    model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    ).eval()
     prompts = prompts_of(tok, [4, 2, 3, 2])
     for params in (SamplingParams(max_new_tokens=10, greedy=True), SamplingParams(max_new_tokens=10, temperature=0.9)):
-        assert [c.ids for c in run(model, tok, prompts, params, True)] == \
-               [c.ids for c in run(model, tok, prompts, params, False)]
+        assert [c.ids for c in run(model, tok, prompts, params, True)] == [
+            c.ids for c in run(model, tok, prompts, params, False)
+        ]
 
 
 def test_progress_counts_rows_and_tokens_across_chunks(tiny):

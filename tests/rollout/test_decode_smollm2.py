@@ -29,8 +29,11 @@ def main_job_prompts(tokenizer, n: int, seed: int = 0) -> list[list[int]]:
     out = []
     for _ in range(n):
         question = f"Compute {rng.randint(10, 99)} + {rng.randint(10, 99)}. Reply with only the number."
-        out.append(tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                                 tokenize=True, return_dict=False))
+        out.append(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
     return out
 
 
@@ -48,10 +51,11 @@ def test_held_out_prompts_greedy_are_token_identical_to_generate(real):
     assert [c.ids for c in ours] == [c.ids for c in reference]
     # and the previous path (a group's prompt prefilled once, then generate), on groups of 4
     groups = [p for p in prompts[:4] for _ in range(4)]
-    previous = _hf_generate(model, groups, params, stop_token_ids(tok, model), tok.pad_token_id, torch.device("cpu"),
-                            prefill_once=True)
+    previous = _hf_generate(
+        model, groups, params, stop_token_ids(tok, model), tok.pad_token_id, torch.device("cpu"), prefill_once=True
+    )
     grouped = run(model, tok, groups, params, True)
-    assert [c.ids for c in grouped] == [row[:len(c.ids)] for row, c in zip(previous, grouped)]  # (its rows pad on)
+    assert [c.ids for c in grouped] == [row[: len(c.ids)] for row, c in zip(previous, grouped)]  # (its rows pad on)
     assert [c.text for c in ours] == [c.text for c in reference]
     assert any(not c.truncated for c in ours) and any(c.truncated for c in ours)  # rows left the batch early
 

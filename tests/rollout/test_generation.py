@@ -83,20 +83,24 @@ def test_chunks_that_split_a_group_and_prompts_without_copies(tiny_arithmetic_di
     model, tok = load(tiny_arithmetic_dir)
     prompts = grouped_prompts(tok, [3, 3, 1, 3])
     params = SamplingParams(max_new_tokens=8, greedy=True, batch_size=4)  # chunks of 4 cut through groups
-    assert [c.ids for c in run(model, tok, prompts, params, True)] == \
-           [c.ids for c in run(model, tok, prompts, params, False)]
+    assert [c.ids for c in run(model, tok, prompts, params, True)] == [
+        c.ids for c in run(model, tok, prompts, params, False)
+    ]
     single = grouped_prompts(tok, [1, 1, 1, 1])  # nothing to share: the plain path
-    assert [c.ids for c in run(model, tok, single, params, True)] == \
-           [c.ids for c in run(model, tok, single, params, False)]
+    assert [c.ids for c in run(model, tok, single, params, True)] == [
+        c.ids for c in run(model, tok, single, params, False)
+    ]
 
 
 def test_lora_policy_generates_the_same_through_the_adapters(tiny_arithmetic_dir):
     from peft import LoraConfig, get_peft_model
 
     base, tok = load(tiny_arithmetic_dir)
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                            init_lora_weights=False)).eval()
+    model = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    ).eval()
     prompts = grouped_prompts(tok, [4, 2, 3, 2])
     params = SamplingParams(max_new_tokens=10, greedy=True, batch_size=64)
-    assert [c.ids for c in run(model, tok, prompts, params, True)] == \
-           [c.ids for c in run(model, tok, prompts, params, False)]
+    assert [c.ids for c in run(model, tok, prompts, params, True)] == [
+        c.ids for c in run(model, tok, prompts, params, False)
+    ]

@@ -20,8 +20,10 @@ def test_build_messages_window_and_admissible():
     msgs = build_messages("rules", history, OBS, history_length=2)
     assert msgs == [
         {"role": "system", "content": "rules"},
-        {"role": "user", "content": "o2"}, {"role": "assistant", "content": "a2"},
-        {"role": "user", "content": "o3"}, {"role": "assistant", "content": "a3"},
+        {"role": "user", "content": "o2"},
+        {"role": "assistant", "content": "a2"},
+        {"role": "user", "content": "o3"},
+        {"role": "assistant", "content": "a3"},
         {"role": "user", "content": "board now\nAdmissible actions: up, down"},
     ]
     assert build_messages("", history, OBS, 0, show_admissible=False) == [{"role": "user", "content": "board now"}]
@@ -29,12 +31,15 @@ def test_build_messages_window_and_admissible():
     assert build_messages("rules", history, own, 2) == own.messages  # a single-turn row renders itself
 
 
-@pytest.mark.parametrize("completion,expected", [
-    ("<action>up</action>", "up"),
-    ("thinking... <action>left</action> then <action> DOWN </action>", "down"),  # last tag, admissible spelling
-    ("up", None),  # no tag
-    ("<action>jump</action>", None),  # inadmissible
-])
+@pytest.mark.parametrize(
+    "completion,expected",
+    [
+        ("<action>up</action>", "up"),
+        ("thinking... <action>left</action> then <action> DOWN </action>", "down"),  # last tag, admissible spelling
+        ("up", None),  # no tag
+        ("<action>jump</action>", None),  # inadmissible
+    ],
+)
 def test_parse_action(completion, expected):
     assert parse_action(completion, r"<action>(.*?)</action>", ["up", "down", "left"]).action == expected
 
@@ -54,8 +59,16 @@ def _run(model_dir, options, n_groups=2, group_size=3, seeds=(3, 4), max_new_tok
     factories = [functools.partial(GridWorld, size=4, max_steps=20, instructions=prompt)] * n_groups
     rows = [{"seed": s} for s in seeds[:n_groups]]
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0)
-    return run_episodes(factories, rows, group_size, HFBackend(model, tok, "cpu"), tok, params, settings=options,
-                        seeds=list(seeds[:n_groups]))
+    return run_episodes(
+        factories,
+        rows,
+        group_size,
+        HFBackend(model, tok, "cpu"),
+        tok,
+        params,
+        settings=options,
+        seeds=list(seeds[:n_groups]),
+    )
 
 
 def test_untrained_model_makes_invalid_steps_that_are_penalized_and_do_not_advance(tiny_grid_dir):

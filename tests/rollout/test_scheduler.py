@@ -34,8 +34,9 @@ def _scheduler(produce, *, max_staleness=1, workers=2, timeout=10.0):
         return Drawn([{"i": index}], index * 2, position[0])
 
     generator = GeneratorCopy(CountingEngine(), version=0)
-    return AsyncScheduler(draw, produce, generator, max_staleness=max_staleness, workers=workers,
-                          timeout=timeout, position=0), generator
+    return AsyncScheduler(
+        draw, produce, generator, max_staleness=max_staleness, workers=workers, timeout=timeout, position=0
+    ), generator
 
 
 @pytest.mark.parametrize("max_staleness,workers", [(0, 1), (1, 1), (2, 3)])
@@ -49,7 +50,9 @@ def test_no_batch_is_trained_more_than_max_staleness_versions_after_its_weights(
     try:
         for step in range(8):  # the learner at version `step` takes batch `step`, updates, pushes step + 1
             batch = scheduler.next_batch(step)
-            assert batch.index == step and batch.data_position == 2 * (step + 1)  # stream order, whatever finished first
+            assert batch.index == step and batch.data_position == 2 * (
+                step + 1
+            )  # stream order, whatever finished first
             (version,) = batch.episodes
             assert 0 <= step - version <= max_staleness
             assert set(batch.seconds) == {"rollout_wait_time"} and batch.producer_seconds == {"generation_time": 0.01}
@@ -130,8 +133,15 @@ def test_close_waits_for_the_producer_and_stops_it_at_its_next_generate_call():
             turns_done.append((drawn.rows[0]["i"], turn))
         return [], None, {}
 
-    scheduler = AsyncScheduler(lambda i: Drawn([{"i": i}], i, i + 1), produce, GeneratorCopy(engine, version=0),
-                               max_staleness=1, workers=2, timeout=30.0, position=0)
+    scheduler = AsyncScheduler(
+        lambda i: Drawn([{"i": i}], i, i + 1),
+        produce,
+        GeneratorCopy(engine, version=0),
+        max_staleness=1,
+        workers=2,
+        timeout=30.0,
+        position=0,
+    )
     scheduler.next_batch(0)  # the learner's last batch
     deadline = time.perf_counter() + 10
     while engine.calls < 2 and time.perf_counter() < deadline:  # a producer is mid-conversation in batch 1

@@ -48,10 +48,16 @@ def three_turns_equal_reencoding(model, tokenizer, params):
 
     # turn 2: each prompt is the last prompt, what was generated, then tool results of different lengths;
     # one new conversation has no kept cache
-    results = ["<tool_response>\n467637\n</tool_response>", "<tool_response>\n1 mile = 5280 feet\n</tool_response>",
-               "x", "<tool_response>\n36\n</tool_response>"]
-    second = [p + c.ids + ids(tokenizer, f"\n<|im_start|>user\n{r}<|im_end|>\n<|im_start|>assistant\n")
-              for p, c, r in zip(first, cached, results)]
+    results = [
+        "<tool_response>\n467637\n</tool_response>",
+        "<tool_response>\n1 mile = 5280 feet\n</tool_response>",
+        "x",
+        "<tool_response>\n36\n</tool_response>",
+    ]
+    second = [
+        p + c.ids + ids(tokenizer, f"\n<|im_start|>user\n{r}<|im_end|>\n<|im_start|>assistant\n")
+        for p, c, r in zip(first, cached, results)
+    ]
     second.append(first[2])
     again = generate(model, tokenizer, second, params, cpu, turn_cache=store)
     reference = generate(model, tokenizer, second, params, cpu)
@@ -60,11 +66,14 @@ def three_turns_equal_reencoding(model, tokenizer, params):
     assert store.stats.reused_tokens == sum(len(p) + len(c.ids) - 1 for p, c in zip(first, cached))
 
     # turn 3 rides on turn 2's caches (turn 1's were dropped)
-    third = [p + c.ids + ids(tokenizer, "\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n")
-             for p, c in zip(second, again)]
+    third = [
+        p + c.ids + ids(tokenizer, "\n<|im_start|>user\nok<|im_end|>\n<|im_start|>assistant\n")
+        for p, c in zip(second, again)
+    ]
     before = store.stats.reused_tokens
-    assert [c.ids for c in generate(model, tokenizer, third, params, cpu, turn_cache=store)] == \
-        [c.ids for c in generate(model, tokenizer, third, params, cpu)]
+    assert [c.ids for c in generate(model, tokenizer, third, params, cpu, turn_cache=store)] == [
+        c.ids for c in generate(model, tokenizer, third, params, cpu)
+    ]
     assert store.stats.reused_tokens - before == sum(len(p) + len(c.ids) - 1 for p, c in zip(second, again))
 
 
@@ -78,8 +87,9 @@ def test_a_weight_update_drops_the_kept_caches():
     nxt = [prompt[0] + out[0].ids + ids(tokenizer, "\nok")]
     with torch.no_grad():
         model.model.embed_tokens.weight.mul_(1.5)  # what an optimizer step does: parameters written in place
-    assert [c.ids for c in backend.generate(nxt, params)] == [c.ids for c in generate(model, tokenizer, nxt, params,
-                                                                                       cpu)]
+    assert [c.ids for c in backend.generate(nxt, params)] == [
+        c.ids for c in generate(model, tokenizer, nxt, params, cpu)
+    ]
     assert backend.turn_cache.stats.reused_tokens == 0  # the stale cache was not used
 
 
@@ -149,9 +159,13 @@ def test_two_producers_taking_turns_each_keep_their_conversations_caches():
     generator = GeneratorCopy.for_hf(HFBackend(model, tokenizer, cpu, turn_cache=TurnCache()), version=0)
     store = generator.backend.turn_cache
     first = {
-        "a": [ids(tokenizer, f"<|im_start|>user\nWhat is {n} * 3?<|im_end|>\n<|im_start|>assistant\n") for n in (12, 48)],
-        "b": [ids(tokenizer, f"<|im_start|>user\nHow many feet are in {n} miles?<|im_end|>\n<|im_start|>assistant\n")
-              for n in (47, 12)],
+        "a": [
+            ids(tokenizer, f"<|im_start|>user\nWhat is {n} * 3?<|im_end|>\n<|im_start|>assistant\n") for n in (12, 48)
+        ],
+        "b": [
+            ids(tokenizer, f"<|im_start|>user\nHow many feet are in {n} miles?<|im_end|>\n<|im_start|>assistant\n")
+            for n in (47, 12)
+        ],
     }
     producers = {"a": _Producer(), "b": _Producer()}
     try:
@@ -162,8 +176,9 @@ def test_two_producers_taking_turns_each_keep_their_conversations_caches():
             before = store.stats.reused_tokens
             again = producers[k].run(generator.generate, second[k], params)
             assert [c.ids for c in again] == [c.ids for c in generate(model, tokenizer, second[k], params, cpu)]
-            assert store.stats.reused_tokens - before == sum(len(p) + len(c.ids) - 1 for p, c in
-                                                             zip(first[k], turn1[k]))
+            assert store.stats.reused_tokens - before == sum(
+                len(p) + len(c.ids) - 1 for p, c in zip(first[k], turn1[k])
+            )
 
         updated = copy.deepcopy(model)
         with torch.no_grad():

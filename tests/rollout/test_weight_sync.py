@@ -44,8 +44,10 @@ def _logps_under(model, prompts, completions, tok, temperature=1.0):
 
 
 def _sampled_by(model, prompts, completions, tok) -> bool:
-    return all(torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
-               for c, expected in zip(completions, _logps_under(model, prompts, completions, tok)))
+    return all(
+        torch.allclose(torch.tensor(c.logprobs), expected, atol=1e-4)
+        for c, expected in zip(completions, _logps_under(model, prompts, completions, tok))
+    )
 
 
 def test_a_push_returns_while_a_generate_call_is_in_progress(tiny):
@@ -76,7 +78,9 @@ def test_a_push_returns_while_a_generate_call_is_in_progress(tiny):
     pushed.set()
     thread.join(30)
     assert push_seconds < 1.0 and call_seconds and push_seconds < call_seconds[0] / 5, (push_seconds, call_seconds)
-    assert {c.policy_version for c in out} == {0} and _sampled_by(model, prompts, out, tok)  # the old weights, throughout
+    assert {c.policy_version for c in out} == {0} and _sampled_by(
+        model, prompts, out, tok
+    )  # the old weights, throughout
     assert generator.version == 0 and generator.installs == []  # staged, not installed yet
 
     torch.manual_seed(0)
@@ -85,10 +89,12 @@ def test_a_push_returns_while_a_generate_call_is_in_progress(tiny):
     assert not _sampled_by(model, prompts, after, tok)
     assert len(generator.installs) == 1 and generator.take_install_seconds() == pytest.approx(generator.installs[0])
     assert generator.take_install_seconds() == 0.0  # read once
-    assert all(torch.equal(a, b) for a, b in zip(generator.own_model.state_dict().values(),
-                                                 updated.state_dict().values()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(generator.own_model.state_dict().values(), updated.state_dict().values())
+    )
     assert generator.trainer_backend.model is model and not torch.equal(  # the learner's model is not touched
-        next(model.parameters()), next(updated.parameters()))
+        next(model.parameters()), next(updated.parameters())
+    )
 
 
 def test_the_latest_of_two_pushes_between_calls_is_installed_with_its_version(tiny):
@@ -127,8 +133,9 @@ def test_the_turn_cache_drops_what_the_old_weights_made(tiny):
     assert cache.stats.reused_tokens > 0  # same weights: the conversation's keys and values are read back
     reused = cache.stats.reused_tokens
     generator.push(_perturbed(model, seed=5), 1)
-    (turn3,) = generator.generate([prompt + turn1.ids + tok(" ok ").input_ids + turn2.ids + tok(" go ").input_ids],
-                                  params)
+    (turn3,) = generator.generate(
+        [prompt + turn1.ids + tok(" ok ").input_ids + turn2.ids + tok(" go ").input_ids], params
+    )
     assert cache.stats.reused_tokens == reused and turn3.policy_version == 1  # re-encoded with the new weights
     assert (turn1.policy_version, turn2.policy_version) == (0, 0)
 

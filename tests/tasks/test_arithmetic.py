@@ -41,15 +41,23 @@ def test_a_template_without_the_question_is_one_line():
         _task(arithmetic_prompt="Compute the sum.")
 
 
-@pytest.mark.parametrize("reply, expected", [
-    ("82 + 95 = 177", 1.0), ("177", 1.0), ("The answer is 177.", 1.0), ("177\n", 1.0),
-    ("82 + 95 = 167", 0.0),  # wrong sum
-    ("177 or maybe 176", 0.0),  # the last number decides: a list of guesses ending wrong earns nothing
-    ("To compute 82 + 95, we need", 0.0),  # ran out of tokens: the last number is an operand
-    ("", 0.0), ("one hundred seventy-seven", 0.0),
-    ("\uff11\uff17\uff17", 0.0),  # full-width digits are not the ASCII gold
-    ("1770", 0.0), ("-177", 0.0),
-])
+@pytest.mark.parametrize(
+    "reply, expected",
+    [
+        ("82 + 95 = 177", 1.0),
+        ("177", 1.0),
+        ("The answer is 177.", 1.0),
+        ("177\n", 1.0),
+        ("82 + 95 = 167", 0.0),  # wrong sum
+        ("177 or maybe 176", 0.0),  # the last number decides: a list of guesses ending wrong earns nothing
+        ("To compute 82 + 95, we need", 0.0),  # ran out of tokens: the last number is an operand
+        ("", 0.0),
+        ("one hundred seventy-seven", 0.0),
+        ("\uff11\uff17\uff17", 0.0),  # full-width digits are not the ASCII gold
+        ("1770", 0.0),
+        ("-177", 0.0),
+    ],
+)
 def test_the_last_number_reward(reply, expected):
     assert arithmetic_last_number(reply, "177") == expected
     assert get_reward("arithmetic_last_number")(reply, "177") == expected

@@ -67,8 +67,17 @@ def test_extract_gold_cases(answer, gold):
 @pytest.mark.parametrize(
     "text, expected",
     [
-        ("18", "18"), ("18.00", "18"), ("1,080", "1080"), ("1,234.50", "1234.5"), ("-3", "-3"),
-        ("100", "100"), ("1000000", "1000000"), ("0.10", "0.1"), ("abc", None), ("", None), ("NaN", None),
+        ("18", "18"),
+        ("18.00", "18"),
+        ("1,080", "1080"),
+        ("1,234.50", "1234.5"),
+        ("-3", "-3"),
+        ("100", "100"),
+        ("1000000", "1000000"),
+        ("0.10", "0.1"),
+        ("abc", None),
+        ("", None),
+        ("NaN", None),
         ("Infinity", None),
     ],
 )
@@ -158,9 +167,21 @@ def test_gsm8k_final_strict_option_from_a_recipe(tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task:\n  rewards:\n    - {name: gsm8k_final, options: {strict: true}}\n")
     cfg = build_config(recipe, environ={})
-    ep = Episode(group_id=0, index_in_group=0, row={"ground_truth": "7"},
-                 steps=[Step(prompt_text="", prompt_ids=[], action_text="Final: 5\nMore work.\nFinal: 7",
-                             action_ids=[], truncated=False, anchor_state=None)])
+    ep = Episode(
+        group_id=0,
+        index_in_group=0,
+        row={"ground_truth": "7"},
+        steps=[
+            Step(
+                prompt_text="",
+                prompt_ids=[],
+                action_text="Final: 5\nMore work.\nFinal: 7",
+                action_ids=[],
+                truncated=False,
+                anchor_state=None,
+            )
+        ],
+    )
     spec = cfg.task.rewards[0]
     assert Scorer([spec.name], [1.0], reward_kwargs={spec.name: spec.options}).score([ep]).episode.tolist() == [0.0]
     assert Scorer([spec.name], [1.0]).score([ep]).episode.tolist() == [1.0]

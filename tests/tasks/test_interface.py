@@ -18,7 +18,7 @@ from grouprl.tasks.interface import Environment, Task
 from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, expert_reply, rows
 
 # A one-dimensional corridor: walk right from 0 to 3. Its expert always says "right".
-CORRIDOR = textwrap.dedent('''
+CORRIDOR = textwrap.dedent("""
     from grouprl.records import Observation, StepResult
     from grouprl.tasks.interface import Environment
 
@@ -46,9 +46,9 @@ CORRIDOR = textwrap.dedent('''
 
     def not_an_env():
         return object()
-''')
+""")
 
-COUNTING = textwrap.dedent('''
+COUNTING = textwrap.dedent("""
     from grouprl.tasks.base import SingleTurnTask
 
 
@@ -59,7 +59,7 @@ COUNTING = textwrap.dedent('''
 
     def make_dict(cfg):
         return {"rows": []}
-''')
+""")
 
 
 def test_hooks_have_defaults_on_every_built_in_task_and_environment():
@@ -70,8 +70,9 @@ def test_hooks_have_defaults_on_every_built_in_task_and_environment():
     assert SingleTurnEnv([{"role": "user", "content": "q"}]).expert_action() is None  # the default
     grid = GridWorld(size=4)
     grid.reset(1)
-    assert isinstance(grid, Environment) and grid.instructions and grid.expert_action() in {
-        "up", "down", "left", "right"}
+    assert (
+        isinstance(grid, Environment) and grid.instructions and grid.expert_action() in {"up", "down", "left", "right"}
+    )
 
 
 def test_a_task_without_a_parser_or_a_solver_says_so_and_the_tool_warm_start_refuses_it():
@@ -112,7 +113,9 @@ def test_env_from_a_file_is_played_on_seeded_levels(tmp_path):
 
 def test_env_from_a_file_errors_name_the_file_and_what_was_found(tmp_path):
     (tmp_path / "corridor.py").write_text(CORRIDOR)
-    with pytest.raises(ConfigError, match=r"make_env\(\) returned object; expected a grouprl.tasks.interface.Environment"):
+    with pytest.raises(
+        ConfigError, match=r"make_env\(\) returned object; expected a grouprl.tasks.interface.Environment"
+    ):
         load_task(build_config(None, {"env": f"{tmp_path / 'corridor.py'}:not_an_env"}, environ={}))
     with pytest.raises(ConfigError, match=r"env '.*missing.py:make_env': no such file"):
         load_task(build_config(None, {"env": f"{tmp_path / 'missing.py'}:make_env"}, environ={}))
@@ -128,5 +131,7 @@ def test_task_from_a_file(tmp_path):
     assert task.name == "counting" and len(task.train_rows) == 4 and task.reward_names == ["arithmetic_exact"]
     with pytest.raises(ConfigError, match=r"make_task\(cfg\) returned dict; expected a grouprl.tasks.interface.Task"):
         load_task(build_config(None, {"task": f"{tmp_path / 'counting.py'}:make_dict"}, environ={}))
-    with pytest.raises(ConfigError, match="config key 'task' \\(section task\\): unknown task 'no_such_task'; known: 'arithmetic'"):
+    with pytest.raises(
+        ConfigError, match="config key 'task' \\(section task\\): unknown task 'no_such_task'; known: 'arithmetic'"
+    ):
         build_config(None, {"task": "no_such_task"}, environ={})

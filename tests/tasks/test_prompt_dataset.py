@@ -50,8 +50,10 @@ def sources(tmp_path_factory):
     (hub / "data").mkdir(parents=True)
     datasets.Dataset.from_list(ROWS[:7]).to_parquet(str(hub / "data" / "train-00000-of-00001.parquet"))
     datasets.Dataset.from_list(ROWS[7:]).to_parquet(str(hub / "data" / "test-00000-of-00001.parquet"))
-    (hub / "README.md").write_text("---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
-                                   "    path: data/train-*\n  - split: test\n    path: data/test-*\n---\n")
+    (hub / "README.md").write_text(
+        "---\nconfigs:\n- config_name: default\n  data_files:\n  - split: train\n"
+        "    path: data/train-*\n  - split: test\n    path: data/test-*\n---\n"
+    )
     out["hub"] = hub
     datasets.DatasetDict({"train": ds, "validation": ds.select(range(2))}).save_to_disk(str(root / "saved"))
     out["saved"] = root / "saved"
@@ -89,7 +91,9 @@ def test_string_prompt_gets_the_system_prompt_and_columns_are_kept(sources):
     row = result.rows[2]
     assert row["ground_truth"] == "4" and row["solution"] == "4" and row["level"] == 2  # every column kept
     assert prompt_messages(row["problem"], "Think first.") == [
-        {"role": "system", "content": "Think first."}, {"role": "user", "content": "What is 2 + 2?"}]
+        {"role": "system", "content": "Think first."},
+        {"role": "user", "content": "What is 2 + 2?"},
+    ]
     assert result.columns == ["problem", "solution", "level"]
 
 
@@ -103,7 +107,8 @@ def test_conversational_prompts_are_used_as_they_are():
 
 def test_bad_rows_are_counted_with_row_numbers_and_stop_past_the_threshold(caplog):
     rows = [{"prompt": "ok", "answer": "1"}, {"prompt": "", "answer": "1"}, {"prompt": "fine", "answer": None}] + [
-        {"prompt": f"q{i}", "answer": str(i)} for i in range(17)]
+        {"prompt": f"q{i}", "answer": str(i)} for i in range(17)
+    ]
     with caplog.at_level(logging.WARNING):
         result = to_prompt_rows(rows, PromptSpec("prompt", "answer", max_bad_row_fraction=0.2), "mine.jsonl")
     assert len(result.rows) == 18 and [i for i, _ in result.bad] == [1, 2]
@@ -119,8 +124,9 @@ def test_missing_prompt_column_names_the_columns():
 
 
 def test_solution_check_marks_unusable_solutions():
-    spec = PromptSpec("p", "s", check_solution=lambda v: None if v.isdigit() else "not a number",
-                      max_bad_row_fraction=0.5)
+    spec = PromptSpec(
+        "p", "s", check_solution=lambda v: None if v.isdigit() else "not a number", max_bad_row_fraction=0.5
+    )
     result = to_prompt_rows([{"p": "a", "s": "1"}, {"p": "b", "s": "one"}], spec, "x")
     assert result.bad == [(1, "column 's': not a number (value 'one')")]
 
@@ -129,11 +135,17 @@ def test_solution_check_marks_unusable_solutions():
 
 
 def test_mixture_weight_is_the_fraction_kept_and_test_split_is_seeded(sources, tmp_path):
-    other = write_jsonl(tmp_path / "other.jsonl", [{"problem": f"p{i}", "solution": "s", "extra": 1}
-                                                    for i in range(40)])
-    spec = {"datasets": [{"id": str(sources["jsonl"]), "columns": ["problem", "solution"]},
-                         {"id": str(other), "columns": ["problem", "solution"], "weight": 0.25}],
-            "seed": 3, "test_split_size": 0.2}
+    other = write_jsonl(
+        tmp_path / "other.jsonl", [{"problem": f"p{i}", "solution": "s", "extra": 1} for i in range(40)]
+    )
+    spec = {
+        "datasets": [
+            {"id": str(sources["jsonl"]), "columns": ["problem", "solution"]},
+            {"id": str(other), "columns": ["problem", "solution"], "weight": 0.25},
+        ],
+        "seed": 3,
+        "test_split_size": 0.2,
+    }
     train, test = load_mixture(spec)
     assert train.num_rows + test.num_rows == 10 + 10  # all of the first, a quarter of the 40
     assert set(train.column_names) == {"problem", "solution"}
@@ -148,12 +160,14 @@ def test_mixture_weight_is_the_fraction_kept_and_test_split_is_seeded(sources, t
 
 def test_mixture_column_mismatch_names_each_set(sources, tmp_path):
     other = write_jsonl(tmp_path / "other.jsonl", [{"question": "q", "solution": "s"}])
-    with pytest.raises(MixtureError, match=r"columns differ \(.*rows.jsonl \(train\): \['level', 'problem', "
-                                           r"'solution'\]; .*other.jsonl \(train\): \['question', 'solution'\]\)"):
+    with pytest.raises(
+        MixtureError,
+        match=r"columns differ \(.*rows.jsonl \(train\): \['level', 'problem', "
+        r"'solution'\]; .*other.jsonl \(train\): \['question', 'solution'\]\)",
+    ):
         load_mixture({"datasets": [{"id": str(sources["jsonl"])}, {"id": str(other)}]})
     with pytest.raises(MixtureError, match=r"has no columns \['problem'\]"):
         load_mixture({"datasets": [{"id": str(other), "columns": ["problem"]}]})
-
 
 
 def test_mixture_with_a_top_level_test_split_size_is_an_error_not_a_silent_no_eval(sources):
@@ -161,10 +175,18 @@ def test_mixture_with_a_top_level_test_split_size_is_an_error_not_a_silent_no_ev
     from grouprl.tasks import load_task
 
     mixture = {"datasets": [{"id": str(sources["jsonl"])}]}
-    base = {"task": "prompt_dataset", "rewards": ["format"], "dataset_mixture": mixture,
-            "dataset_prompt_column": "problem", "dataset_solution_column": "solution"}
-    with pytest.raises(ConfigError, match=r"'test_split_size' \(0.2\) has no effect with 'dataset_mixture'.*"
-                                          r"dataset_mixture.test_split_size"):
+    base = {
+        "task": "prompt_dataset",
+        "rewards": ["format"],
+        "dataset_mixture": mixture,
+        "dataset_prompt_column": "problem",
+        "dataset_solution_column": "solution",
+    }
+    with pytest.raises(
+        ConfigError,
+        match=r"'test_split_size' \(0.2\) has no effect with 'dataset_mixture'.*"
+        r"dataset_mixture.test_split_size",
+    ):
         load_task(build_config(None, {**base, "test_split_size": 0.2}, environ={}))
     task = load_task(build_config(None, {**base, "dataset_mixture": {**mixture, "test_split_size": 0.2}}, environ={}))
     assert len(task.eval_rows) == 2 and len(task.train_rows) == 8
@@ -197,9 +219,11 @@ def tokenizer(tokenizer_dir):
 
 
 def test_chat_template_from_a_file_and_kwargs_reach_it(tokenizer, tmp_path):
-    template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
-                "{% if add_generation_prompt %}{% if enable_thinking is defined and not enable_thinking %}"
-                "[assistant] no think\n{% else %}[assistant]\n{% endif %}{% endif %}")
+    template = (
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}{% if enable_thinking is defined and not enable_thinking %}"
+        "[assistant] no think\n{% else %}[assistant]\n{% endif %}{% endif %}"
+    )
     (tmp_path / "t.jinja").write_text(template)
     assert resolve_chat_template(str(tmp_path / "t.jinja")) == template
     with pytest.raises(FileNotFoundError, match="neither a Jinja template nor an existing file"):
@@ -213,10 +237,12 @@ def test_chat_template_from_a_file_and_kwargs_reach_it(tokenizer, tmp_path):
 def test_max_prompt_length_keeps_the_end_and_warns_once(tokenizer, caplog, monkeypatch):
     monkeypatch.setattr(chat_format, "_warned", False)
     with caplog.at_level(logging.WARNING):
-        text, ids, cut = render_prompt_ids(tokenizer, [{"role": "user", "content": "abcdefghijklmnopqrstuvwxyz"}],
-                                           max_prompt_length=24)
-        again = render_prompt_ids(tokenizer, [{"role": "user", "content": "zyxwvutsrqponmlkjihgfedcba"}],
-                                  max_prompt_length=24)
+        text, ids, cut = render_prompt_ids(
+            tokenizer, [{"role": "user", "content": "abcdefghijklmnopqrstuvwxyz"}], max_prompt_length=24
+        )
+        again = render_prompt_ids(
+            tokenizer, [{"role": "user", "content": "zyxwvutsrqponmlkjihgfedcba"}], max_prompt_length=24
+        )
         short = render_prompt_ids(tokenizer, [{"role": "user", "content": "ab"}], max_prompt_length=24)
     assert len(ids) == 24 and cut and text.endswith("assistant\n")  # the end (the generation prompt) survives
     assert again[2] and not short[2] and len(short[1]) < 24
@@ -231,8 +257,12 @@ def test_a_math_solution_math_verify_cannot_parse_is_a_bad_row(tmp_path):
     rows = [{"problem": f"What is {i}+{i}?", "solution": f"The answer is $\\\\boxed{{{2 * i}}}$."} for i in range(19)]
     rows.append({"problem": "Name a fruit.", "solution": "banana"})
     data = write_jsonl(tmp_path / "math.jsonl", rows)
-    cli = {"task": "prompt_dataset", "dataset_name_or_path": str(data), "dataset_prompt_column": "problem",
-           "rewards": ["math_accuracy"]}
+    cli = {
+        "task": "prompt_dataset",
+        "dataset_name_or_path": str(data),
+        "dataset_prompt_column": "problem",
+        "rewards": ["math_accuracy"],
+    }
     task = load_task(build_config(None, cli, environ={}))
     assert len(task.train_rows) == 19 and task.train_rows[0]["ground_truth"].startswith("The answer")
     with pytest.raises(ConfigError, match=r"row 19: column 'solution': math-verify finds no answer in it"):

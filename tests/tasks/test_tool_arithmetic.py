@@ -35,13 +35,29 @@ def test_rows_have_fixed_width_numbers():
 def test_word_digit_tokenizer_reads_every_expert_conversation_without_unknowns():
     task = ToolArithmeticTask("tool_arithmetic", rows(2), rows(2))
     tok = build_word_tokenizer(task.tokenizer_corpus(), split_digits=True)
-    assert tok.convert_ids_to_tokens(tok("What is 4821 * 97", add_special_tokens=False)["input_ids"]) == \
-        ["What", " is", " ", "4", "8", "2", "1", " *", " ", "9", "7"]
+    assert tok.convert_ids_to_tokens(tok("What is 4821 * 97", add_special_tokens=False)["input_ids"]) == [
+        "What",
+        " is",
+        " ",
+        "4",
+        "8",
+        "2",
+        "1",
+        " *",
+        " ",
+        "9",
+        "7",
+    ]
     task_rows = rows(40, 5_000)
-    episodes = run_conversations([lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
-                                 task_rows, 1, ScriptedBackend(tok, expert_reply), tok,
-                                 SamplingParams(max_new_tokens=200),
-                                 ConversationSettings(tools=resolve_tools(["calculator", "lookup"])))
+    episodes = run_conversations(
+        [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
+        task_rows,
+        1,
+        ScriptedBackend(tok, expert_reply),
+        tok,
+        SamplingParams(max_new_tokens=200),
+        ConversationSettings(tools=resolve_tools(["calculator", "lookup"])),
+    )
     assert all(ep.success for ep in episodes)
     for ep in episodes:
         ids = ep.steps[-1].prompt_ids + ep.steps[-1].action_ids
@@ -68,28 +84,33 @@ def test_a_wrong_question_kind_is_one_clear_line():
 
 def test_the_recipe_key_builds_a_conversion_only_task_and_its_expert_traces(tmp_path):
     recipe = tmp_path / "r.yaml"
-    recipe.write_text("task: {task: tool_arithmetic, tool_questions: convert, n_train: 8}\n"
-                      "tools: {episode_mode: conversation, tools: [calculator, lookup]}\neval: {n_eval: 5}\n")
+    recipe.write_text(
+        "task: {task: tool_arithmetic, tool_questions: convert, n_train: 8}\n"
+        "tools: {episode_mode: conversation, tools: [calculator, lookup]}\neval: {n_eval: 5}\n"
+    )
     task = load_task(build_config(recipe, {}))
     assert {r["kind"] for r in task.train_rows + task.eval_rows + task.sft_rows(20)} == {"convert"}
     with pytest.raises(ConfigError, match="tool_questions"):
         build_config(recipe, {"tool_questions": "everything"})
 
 
-@pytest.mark.parametrize("answer, right", [
-    ("Answer: 79200", True),
-    ("I computed it.\nAnswer: 79200.", True),  # a full stop ends the sentence, not the number
-    ("Answer: 79200.5", False),  # the integer part of a decimal is not the answer
-    ("Answer: 792000", False),
-    ("Answer: 079200", False),
-    ("Answer: -79200", False),
-    ("79200", False),  # no 'Answer:' line
-    ("Answer: 79200\nAnswer: 1", False),  # the last answer counts
-    ("Answer: 1\nAnswer: 79200", True),
-    ("Answer: 79200e3", False),
-    ("Answer:", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "answer, right",
+    [
+        ("Answer: 79200", True),
+        ("I computed it.\nAnswer: 79200.", True),  # a full stop ends the sentence, not the number
+        ("Answer: 79200.5", False),  # the integer part of a decimal is not the answer
+        ("Answer: 792000", False),
+        ("Answer: 079200", False),
+        ("Answer: -79200", False),
+        ("79200", False),  # no 'Answer:' line
+        ("Answer: 79200\nAnswer: 1", False),  # the last answer counts
+        ("Answer: 1\nAnswer: 79200", True),
+        ("Answer: 79200e3", False),
+        ("Answer:", False),
+        ("", False),
+    ],
+)
 def test_the_judge_against_adversarial_answers(answer, right):
     env = ToolAnswerEnv("How many feet are in 15 miles?", "79200")
     env.reset(0)
@@ -104,17 +125,28 @@ def test_each_step_of_the_chain_is_measured_on_the_tool_results_it_saw(tokenizer
         def reply(prompt):
             done = prompt.count("<tool_response>")
             return expert_reply(prompt) if done < turns else "Answer: 7"
+
         return reply
 
     settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]))
     measured = {}
     for turns in (0, 1, 2):  # answer at once; after the lookup; after the calculator (the full chain, wrong answer)
-        episodes = run_conversations([lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
-                                     task_rows, 1, ScriptedBackend(tokenizer, stop_after(turns)), tokenizer,
-                                     SamplingParams(max_new_tokens=200), settings)
+        episodes = run_conversations(
+            [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
+            task_rows,
+            1,
+            ScriptedBackend(tokenizer, stop_after(turns)),
+            tokenizer,
+            SamplingParams(max_new_tokens=200),
+            settings,
+        )
         measured[turns] = ToolArithmeticTask("t", task_rows, task_rows).eval_metrics(episodes)
-    assert measured[0] == {"steps/convert/lookup_right": 0.0, "steps/convert/compute_right": 0.0,
-                           "steps/convert/answer_right": 0.0, "steps/convert/compute_right_given_lookup_wrong": 0.0}
+    assert measured[0] == {
+        "steps/convert/lookup_right": 0.0,
+        "steps/convert/compute_right": 0.0,
+        "steps/convert/answer_right": 0.0,
+        "steps/convert/compute_right_given_lookup_wrong": 0.0,
+    }
     assert measured[1]["steps/convert/lookup_right"] == 1.0 and measured[1]["steps/convert/compute_right"] == 0.0
     assert measured[1]["steps/convert/compute_right_given_lookup_right"] == 0.0
     assert measured[2]["steps/convert/compute_right"] == 1.0 and measured[2]["steps/convert/answer_right"] == 0.0
@@ -122,11 +154,27 @@ def test_each_step_of_the_chain_is_measured_on_the_tool_results_it_saw(tokenizer
     assert "steps/convert/compute_right_given_lookup_wrong" not in measured[2]
     # the model writing the number itself is not the calculator's result; a wrong unit's lookup is not right
     row = {"question": "How many feet are in 15 miles?", "ground_truth": "79200", "kind": "convert"}
-    forged = Episode(group_id=0, index_in_group=0, row=row, steps=[Step(
-        prompt_text="", prompt_ids=[], action_text="Answer: 79200", action_ids=[], truncated=False,
-        anchor_state="start",
-        tool_calls=[{"id": "a", "name": "lookup", "arguments": {"unit": "yard"}},
-                    {"id": "b", "name": "calculator", "arguments": {"expression": "1"}}],
-        tool_results=[{"role": "tool", "tool_call_id": "a", "content": "1 yard = 36 inches", "error": None},
-                      {"role": "tool", "tool_call_id": "b", "content": "Error: 79200", "error": "raised"}])])
+    forged = Episode(
+        group_id=0,
+        index_in_group=0,
+        row=row,
+        steps=[
+            Step(
+                prompt_text="",
+                prompt_ids=[],
+                action_text="Answer: 79200",
+                action_ids=[],
+                truncated=False,
+                anchor_state="start",
+                tool_calls=[
+                    {"id": "a", "name": "lookup", "arguments": {"unit": "yard"}},
+                    {"id": "b", "name": "calculator", "arguments": {"expression": "1"}},
+                ],
+                tool_results=[
+                    {"role": "tool", "tool_call_id": "a", "content": "1 yard = 36 inches", "error": None},
+                    {"role": "tool", "tool_call_id": "b", "content": "Error: 79200", "error": "raised"},
+                ],
+            )
+        ],
+    )
     assert step_kind_metrics(row, forged) == {"lookup_right": False, "compute_right": False, "answer_right": False}

@@ -66,7 +66,9 @@ def test_python_tool_keeps_state_within_an_episode_only(tmp_path):
     assert other.error == "raised" and "NameError" in other.content
     host = first.call(ToolCall("python", {"code": f"open({str(secret)!r}).read()"}))
     assert host.error == "raised" and "No such file" in host.content
-    env = first.call(ToolCall("python", {"code": "import os; sorted(k for k in os.environ if 'TOKEN' in k or 'KEY' in k)"}))
+    env = first.call(
+        ToolCall("python", {"code": "import os; sorted(k for k in os.environ if 'TOKEN' in k or 'KEY' in k)"})
+    )
     assert env.content == "[]"
     # a failed cell is not replayed: the next call still has x
     assert first.call(ToolCall("python", {"code": "1/0"})).error == "raised"
@@ -85,11 +87,14 @@ def test_python_tool_timeout_kills_the_cell():
 @needs_bwrap
 def test_a_users_file_tool_in_the_sandbox(tmp_path):
     path = tmp_path / "peek.py"
-    path.write_text('import os\n\ndef peek(path: str) -> str:\n    """Read a file.\n\n    Args:\n'
-                    '        path: which\n    """\n    print("noise")\n    return open(path).read()\n')
+    path.write_text(
+        'import os\n\ndef peek(path: str) -> str:\n    """Read a file.\n\n    Args:\n'
+        '        path: which\n    """\n    print("noise")\n    return open(path).read()\n'
+    )
     (tmp_path / "data.txt").write_text("on the host")
-    inside = ToolSession(resolve_tools([f"{path}:peek"], sandbox_user_tools=True), timeout_s=10,
-                         sandbox_backend="bwrap")
+    inside = ToolSession(
+        resolve_tools([f"{path}:peek"], sandbox_user_tools=True), timeout_s=10, sandbox_backend="bwrap"
+    )
     outcome = inside.call(ToolCall("peek", {"path": str(tmp_path / "data.txt")}))
     assert outcome.error == "raised" and "No such file" in outcome.content
     trusted = ToolSession(resolve_tools([f"{path}:peek"]), timeout_s=10)
@@ -180,7 +185,8 @@ def test_tool_sandbox_runs_no_user_tool_code_in_the_trainer_in_any_naming_form(t
     sandboxed = [f"{tmp_path}/marker_tool.py:probe", "marker_tool.py:probe", "sub/dir/marker_tool.py:probe"]
     for spec in sandboxed:
         outcome = ToolSession(resolve_tools([spec], sandbox_user_tools=True), timeout_s=20).call(
-            ToolCall("probe", {"x": 1}))
+            ToolCall("probe", {"x": 1})
+        )
         assert outcome.error is None, (spec, outcome)
         seen = json.loads(outcome.content)
         assert seen["pid"] != os.getpid() and not seen["host_visible"], (spec, seen)

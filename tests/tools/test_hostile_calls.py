@@ -75,8 +75,9 @@ def test_every_parser_refuses_hostile_json_as_a_malformed_call(parser, label, ob
         text.encode("utf-8")  # what the model reads back and what the logs write must be encodable
 
 
-@pytest.mark.parametrize("text", [obj for label, obj in call_objects() if "as a string" not in label]
-                         + ["[" * DEEP, "1" * 5000, '"\\ud800"'])
+@pytest.mark.parametrize(
+    "text", [obj for label, obj in call_objects() if "as a string" not in label] + ["[" * DEEP, "1" * 5000, '"\\ud800"']
+)
 def test_the_safe_decoder_returns_a_reason_never_raises(text):
     rejected = safe_json_loads(text)
     assert isinstance(rejected, JsonRejected) and rejected.reason
@@ -102,13 +103,22 @@ def test_hostile_calls_and_results_through_the_runner_tokenizer_and_logs(tmp_pat
     tokenizer = build_tokenizer(string.printable)
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE
     hostile = [obj for label, obj in call_objects() if "as a string" not in label]
-    turns = iter([f"<tool_call>{obj}</tool_call>" for obj in hostile]
-                 + ['<tool_call>{"name": "sly", "arguments": {"text": "hi"}}</tool_call>', "Answer: 5"])
+    turns = iter(
+        [f"<tool_call>{obj}</tool_call>" for obj in hostile]
+        + ['<tool_call>{"name": "sly", "arguments": {"text": "hi"}}</tool_call>', "Answer: 5"]
+    )
     settings = ConversationSettings(tools=resolve_tools(["calculator"]) + [make_tool(sly)], max_tool_calls=50)
     row = rows(1)[0]
-    [ep] = run_conversations([lambda: ToolAnswerEnv(row["question"], row["ground_truth"])], [row], 1,
-                             ScriptedBackend(tokenizer, lambda _: next(turns)), tokenizer,
-                             SamplingParams(max_new_tokens=1_000_000), settings, [row["seed"]])
+    [ep] = run_conversations(
+        [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
+        [row],
+        1,
+        ScriptedBackend(tokenizer, lambda _: next(turns)),
+        tokenizer,
+        SamplingParams(max_new_tokens=1_000_000),
+        settings,
+        [row["seed"]],
+    )
     assert ep.end_reason == "answer"
     kinds = [s.tool_results[0]["error"] for s in ep.steps[:-1]]
     assert kinds == ["malformed"] * len(hostile) + [None]

@@ -6,21 +6,28 @@ from grouprl.tools import PARSERS, ToolCall, parse_turn
 
 
 def test_hermes_reads_several_calls_and_the_content_around_them():
-    text = ('Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>'
-            '\n<tool_call>{"name": "lookup", "arguments": "{\\"unit\\": \\"mile\\"}"}</tool_call><|im_end|>')
+    text = (
+        'Let me compute.\n<tool_call>\n{"name": "calculator", "arguments": {"expression": "2+2"}}\n</tool_call>'
+        '\n<tool_call>{"name": "lookup", "arguments": "{\\"unit\\": \\"mile\\"}"}</tool_call><|im_end|>'
+    )
     turn = parse_turn(text, "hermes", turn_index=3)
     assert [(c.name, c.arguments, c.id) for c in turn.calls] == [
-        ("calculator", {"expression": "2+2"}, "call_3_0"), ("lookup", {"unit": "mile"}, "call_3_1")]
+        ("calculator", {"expression": "2+2"}, "call_3_0"),
+        ("lookup", {"unit": "mile"}, "call_3_1"),
+    ]
     assert turn.content == "Let me compute.\n\n<|im_end|>" and not turn.malformed
 
 
-@pytest.mark.parametrize("text, reason", [
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}</tool_call>', "not valid JSON"),
-    ('<tool_call>{"arguments": {}}</tool_call>', 'needs a "name"'),
-    ('<tool_call>["calculator"]</tool_call>', "must be a JSON object"),
-    ('<tool_call>{"name": "f", "arguments": "{oops"}</tool_call>', '"arguments" string is not JSON'),
-    ('<tool_call>{"name": "calculator", "argu', "unclosed <tool_call>"),
-])
+@pytest.mark.parametrize(
+    "text, reason",
+    [
+        ('<tool_call>{"name": "calculator", "arguments": {"expression": "2+2"}</tool_call>', "not valid JSON"),
+        ('<tool_call>{"arguments": {}}</tool_call>', 'needs a "name"'),
+        ('<tool_call>["calculator"]</tool_call>', "must be a JSON object"),
+        ('<tool_call>{"name": "f", "arguments": "{oops"}</tool_call>', '"arguments" string is not JSON'),
+        ('<tool_call>{"name": "calculator", "argu', "unclosed <tool_call>"),
+    ],
+)
 def test_hermes_malformed_calls_are_reported_not_executed(text, reason):
     turn = parse_turn(text, "hermes")
     assert not turn.calls and len(turn.malformed) == 1 and reason in turn.malformed[0]
@@ -33,8 +40,11 @@ def test_hermes_plain_text_is_a_final_answer():
 
 
 def test_mistral():
-    turn = parse_turn('Sure.[TOOL_CALLS] [{"name": "lookup", "arguments": {"unit": "day"}}, '
-                      '{"name": "calculator", "arguments": {"expression": "3*86400"}}]</s>', "mistral")
+    turn = parse_turn(
+        'Sure.[TOOL_CALLS] [{"name": "lookup", "arguments": {"unit": "day"}}, '
+        '{"name": "calculator", "arguments": {"expression": "3*86400"}}]</s>',
+        "mistral",
+    )
     assert [c.name for c in turn.calls] == ["lookup", "calculator"] and turn.content == "Sure."
     bad = parse_turn("[TOOL_CALLS] [{name: lookup}]", "mistral")
     assert not bad.calls and "not followed by valid JSON" in bad.malformed[0]
@@ -45,7 +55,8 @@ def test_llama3_json():
     turn = parse_turn('<|python_tag|>{"name": "lookup", "parameters": {"unit": "ton"}}', "llama3_json")
     assert (turn.calls[0].name, turn.calls[0].arguments) == ("lookup", {"unit": "ton"})
     assert parse_turn('{"name": "lookup", "arguments": {"unit": "ton"}}', "llama3_json").calls[0].arguments == {
-        "unit": "ton"}
+        "unit": "ton"
+    }
     assert "not valid JSON" in parse_turn('{"name": "lookup", ', "llama3_json").malformed[0]
     assert parse_turn("The answer is 4.", "llama3_json").content == "The answer is 4."
 
@@ -58,7 +69,9 @@ def test_each_writer_is_read_back_by_its_parser(name):
 
 
 def test_unknown_parser_is_named():
-    with pytest.raises(KeyError, match="unknown parser 'qwen'; known: 'hermes', 'hermes_lenient', 'llama3_json', 'mistral'"):
+    with pytest.raises(
+        KeyError, match="unknown parser 'qwen'; known: 'hermes', 'hermes_lenient', 'llama3_json', 'mistral'"
+    ):
         parse_turn("x", "qwen")
 
 
@@ -66,15 +79,22 @@ def test_unknown_parser_is_named():
 QWEN_BARE = '{"name": "calculator", "arguments": {"expression": "1297 * 92"}}'
 
 
-@pytest.mark.parametrize("text", [
-    QWEN_BARE, QWEN_BARE + "<|im_end|>", f"```json\n{QWEN_BARE}\n```", f"  {QWEN_BARE}\n",
-    '{"name": "calculator", "parameters": {"expression": "1297 * 92"}}',
-    '{"name": "calculator", "arguments": "{\\"expression\\": \\"1297 * 92\\"}"}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        QWEN_BARE,
+        QWEN_BARE + "<|im_end|>",
+        f"```json\n{QWEN_BARE}\n```",
+        f"  {QWEN_BARE}\n",
+        '{"name": "calculator", "parameters": {"expression": "1297 * 92"}}',
+        '{"name": "calculator", "arguments": "{\\"expression\\": \\"1297 * 92\\"}"}',
+    ],
+)
 def test_hermes_lenient_reads_a_bare_json_call(text):
     turn = parse_turn(text, "hermes_lenient", turn_index=2)
     assert [(c.name, c.arguments, c.form, c.id) for c in turn.calls] == [
-        ("calculator", {"expression": "1297 * 92"}, "bare_json", "call_2_0")]
+        ("calculator", {"expression": "1297 * 92"}, "bare_json", "call_2_0")
+    ]
     assert turn.content == "" and not turn.malformed
     assert not parse_turn(text, "hermes").has_calls  # the strict parser sees a final answer
 
@@ -89,16 +109,19 @@ def test_hermes_lenient_reads_several_bare_calls_and_keeps_tags_first():
     assert not mixed.calls and "not valid JSON" in mixed.malformed[0]
 
 
-@pytest.mark.parametrize("text", [
-    "Answer: 119324",
-    '{"answer": 119324}',  # JSON that is no call
-    '{"name": "calculator"}',  # no arguments: could be any record with a name
-    'I will call {"name": "calculator", "arguments": {"expression": "2*3"}} now',  # a call amid prose
-    QWEN_BARE + " so the answer is 6",
-    '{"name": "calculator", "arguments": {"expression": "2*3"}',  # cut short: nothing marks it as a call
-    '["calculator"]',
-    '{"a": ' * 100_000,  # nesting past the recursion limit is content, not a crash
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Answer: 119324",
+        '{"answer": 119324}',  # JSON that is no call
+        '{"name": "calculator"}',  # no arguments: could be any record with a name
+        'I will call {"name": "calculator", "arguments": {"expression": "2*3"}} now',  # a call amid prose
+        QWEN_BARE + " so the answer is 6",
+        '{"name": "calculator", "arguments": {"expression": "2*3"}',  # cut short: nothing marks it as a call
+        '["calculator"]',
+        '{"a": ' * 100_000,  # nesting past the recursion limit is content, not a crash
+    ],
+)
 def test_hermes_lenient_leaves_everything_else_as_content(text):
     turn = parse_turn(text, "hermes_lenient")
     assert not turn.has_calls and turn.content == text.strip()

@@ -35,14 +35,17 @@ def test_a_function_without_docstring_is_refused_naming_it():
         tool_schema(bare)
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"factor": 3}, "missing required argument 'value'"),
-    ({"value": 1, "scale": 2}, "unknown argument 'scale'"),
-    ({"value": "one"}, "argument 'value' must be number, got string"),
-    ({"value": 1, "factor": True}, "argument 'factor' must be integer, got boolean"),
-    ({"value": 1, "factor": 1.5}, "argument 'factor' must be integer, got number"),
-    (["value", 1], "arguments must be a JSON object"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"factor": 3}, "missing required argument 'value'"),
+        ({"value": 1, "scale": 2}, "unknown argument 'scale'"),
+        ({"value": "one"}, "argument 'value' must be number, got string"),
+        ({"value": 1, "factor": True}, "argument 'factor' must be integer, got boolean"),
+        ({"value": 1, "factor": 1.5}, "argument 'factor' must be integer, got number"),
+        (["value", 1], "arguments must be a JSON object"),
+    ],
+)
 def test_wrong_arguments_are_named(arguments, message):
     with pytest.raises(ToolArgumentError, match=message):
         make_tool(scale).check_arguments(arguments)
@@ -56,8 +59,10 @@ def test_right_arguments_pass():
 
 def test_tools_by_name_and_by_file(tmp_path):
     path = tmp_path / "my_tools.py"
-    path.write_text('def shout(text: str) -> str:\n    """Upper-case a text.\n\n    Args:\n'
-                    '        text: what to shout\n    """\n    return text.upper()\n')
+    path.write_text(
+        'def shout(text: str) -> str:\n    """Upper-case a text.\n\n    Args:\n'
+        '        text: what to shout\n    """\n    return text.upper()\n'
+    )
     tools = resolve_tools(["calculator", f"{path}:shout"])
     assert [t.name for t in tools] == ["calculator", "shout"]
     assert tools[1].fn("hi") == "HI" and not tools[1].sandboxed

@@ -27,8 +27,9 @@ def small_disk(tmp_path):
     def make(size_bytes: int) -> Path:
         mnt = tmp_path / f"disk{len(mounts)}"
         mnt.mkdir()
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size_bytes}", "tmpfs", str(mnt)], capture_output=True, text=True
+        )
         if p.returncode != 0:
             pytest.skip(f"cannot mount a small tmpfs here (needs root): {p.stderr.strip()}")
         mounts.append(mnt)

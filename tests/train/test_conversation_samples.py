@@ -20,10 +20,15 @@ def episodes_and_model():
     tok = build_tokenizer(string.printable)
     tok.chat_template = TOOL_CHAT_TEMPLATE
     task_rows = rows(3)
-    episodes = run_conversations([lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
-                                 task_rows, 1, ScriptedBackend(tok, expert_reply), tok,
-                                 SamplingParams(max_new_tokens=200),
-                                 ConversationSettings(tools=resolve_tools(["calculator", "lookup"])))
+    episodes = run_conversations(
+        [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
+        task_rows,
+        1,
+        ScriptedBackend(tok, expert_reply),
+        tok,
+        SamplingParams(max_new_tokens=200),
+        ConversationSettings(tools=resolve_tools(["calculator", "lookup"])),
+    )
     model = build_tiny_model(tok, hidden=32, layers=2, heads=2, seed=0, max_positions=2048).eval()
     return tok, episodes, model
 

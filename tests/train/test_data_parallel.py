@@ -70,15 +70,35 @@ def test_grail_discriminator_and_mixer_stay_identical_across_processes(tmp_path)
     torchrun([str(WORKERS / "grail_identity.py"), str(tmp_path), disc_dir], nproc=2, timeout=300)
     grail.run(disc_dir, tmp_path, SINGLE)
     one, r0, r1 = (torch.load(tmp_path / f"grail-{tag}.pt") for tag in ("w1-r0", "w2-r0", "w2-r1"))
-    assert torch.equal(r0["logits"], r1["logits"]) and all(torch.equal(r0["disc"][k], r1["disc"][k]) for k in r0["disc"])
+    assert torch.equal(r0["logits"], r1["logits"]) and all(
+        torch.equal(r0["disc"][k], r1["disc"][k]) for k in r0["disc"]
+    )
     assert torch.allclose(r0["logits"], one["logits"], atol=1e-6)
     assert max(float((r0["disc"][k] - one["disc"][k]).abs().max()) for k in one["disc"]) < 1e-5
     assert not torch.allclose(one["logits"], torch.log(torch.tensor([2 / 3, 1 / 3])), atol=1e-4)  # it did move
     assert torch.allclose(torch.cat([r0["scores"], r1["scores"]]), one["scores"], atol=1e-5)
 
 
-TINY = ["--model", "tiny", "--sft_steps", "10", "--sft_batch_size", "16", "--n_train", "200", "--n_eval", "4",
-        "--batch_size", "2", "--num_generations", "4", "--logging_steps", "1", "--device", "cpu"]
+TINY = [
+    "--model",
+    "tiny",
+    "--sft_steps",
+    "10",
+    "--sft_batch_size",
+    "16",
+    "--n_train",
+    "200",
+    "--n_eval",
+    "4",
+    "--batch_size",
+    "2",
+    "--num_generations",
+    "4",
+    "--logging_steps",
+    "1",
+    "--device",
+    "cpu",
+]
 
 
 def _steps(run) -> list[int]:
@@ -88,11 +108,30 @@ def _steps(run) -> list[int]:
 def test_two_process_tiny_run_logs_once_and_resumes(tmp_path):
     run, resumed = tmp_path / "run", tmp_path / "resumed"
     # accelerate launch with the DDP config (gloo on CPU): 3 steps, a checkpoint after step 2.
-    accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
-                  str(REPO_ROOT / "recipes" / "accelerate_configs" / "ddp.yaml"), "--num_processes", "2",
-                  "--main_process_port", "0", "--dynamo_backend", "no", "-m", "grouprl.cli", "train"]
-    proc = subprocess.run(accelerate + TINY + ["--max_steps", "3", "--save_steps", "2", "--output_dir", str(run)],
-                          capture_output=True, text=True, timeout=400, env=child_env(), cwd=tmp_path)
+    accelerate = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(REPO_ROOT / "recipes" / "accelerate_configs" / "ddp.yaml"),
+        "--num_processes",
+        "2",
+        "--main_process_port",
+        "0",
+        "--dynamo_backend",
+        "no",
+        "-m",
+        "grouprl.cli",
+        "train",
+    ]
+    proc = subprocess.run(
+        accelerate + TINY + ["--max_steps", "3", "--save_steps", "2", "--output_dir", str(run)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=child_env(),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
     assert _steps(run) == [1, 2, 3]  # each step logged once, by process 0
     printed = proc.stdout + proc.stderr
@@ -108,25 +147,76 @@ def test_two_process_tiny_run_logs_once_and_resumes(tmp_path):
     assert rng["world_size"] == 2 and not torch.equal(rng["states"][0]["torch"], rng["states"][1]["torch"])
 
     # Resumed under plain torchrun: step 3 is the uninterrupted run's step 3 (rows, samples, rewards).
-    torchrun(["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--output_dir", str(resumed),
-              "--resume_from_checkpoint", str(ckpt)], nproc=2, timeout=400, cwd=tmp_path)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            *TINY,
+            "--max_steps",
+            "3",
+            "--output_dir",
+            str(resumed),
+            "--resume_from_checkpoint",
+            str(ckpt),
+        ],
+        nproc=2,
+        timeout=400,
+        cwd=tmp_path,
+    )
     assert _steps(resumed) == [3]
     again = _rows(resumed / "rollouts" / "rollouts.jsonl")
     fields = ("group", "prompt", "completion", "reward", "advantage")
     assert [[r[f] for f in fields] for r in again] == [[r[f] for f in fields] for r in rollouts[16:]]
     assert json.loads((resumed / "checkpoint-3" / "trainer_state.json").read_text())["data_position"] == 6
 
-    one = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", *TINY, "--max_steps", "4", "--output_dir",
-                          str(tmp_path / "one"), "--resume_from_checkpoint", str(ckpt)], capture_output=True,
-                         text=True, timeout=300, env=child_env(), cwd=tmp_path)
+    one = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grouprl.cli",
+            "train",
+            *TINY,
+            "--max_steps",
+            "4",
+            "--output_dir",
+            str(tmp_path / "one"),
+            "--resume_from_checkpoint",
+            str(ckpt),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=child_env(),
+        cwd=tmp_path,
+    )
     assert one.returncode != 0
-    assert "grouprl: error: --resume_from_checkpoint" in one.stderr and "written by 2 process(es), this run has 1" \
-        in one.stderr and "Traceback" not in one.stderr  # one line, before any model loads
+    assert (
+        "grouprl: error: --resume_from_checkpoint" in one.stderr
+        and "written by 2 process(es), this run has 1" in one.stderr
+        and "Traceback" not in one.stderr
+    )  # one line, before any model loads
 
     # With reshard_on_resume one process continues the same data order (its RNG stream is new).
-    torchrun(["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--output_dir", str(tmp_path / "one"),
-              "--resume_from_checkpoint", str(ckpt), "--reshard_on_resume", "true"], nproc=1, timeout=300,
-             cwd=tmp_path)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            *TINY,
+            "--max_steps",
+            "3",
+            "--output_dir",
+            str(tmp_path / "one"),
+            "--resume_from_checkpoint",
+            str(ckpt),
+            "--reshard_on_resume",
+            "true",
+        ],
+        nproc=1,
+        timeout=300,
+        cwd=tmp_path,
+    )
     alone = _rows(tmp_path / "one" / "rollouts" / "rollouts.jsonl")
     assert [(r["group"], r["prompt"]) for r in alone] == [(r["group"], r["prompt"]) for r in rollouts[16:]]
 
@@ -134,9 +224,25 @@ def test_two_process_tiny_run_logs_once_and_resumes(tmp_path):
 def test_deepspeed_config_is_refused_in_one_line(tmp_path):
     """zero3.yaml sets ACCELERATE_USE_DEEPSPEED; accelerate's prepare_model would leave the model
     unwrapped (no gradient averaging), so grouprl refuses before any work."""
-    proc = subprocess.run([sys.executable, "-m", "grouprl.cli", "train", "--model", "tiny", "--max_steps", "1",
-                           "--output_dir", str(tmp_path / "run")], capture_output=True, text=True, timeout=120,
-                          env=child_env({"ACCELERATE_USE_DEEPSPEED": "true"}), cwd=tmp_path)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--model",
+            "tiny",
+            "--max_steps",
+            "1",
+            "--output_dir",
+            str(tmp_path / "run"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=child_env({"ACCELERATE_USE_DEEPSPEED": "true"}),
+        cwd=tmp_path,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "grouprl: error: accelerate config: DeepSpeed (zero3.yaml) is not driven" in proc.stderr
 
@@ -151,10 +257,40 @@ def test_two_process_gridworld_with_ray_env_workers(tmp_path):
     holds its own pool of actors (measured here: each starts its own local Ray instance; with
     --ray_address both join one cluster). About 5 minutes on 2 busy cores: slow."""
     run = tmp_path / "grid"
-    torchrun(["-m", "grouprl.cli", "train", "--task", "gridworld", "--history_length", "1", "--max_episode_steps", "4",
-              "--n_eval", "0", "--sft_steps", "10", "--sft_demo_episodes", "20", "--batch_size", "2",
-              "--num_generations", "2", "--max_steps", "2", "--env_workers", "2", "--device", "cpu",
-              "--output_dir", str(run)], nproc=2, timeout=900, cwd=tmp_path)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--task",
+            "gridworld",
+            "--history_length",
+            "1",
+            "--max_episode_steps",
+            "4",
+            "--n_eval",
+            "0",
+            "--sft_steps",
+            "10",
+            "--sft_demo_episodes",
+            "20",
+            "--batch_size",
+            "2",
+            "--num_generations",
+            "2",
+            "--max_steps",
+            "2",
+            "--env_workers",
+            "2",
+            "--device",
+            "cpu",
+            "--output_dir",
+            str(run),
+        ],
+        nproc=2,
+        timeout=900,
+        cwd=tmp_path,
+    )
     assert _steps(run) == [1, 2]
     lines = _rows(run / "trajectories" / "step_000001.jsonl")
     assert {r["group"] for r in lines} == {0, 1}  # both processes' groups, in one file written by process 0
@@ -166,10 +302,31 @@ def test_two_process_fsdp_tiny_run_resumes_exactly(tmp_path):
     state dicts gathered into an HF checkpoint, each process's optimizer shard reloaded on resume."""
     run, resumed = tmp_path / "run", tmp_path / "resumed"
     fsdp = {"ACCELERATE_USE_FSDP": "true"}
-    torchrun(["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--save_steps", "2", "--output_dir", str(run)],
-             nproc=2, timeout=600, env=fsdp, cwd=tmp_path)
-    torchrun(["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--output_dir", str(resumed),
-              "--resume_from_checkpoint", str(run / "checkpoint-2")], nproc=2, timeout=600, env=fsdp, cwd=tmp_path)
+    torchrun(
+        ["-m", "grouprl.cli", "train", *TINY, "--max_steps", "3", "--save_steps", "2", "--output_dir", str(run)],
+        nproc=2,
+        timeout=600,
+        env=fsdp,
+        cwd=tmp_path,
+    )
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            *TINY,
+            "--max_steps",
+            "3",
+            "--output_dir",
+            str(resumed),
+            "--resume_from_checkpoint",
+            str(run / "checkpoint-2"),
+        ],
+        nproc=2,
+        timeout=600,
+        env=fsdp,
+        cwd=tmp_path,
+    )
     fields = ("group", "prompt", "completion", "reward", "advantage")
     want = [[r[f] for f in fields] for r in _rows(run / "rollouts" / "rollouts.jsonl")[16:]]
     assert [[r[f] for f in fields] for r in _rows(resumed / "rollouts" / "rollouts.jsonl")] == want

@@ -35,8 +35,13 @@ def test_judge_not_the_shaped_score_decides():
 
 
 def test_rounds_until_full_and_what_is_logged():
-    rounds = iter([round_of([MIXED, ALL_RIGHT, ALL_WRONG_WITH_BONUS], "a"),
-                   round_of([ALL_RIGHT, MIXED, MIXED], "b"), round_of([MIXED] * 3, "c")])
+    rounds = iter(
+        [
+            round_of([MIXED, ALL_RIGHT, ALL_WRONG_WITH_BONUS], "a"),
+            round_of([ALL_RIGHT, MIXED, MIXED], "b"),
+            round_of([MIXED] * 3, "c"),
+        ]
+    )
     sampler = DynamicSampler("judge", max_batches=5, batch_size=3, parallel=DataParallel())
     batch, scores = sampler.collect(lambda: next(rounds))
     # round a keeps a0, round b keeps b1 and b2: full after two rounds, round c never generated
@@ -77,4 +82,6 @@ def test_two_processes_get_whole_groups_and_the_same_count():
     batch, scores = DynamicSampler("judge", 1, 4, parallel).collect(lambda: next(rounds))
     assert [ep.row["tag"] for ep in batch.episodes][::K] == ["a0", "a1"]
     assert [ep.row["tag"] for ep in batch.local] == ["a1", "a1"]
-    assert scores.metrics["dynamic_sampling/groups_kept"] == 2 and scores.metrics["dynamic_sampling/groups_dropped"] == 2
+    assert (
+        scores.metrics["dynamic_sampling/groups_kept"] == 2 and scores.metrics["dynamic_sampling/groups_dropped"] == 2
+    )

@@ -21,10 +21,35 @@ def rows(path) -> list[dict]:
 
 def test_two_processes_train_on_whole_disagreeing_groups_and_resume_the_same_rounds(warm_arithmetic_dir, tmp_path):
     run, resumed = tmp_path / "run", tmp_path / "resumed"
-    args = ["-m", "grouprl.cli", "train", "--model_name_or_path", str(warm_arithmetic_dir), "--n_train", "200",
-            "--n_eval", "0", "--batch_size", "4", "--num_generations", "4", "--max_new_tokens", "6",
-            "--logging_steps", "1", "--device", "cpu", "--max_steps", "3", "--save_steps", "2",
-            "--dynamic_sampling", "{metric: score, max_batches: 3}", "--temperature", "1.2"]
+    args = [
+        "-m",
+        "grouprl.cli",
+        "train",
+        "--model_name_or_path",
+        str(warm_arithmetic_dir),
+        "--n_train",
+        "200",
+        "--n_eval",
+        "0",
+        "--batch_size",
+        "4",
+        "--num_generations",
+        "4",
+        "--max_new_tokens",
+        "6",
+        "--logging_steps",
+        "1",
+        "--device",
+        "cpu",
+        "--max_steps",
+        "3",
+        "--save_steps",
+        "2",
+        "--dynamic_sampling",
+        "{metric: score, max_batches: 3}",
+        "--temperature",
+        "1.2",
+    ]
     torchrun(args + ["--output_dir", str(run)], nproc=2, timeout=400, cwd=tmp_path)
     metrics = rows(run / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [1, 2, 3]  # logged once, by process 0
@@ -35,8 +60,10 @@ def test_two_processes_train_on_whole_disagreeing_groups_and_resume_the_same_rou
     for m in metrics:
         kept = m["dynamic_sampling/groups_kept"]
         assert kept % 2 == 0 and kept <= 4  # whole groups, the same number on each of the two processes
-        assert m["dynamic_sampling/groups_kept"] + m["dynamic_sampling/groups_dropped"] == \
-            4 * m["dynamic_sampling/batches"]  # every generated group of every round is accounted for
+        assert (
+            m["dynamic_sampling/groups_kept"] + m["dynamic_sampling/groups_dropped"]
+            == 4 * m["dynamic_sampling/batches"]
+        )  # every generated group of every round is accounted for
         groups = by_step[m["step"]]
         if kept:
             trained += 1
@@ -49,8 +76,12 @@ def test_two_processes_train_on_whole_disagreeing_groups_and_resume_the_same_rou
 
     # Resumed from step 2 (both processes' RNG streams, the sampler's position): step 3 draws the same
     # rounds, keeps the same groups and trains on the same samples.
-    torchrun(args + ["--output_dir", str(resumed), "--resume_from_checkpoint", str(run / "checkpoint-2")],
-             nproc=2, timeout=400, cwd=tmp_path)
+    torchrun(
+        args + ["--output_dir", str(resumed), "--resume_from_checkpoint", str(run / "checkpoint-2")],
+        nproc=2,
+        timeout=400,
+        cwd=tmp_path,
+    )
     fields = ("group", "prompt", "completion", "reward", "advantage")
     want = [[r[f] for f in fields] for r in rows(run / "rollouts" / "rollouts.jsonl") if r["step"] == 3]
     got = [[r[f] for f in fields] for r in rows(resumed / "rollouts" / "rollouts.jsonl")]

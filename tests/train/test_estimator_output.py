@@ -8,7 +8,7 @@ import pytest
 
 from run_helpers import train, user_file
 
-ESTIMATORS = '''
+ESTIMATORS = """
 import torch
 
 def per_group(scores, group_ids):
@@ -36,11 +36,17 @@ def as_list(scores, group_ids):
 
 def step_level_short(scores, group_ids, steps):
     return steps.rewards[:-1]
-'''
+"""
 
-CASES = {"per_group": "shape (2,)", "matrix": "shape (2, 4)", "scalar": "shape ()", "text": "returned str",
-         "nan": "NaN or inf for 1 of 8 episodes (first: episode 3)", "inf": "NaN or inf for 8 of 8",
-         "step_level_short": "shape (7,) for 8 episodes (8 steps); expected shape (8,), one value per step"}
+CASES = {
+    "per_group": "shape (2,)",
+    "matrix": "shape (2, 4)",
+    "scalar": "shape ()",
+    "text": "returned str",
+    "nan": "NaN or inf for 1 of 8 episodes (first: episode 3)",
+    "inf": "NaN or inf for 8 of 8",
+    "step_level_short": "shape (7,) for 8 episodes (8 steps); expected shape (8,), one value per step",
+}
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

@@ -14,8 +14,16 @@ PAD = 0
 
 def _episode(group: int, prompt: list[int], action: list[int], truncated: bool) -> Episode:
     ep = Episode(group_id=group, index_in_group=0, row={})
-    ep.steps.append(Step(prompt_text="p", prompt_ids=prompt, action_text="a", action_ids=action,
-                         truncated=truncated, anchor_state=None))
+    ep.steps.append(
+        Step(
+            prompt_text="p",
+            prompt_ids=prompt,
+            action_text="a",
+            action_ids=action,
+            truncated=truncated,
+            anchor_state=None,
+        )
+    )
     return ep
 
 
@@ -39,7 +47,8 @@ def test_truncated_completions_are_masked_out_when_asked():
 
 
 def test_default_run_name_names_model_k_and_steps():
-    cfg = build_config(None, {"model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct", "num_generations": 4,
-                              "max_steps": 50}, environ={})
+    cfg = build_config(
+        None, {"model_name_or_path": "Qwen/Qwen2.5-0.5B-Instruct", "num_generations": 4, "max_steps": 50}, environ={}
+    )
     assert run_name(cfg) == "grpo_Qwen2.5-0.5B-Instruct_K4_steps50"
     assert run_name(build_config(None, {"run_name": "mine"}, environ={})) == "mine"

@@ -31,8 +31,9 @@ def trained_checkpoint(model_dir, out, **cli):
         first.scheduler.step()
         first.optimizer.zero_grad()
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    return first, save_checkpoint(out, 3, first.model, tokenizer, first.optimizer, first.scheduler,
-                                  {"data_position": 0, "extra": {}})
+    return first, save_checkpoint(
+        out, 3, first.model, tokenizer, first.optimizer, first.scheduler, {"data_position": 0, "extra": {}}
+    )
 
 
 def test_a_changed_learning_rate_wins_and_is_said(tiny_arithmetic_dir, tmp_path, caplog):
@@ -55,8 +56,9 @@ def test_a_changed_learning_rate_wins_and_is_said(tiny_arithmetic_dir, tmp_path,
 
 def test_every_changed_setting_has_its_line(tiny_arithmetic_dir, tmp_path, caplog):
     _, ckpt = trained_checkpoint(tiny_arithmetic_dir, tmp_path, weight_decay=0.0, warmup_steps=0)
-    resumed = learner(tiny_arithmetic_dir, weight_decay=0.1, adam_beta2=0.99, warmup_steps=2, max_steps=20,
-                      lr_scheduler_type="cosine")
+    resumed = learner(
+        tiny_arithmetic_dir, weight_decay=0.1, adam_beta2=0.99, warmup_steps=2, max_steps=20, lr_scheduler_type="cosine"
+    )
     with caplog.at_level(logging.WARNING):
         load_training_state(ckpt, resumed, None, SINGLE)
     said = " | ".join(r.getMessage() for r in caplog.records)

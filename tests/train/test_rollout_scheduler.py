@@ -40,8 +40,27 @@ def _questions_by_step(path) -> dict[int, list[str]]:
 @pytest.mark.parametrize("mode", ["one_step_off", "async"])
 def test_every_trained_token_is_within_the_staleness_bound(warm_arithmetic_dir, tmp_path, mode):
     out = tmp_path / mode
-    assert train(warm_arithmetic_dir, out, "--max_steps", "4", "--rollout_mode", mode, "--max_staleness", "1",
-                 "--max_inflight", "2", "--eval_strategy", "steps", "--eval_steps", "2", "--n_eval", "4") == 0
+    assert (
+        train(
+            warm_arithmetic_dir,
+            out,
+            "--max_steps",
+            "4",
+            "--rollout_mode",
+            mode,
+            "--max_staleness",
+            "1",
+            "--max_inflight",
+            "2",
+            "--eval_strategy",
+            "steps",
+            "--eval_steps",
+            "2",
+            "--n_eval",
+            "4",
+        )
+        == 0
+    )
     records = rows(out / "rollouts" / "rollouts.jsonl")
     assert len(records) == 4 * 2 * 4
     for record in records:  # logged at step s = trained by the weights of s - 1 updates
@@ -52,8 +71,11 @@ def test_every_trained_token_is_within_the_staleness_bound(warm_arithmetic_dir, 
     metrics = [m for m in logged if "loss" in m]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
     assert all(0 <= m["async/staleness_max"] <= 1 and m["async/dropped_stale_batches"] == 0 for m in metrics)
-    assert all(("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
-               and m["async/weight_sync_time"] >= 0 for m in metrics)  # a zero-advantage step is skipped
+    assert all(
+        ("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
+        and m["async/weight_sync_time"] >= 0
+        for m in metrics
+    )  # a zero-advantage step is skipped
     assert all(m["async/producer_weight_install_time"] >= 0 for m in metrics)  # hf: the producer installs pushes
     assert metrics[0]["async/staleness_max"] == 0  # the first batch: nothing to be behind yet
     for m in metrics:  # the histogram covers every trained token
@@ -73,11 +95,23 @@ def test_resume_mid_run_loses_and_duplicates_no_prompt(warm_arithmetic_dir, tmp_
     common = ("--n_train", "6", "--rollout_mode", "async", "--max_staleness", "2", "--max_inflight", "2")
     assert train(warm_arithmetic_dir, tmp_path / "sync", "--max_steps", "6", "--n_train", "6") == 0
     assert train(warm_arithmetic_dir, tmp_path / "a", "--max_steps", "2", *common) == 0
-    assert train(warm_arithmetic_dir, tmp_path / "b", "--max_steps", "6", *common,
-                 "--resume_from_checkpoint", str(tmp_path / "a" / "checkpoint-2")) == 0
+    assert (
+        train(
+            warm_arithmetic_dir,
+            tmp_path / "b",
+            "--max_steps",
+            "6",
+            *common,
+            "--resume_from_checkpoint",
+            str(tmp_path / "a" / "checkpoint-2"),
+        )
+        == 0
+    )
     expected = _questions_by_step(tmp_path / "sync" / "rollouts" / "rollouts.jsonl")
-    got = {**_questions_by_step(tmp_path / "a" / "rollouts" / "rollouts.jsonl"),
-           **_questions_by_step(tmp_path / "b" / "rollouts" / "rollouts.jsonl")}
+    got = {
+        **_questions_by_step(tmp_path / "a" / "rollouts" / "rollouts.jsonl"),
+        **_questions_by_step(tmp_path / "b" / "rollouts" / "rollouts.jsonl"),
+    }
     assert got == expected and sorted(got) == [1, 2, 3, 4, 5, 6]
     for epoch in ([1, 2, 3], [4, 5, 6]):  # every row once per epoch
         trained = [q for step in epoch for q in got[step]]
@@ -100,20 +134,31 @@ def test_the_correction_equals_a_hand_computation(warm_arithmetic_dir):
     policy = _policy(warm_arithmetic_dir)
     tok = policy.tokenizer
     prompts = [tok("12+3=").input_ids, tok("7+5=").input_ids]
-    batch = pack(prompts, [tok("15").input_ids + [tok.eos_token_id], tok("12").input_ids + [tok.eos_token_id]],
-                 tok.pad_token_id)
+    batch = pack(
+        prompts, [tok("15").input_ids + [tok.eos_token_id], tok("12").input_ids + [tok.eos_token_id]], tok.pad_token_id
+    )
     assert batch.completion_mask.sum() == 6
     with torch.no_grad():
         pi_old, _ = completion_logps(policy.model, batch)
     rho = torch.tensor([[0.5, 1.5, 3.0], [1.0, 4.0, 0.25]])
     advantages = torch.tensor([1.0, -0.5])
     samples = StepSamples(batch, advantages, (pi_old - rho.log()).float())
-    expected = {"token_truncate": -((0.5 + 1.5 + 2.0) * 1.0 + (1.0 + 2.0 + 0.25) * -0.5) / 6,
-                "none": -(3 * 1.0 + 3 * -0.5) / 6}
+    expected = {
+        "token_truncate": -((0.5 + 1.5 + 2.0) * 1.0 + (1.0 + 2.0 + 0.25) * -0.5) / 6,
+        "none": -(3 * 1.0 + 3 * -0.5) / 6,
+    }
     seen = {}
     for correction, loss in expected.items():
-        cfg = build_config(None, {"rollout_mode": "one_step_off", "loss_type": "dapo",
-                                  "sampling_correction": correction, "sampling_correction_cap": 2.0}, environ={})
+        cfg = build_config(
+            None,
+            {
+                "rollout_mode": "one_step_off",
+                "loss_type": "dapo",
+                "sampling_correction": correction,
+                "sampling_correction_cap": 2.0,
+            },
+            environ={},
+        )
         stats = Learner(cfg, _policy(warm_arithmetic_dir)).update(samples)  # fresh weights: the same pi_old
         assert math.isclose(stats["loss"], loss, abs_tol=1e-5), (correction, stats["loss"], loss)
         seen[correction] = stats
@@ -145,8 +190,18 @@ def test_a_conversation_spanning_a_push_carries_two_versions_and_is_corrected_pe
 
     ep = Episode(group_id=0, index_in_group=0, row={}, conversation=True)
     for p, turn in ((prompt, turn1), (prompt2, turn2)):
-        ep.steps.append(Step(prompt_text="", prompt_ids=p, action_text="", action_ids=turn.ids, truncated=False,
-                             anchor_state=None, logprobs=turn.logprobs, policy_version=turn.policy_version))
+        ep.steps.append(
+            Step(
+                prompt_text="",
+                prompt_ids=p,
+                action_text="",
+                action_ids=turn.ids,
+                truncated=False,
+                anchor_state=None,
+                logprobs=turn.logprobs,
+                policy_version=turn.policy_version,
+            )
+        )
     stats, stale = staleness_metrics([ep], version=2, max_staleness=2)
     n1, n2 = len(turn1.ids), len(turn2.ids)
     assert not stale and stats["async/staleness_max"] == 2
@@ -172,9 +227,19 @@ def test_gigpo_environment_episodes_run_one_step_off(tiny_grid_dir, tmp_path):
     from conftest import GRID_CLI
     from grouprl.job.run import run_training
 
-    cli = {**GRID_CLI, "model_name_or_path": str(tiny_grid_dir), "output_dir": str(tmp_path / "run"), "max_steps": 3,
-           "batch_size": 2, "num_generations": 4, "max_episode_steps": 3, "advantage": "gigpo", "n_eval": 0,
-           "n_train": 20, "rollout_mode": "one_step_off"}
+    cli = {
+        **GRID_CLI,
+        "model_name_or_path": str(tiny_grid_dir),
+        "output_dir": str(tmp_path / "run"),
+        "max_steps": 3,
+        "batch_size": 2,
+        "num_generations": 4,
+        "max_episode_steps": 3,
+        "advantage": "gigpo",
+        "n_eval": 0,
+        "n_train": 20,
+        "rollout_mode": "one_step_off",
+    }
     run_training(build_config(None, cli, environ={}))
     records = rows(tmp_path / "run" / "rollouts" / "rollouts.jsonl")
     assert {r["step"] for r in records} == {1, 2, 3}
@@ -188,14 +253,29 @@ def test_dynamic_sampling_refills_from_the_stream(warm_arithmetic_dir, tmp_path)
     # K = 2: a group of two 0/1 scores agrees with probability >= 1/2, so a step whose first batch has no
     # agreeing group (of its two) has probability <= 1/4, and four such steps <= 0.4 % (was K = 4 and 3
     # steps: about 1 run in 10 never refilled, as the producers' threads interleave their draws)
-    assert train(warm_arithmetic_dir, out, "--max_steps", "4", "--num_generations", "2", "--rollout_mode", "async",
-                 "--max_staleness", "1", "--dynamic_sampling", "{metric: score, max_batches: 3}",
-                 "--temperature", "1.2") == 0
+    assert (
+        train(
+            warm_arithmetic_dir,
+            out,
+            "--max_steps",
+            "4",
+            "--num_generations",
+            "2",
+            "--rollout_mode",
+            "async",
+            "--max_staleness",
+            "1",
+            "--dynamic_sampling",
+            "{metric: score, max_batches: 3}",
+            "--temperature",
+            "1.2",
+        )
+        == 0
+    )
     metrics = rows(out / "metrics.jsonl")
     assert sum(m["dynamic_sampling/batches"] for m in metrics) > 4  # some step took more than one batch
     # and exactly where it must: a step with an agreeing group refilled from the stream
-    assert all(m["dynamic_sampling/batches"] > 1 or m["dynamic_sampling/zero_variance_fraction"] == 0
-               for m in metrics)
+    assert all(m["dynamic_sampling/batches"] > 1 or m["dynamic_sampling/zero_variance_fraction"] == 0 for m in metrics)
     assert all(m["async/staleness_max"] <= 1 for m in metrics)
     for r in rows(out / "rollouts" / "rollouts.jsonl"):
         assert 0 <= r["step"] - 1 - r["policy_versions"][0] <= 1, r
@@ -207,15 +287,48 @@ def test_tool_conversations_run_async_with_a_version_per_turn(warm_tool_model, t
     from grouprl.cli import main
 
     out = tmp_path / "run"
-    assert main(["train", "--config", str(RECIPE), "--model_name_or_path", str(warm_tool_model), "--output_dir",
-                 str(out), "--max_steps", "3", "--batch_size", "2", "--num_generations", "2", "--n_eval", "0",
-                 "--max_tool_calls", "2", "--seed", "5", "--device", "cpu", "--rollout_mode", "async",
-                 "--max_staleness", "1", "--max_inflight", "2"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(RECIPE),
+                "--model_name_or_path",
+                str(warm_tool_model),
+                "--output_dir",
+                str(out),
+                "--max_steps",
+                "3",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "2",
+                "--n_eval",
+                "0",
+                "--max_tool_calls",
+                "2",
+                "--seed",
+                "5",
+                "--device",
+                "cpu",
+                "--rollout_mode",
+                "async",
+                "--max_staleness",
+                "1",
+                "--max_inflight",
+                "2",
+            ]
+        )
+        == 0
+    )
     metrics = rows(out / "metrics.jsonl")
     assert [m["samples"] for m in metrics] == [4, 4, 4]  # one sequence per conversation
     # the correction's statistics on every update (a step whose advantages are all zero takes none: skipped)
-    assert all(("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
-               and m["async/staleness_max"] <= 1 for m in metrics)
+    assert all(
+        ("importance_sampling/ratio_mean" in m or m.get("skipped_zero_advantage") == 1.0)
+        and m["async/staleness_max"] <= 1
+        for m in metrics
+    )
     assert any("importance_sampling/ratio_mean" in m for m in metrics)
     for r in rows(out / "rollouts" / "rollouts.jsonl"):  # one version per assistant turn
         assert len(r["policy_versions"]) == r["episode_length"]

@@ -12,16 +12,23 @@ from grouprl.train.run_state import BestCheckpoint, RunState
 
 
 def test_round_trips_through_the_checkpoint_json():
-    state = RunState(base_model="/models/base", eval_before={"accuracy": 0.25, "n": 200},
-                     best=BestCheckpoint(50, "eval/accuracy", 0.75, "/run/checkpoint-50"), hub_revisions={"main": "abc"})
+    state = RunState(
+        base_model="/models/base",
+        eval_before={"accuracy": 0.25, "n": 200},
+        best=BestCheckpoint(50, "eval/accuracy", 0.75, "/run/checkpoint-50"),
+        hub_revisions={"main": "abc"},
+    )
     again = RunState.from_dict(json.loads(json.dumps(state.to_dict())))
     assert again == state and isinstance(again.best, BestCheckpoint)
     assert RunState.from_dict({}) == RunState()  # a checkpoint from before any of these was set
 
 
 def test_an_unknown_field_is_one_line_naming_the_checkpoint():
-    with pytest.raises(ValueError, match=r"^checkpoint run/checkpoint-3: run state has unknown field\(s\) "
-                                         r"eval_befor; expected base_model, best, eval_before, hub_revisions$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^checkpoint run/checkpoint-3: run state has unknown field\(s\) "
+        r"eval_befor; expected base_model, best, eval_before, hub_revisions$",
+    ):
         RunState.from_dict({"eval_befor": {}}, where="checkpoint run/checkpoint-3")
 
 

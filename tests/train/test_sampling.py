@@ -10,9 +10,14 @@ ROWS = [{"i": i} for i in range(6)]
 
 def outcomes(correct: list[list[bool]]) -> tuple[list[Episode], list[Verdict]]:
     step = Step(prompt_text="", prompt_ids=[], action_text="", action_ids=[], truncated=False, anchor_state=None)
-    return ([Episode(group_id=g, index_in_group=k, row={}, steps=[step])
-             for g, members in enumerate(correct) for k in range(len(members))],
-            [Verdict(correct=c) for members in correct for c in members])
+    return (
+        [
+            Episode(group_id=g, index_in_group=k, row={}, steps=[step])
+            for g, members in enumerate(correct)
+            for k in range(len(members))
+        ],
+        [Verdict(correct=c) for members in correct for c in members],
+    )
 
 
 def test_curriculum_off_and_on_draw_the_same_order_until_something_is_skipped():

@@ -35,9 +35,30 @@ def test_user_estimator_from_a_file_trains_two_steps(warm_arithmetic_dir, tmp_pa
     path = tmp_path / "my_estimator.py"
     path.write_text(ESTIMATOR)
     out = tmp_path / "run"
-    assert main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(out),
-                 "--advantage", f"{path}:sign_advantage", "--advantage_options", "{margin: 0.01}",
-                 "--max_steps", "2", "--batch_size", "2", "--num_generations", "4", "--n_eval", "0"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--model_name_or_path",
+                str(warm_arithmetic_dir),
+                "--output_dir",
+                str(out),
+                "--advantage",
+                f"{path}:sign_advantage",
+                "--advantage_options",
+                "{margin: 0.01}",
+                "--max_steps",
+                "2",
+                "--batch_size",
+                "2",
+                "--num_generations",
+                "4",
+                "--n_eval",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert [m["step"] for m in _rows(out / "metrics.jsonl")] == [1, 2]
     rollouts = _rows(out / "rollouts" / "rollouts.jsonl")
     assert len(rollouts) == 2 * 2 * 4 and {r["advantage"] for r in rollouts} <= {-1.0, 0.0, 1.0}
@@ -45,8 +66,9 @@ def test_user_estimator_from_a_file_trains_two_steps(warm_arithmetic_dir, tmp_pa
         for group in (0, 1):
             rs = [r for r in rollouts if r["step"] == step and r["group"] == group]
             mean = sum(r["reward"] for r in rs) / len(rs)
-            assert [r["advantage"] for r in rs] == [1.0 if r["reward"] - mean > 0.01 else
-                                                   -1.0 if r["reward"] - mean < -0.01 else 0.0 for r in rs]
+            assert [r["advantage"] for r in rs] == [
+                1.0 if r["reward"] - mean > 0.01 else -1.0 if r["reward"] - mean < -0.01 else 0.0 for r in rs
+            ]
 
 
 def test_unknown_estimator_option_is_rejected_by_name(warm_arithmetic_dir, tmp_path, capsys):
@@ -55,8 +77,21 @@ def test_unknown_estimator_option_is_rejected_by_name(warm_arithmetic_dir, tmp_p
         run_estimator(get_estimator("grpo"), scores, groups, scael="group")
     with pytest.raises(ValueError, match="'rloo': unknown option 'gamma'"):
         run_estimator(get_estimator("rloo"), scores, groups, gamma=0.9)
-    code = main(["train", "--model_name_or_path", str(warm_arithmetic_dir), "--output_dir", str(tmp_path / "r"),
-                 "--advantage_options", "{epsilonn: 0.1}", "--max_steps", "1", "--n_eval", "0"])
+    code = main(
+        [
+            "train",
+            "--model_name_or_path",
+            str(warm_arithmetic_dir),
+            "--output_dir",
+            str(tmp_path / "r"),
+            "--advantage_options",
+            "{epsilonn: 0.1}",
+            "--max_steps",
+            "1",
+            "--n_eval",
+            "0",
+        ]
+    )
     assert code == 2 and "unknown option 'epsilonn'" in capsys.readouterr().err
 
 
@@ -86,7 +121,6 @@ class CountingLength:
         self.scale, self.updates = float(state["scale"]), state["updates"]
 
 
-
 def test_step_level_estimator_may_return_a_record_with_only_the_advantage():
     """A user's step-level estimator returning a record of parts: the parts it leaves out (returns,
     A_E, A_S, anchor sizes) take their plain defaults instead of failing."""
@@ -99,9 +133,18 @@ def test_step_level_estimator_may_return_a_record_with_only_the_advantage():
     def step_value(scores, group_ids, steps):
         return SimpleNamespace(advantage=steps.rewards * 2)
 
-    eps = [Episode(group_id=0, index_in_group=k, row={}, steps=[
-        Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False, anchor_state=t)
-        for t in range(2)]) for k in range(2)]
+    eps = [
+        Episode(
+            group_id=0,
+            index_in_group=k,
+            row={},
+            steps=[
+                Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False, anchor_state=t)
+                for t in range(2)
+            ],
+        )
+        for k in range(2)
+    ]
     step_rewards = [[float(k + t) for t in range(2)] for k in range(2)]
     cfg = build_config(None, {"gamma": 0.5}, environ={})
     estimator = Estimator("mine", step_value, step_level=True, options=())
@@ -118,8 +161,11 @@ def test_learned_reward_scores_updates_freezes_and_resumes(warm_arithmetic_dir, 
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
 
-    cfg = build_config(None, {"output_dir": str(tmp_path / "run"), "batch_size": 2, "num_generations": 2,
-                              "max_steps": 5, "n_eval": 4}, environ={})
+    cfg = build_config(
+        None,
+        {"output_dir": str(tmp_path / "run"), "batch_size": 2, "num_generations": 2, "max_steps": 5, "n_eval": 4},
+        environ={},
+    )
     task = load_task(cfg)
     learned = CountingLength()
     scorer = Scorer.from_config(cfg, task, learned=[learned], learned_weights=[0.5])
@@ -145,7 +191,8 @@ def test_learned_reward_scores_updates_freezes_and_resumes(warm_arithmetic_dir, 
     without.checkpoint()
     with pytest.raises(FileNotFoundError, match="learned_rewards.pt"):
         Trainer(cfg, policy, task, Scorer.from_config(cfg, task, learned=[CountingLength()])).resume(
-            str(tmp_path / "run" / "checkpoint-0"))
+            str(tmp_path / "run" / "checkpoint-0")
+        )
 
 
 def test_trainer_hands_new_weights_to_the_backend_after_each_update(warm_arithmetic_dir, tmp_path):
@@ -165,17 +212,27 @@ def test_trainer_hands_new_weights_to_the_backend_after_each_update(warm_arithme
 
     BACKENDS["recording"] = lambda policy, cfg: Recording(
         load_policy(cfg.model, str(warm_arithmetic_dir), policy.device, need_reference=False).model,
-        policy.tokenizer, policy.device)
+        policy.tokenizer,
+        policy.device,
+    )
     try:
-        cfg = build_config(None, {"output_dir": str(tmp_path / "run"), "batch_size": 2, "num_generations": 2,
-                                  "generation_backend": "recording", "learning_rate": 1e-2}, environ={})
+        cfg = build_config(
+            None,
+            {
+                "output_dir": str(tmp_path / "run"),
+                "batch_size": 2,
+                "num_generations": 2,
+                "generation_backend": "recording",
+                "learning_rate": 1e-2,
+            },
+            environ={},
+        )
         policy = load_policy(cfg.model, str(warm_arithmetic_dir), torch.device("cpu"), need_reference=False)
         trainer = Trainer(cfg, policy, load_task(cfg))
         assert trainer.backend.model is not policy.model
         for _ in range(2):
             trainer.train_step()
-            assert all(torch.equal(a, b) for a, b in zip(trainer.backend.model.parameters(),
-                                                         policy.model.parameters()))
+            assert all(torch.equal(a, b) for a, b in zip(trainer.backend.model.parameters(), policy.model.parameters()))
         assert len(Recording.loads) == 2
     finally:
         del BACKENDS["recording"]
@@ -195,8 +252,10 @@ def test_a_task_declares_its_own_config_section(tmp_path):
     @register_task("counting", max_new_tokens=3, section=("counting", CountingConfig))
     def build_counting(cfg):
         start = cfg.counting.counting_start
-        rows = [{"question": f"{n}+1", "ground_truth": str(n + 1), "gold_completion": str(n + 1)}
-                for n in range(start, start + 5)]
+        rows = [
+            {"question": f"{n}+1", "ground_truth": str(n + 1), "gold_completion": str(n + 1)}
+            for n in range(start, start + 5)
+        ]
         return SingleTurnTask("counting", rows, rows, None, ["arithmetic_exact"], "arithmetic_exact")
 
     try:
@@ -226,9 +285,20 @@ def test_invalid_penalty_in_returns_or_on_the_invalid_step_alone():
     def episodes():
         out = []
         for k, invalid in enumerate([False, True]):  # one group; episode 1's first step is invalid
-            steps = [Step(prompt_text="", prompt_ids=[], action_text="a", action_ids=[], truncated=False,
-                          anchor_state=t, valid=not (invalid and t == 0), penalty=0.1 if invalid and t == 0 else 0.0,
-                          env_reward=1.0 if t == 1 else 0.0) for t in range(2)]
+            steps = [
+                Step(
+                    prompt_text="",
+                    prompt_ids=[],
+                    action_text="a",
+                    action_ids=[],
+                    truncated=False,
+                    anchor_state=t,
+                    valid=not (invalid and t == 0),
+                    penalty=0.1 if invalid and t == 0 else 0.0,
+                    env_reward=1.0 if t == 1 else 0.0,
+                )
+                for t in range(2)
+            ]
             out.append(Episode(group_id=0, index_in_group=k, row={}, steps=steps))
         return out
 
@@ -239,10 +309,18 @@ def test_invalid_penalty_in_returns_or_on_the_invalid_step_alone():
         scored = Scorer([], [], penalty_in_rewards=convention == "in_returns").score(eps)
         scores = scored.episode
         estimator = get_estimator("gigpo")
-        results[convention] = (scores, compute_advantage_record(
-            eps, scores, [v.step_rewards for v in scored.verdicts], cfg.algorithm, estimator,
-            estimator_options(cfg.algorithm, estimator),
-            penalty_on_step=convention == "on_step"))
+        results[convention] = (
+            scores,
+            compute_advantage_record(
+                eps,
+                scores,
+                [v.step_rewards for v in scored.verdicts],
+                cfg.algorithm,
+                estimator,
+                estimator_options(cfg.algorithm, estimator),
+                penalty_on_step=convention == "on_step",
+            ),
+        )
     (s_in, rec_in), (s_on, rec_on) = results["in_returns"], results["on_step"]
     assert s_in.tolist() == pytest.approx([1.0, 0.9]) and s_on.tolist() == [1.0, 1.0]
     # steps: e0t0, e0t1, e1t0 (invalid), e1t1; returns with gamma 0.5
@@ -275,8 +353,14 @@ def test_a_task_offers_learned_rewards_eval_metrics_and_its_tokenizer_kind(tiny_
     scorer = Scorer.from_config(cfg, task)
     assert scorer.learned == [learned] and scorer.learned_weights == [2.0]
     policy = load_policy(cfg.model, str(tiny_arithmetic_dir), torch.device("cpu"), need_reference=False)
-    result = evaluate(HFBackend(policy.model, policy.tokenizer, policy.device), policy.tokenizer, task,
-                      task.eval_rows, SamplingParams.for_eval(cfg), scorer)
+    result = evaluate(
+        HFBackend(policy.model, policy.tokenizer, policy.device),
+        policy.tokenizer,
+        task,
+        task.eval_rows,
+        SamplingParams.for_eval(cfg),
+        scorer,
+    )
     assert 0 <= result["answered"] <= 6 and learned.updates == 0  # frozen during evaluation
     word = init_tiny("the cat sat on the mat", tmp_path / "word", 16, 1, 2, tokenizer="word")
     assert len(auto_tokenizer(str(word))("the cat sat", add_special_tokens=False)["input_ids"]) == 3  # words
@@ -309,7 +393,11 @@ def test_user_estimator_from_a_package_module(tmp_path, monkeypatch):
     estimator = get_estimator("my_estimators.signs:sign_advantage")
     assert estimator.options == ("margin",) and not estimator.step_level
     scores, groups = torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1])
-    assert run_estimator(get_estimator("my_estimators.signs:sign_advantage"), scores, groups, margin=0.1).tolist() == \
-        [1.0, -1.0, 0.0, 0.0]
+    assert run_estimator(get_estimator("my_estimators.signs:sign_advantage"), scores, groups, margin=0.1).tolist() == [
+        1.0,
+        -1.0,
+        0.0,
+        0.0,
+    ]
     with pytest.raises(ValueError, match="unknown option 'margn'"):
         run_estimator(get_estimator("my_estimators.signs:sign_advantage"), scores, groups, margn=0.1)

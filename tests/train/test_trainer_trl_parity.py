@@ -142,8 +142,9 @@ def _snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 # --- TRL -------------------------------------------------------------------------------------
-def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA,
-            trl_args: dict | None = None) -> dict:
+def run_trl(
+    model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA, trl_args: dict | None = None
+) -> dict:
     from datasets import Dataset
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig
@@ -163,8 +164,7 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
             completion_ids.append(list(fx.completion_ids[g][k]))
             rewards.append(REWARDS[g][k])
         assert all(n == K for n in seen.values())
-        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None,
-                "fixed_reward": rewards}
+        return {"prompt_ids": prompt_ids, "completion_ids": completion_ids, "logprobs": None, "fixed_reward": rewards}
 
     def fixed_reward(prompts, completions, fixed_reward, **_):
         return list(fixed_reward)
@@ -172,29 +172,58 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
     class Recording(TRLGRPOTrainer):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             loss = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
-            self.recorded.append({"loss": loss.detach().clone(), "advantages": inputs["advantages"].clone(),
-                                  "num_items_in_batch": inputs["num_items_in_batch"].clone(),
-                                  "completion_mask": inputs["completion_mask"].clone()})
+            self.recorded.append(
+                {
+                    "loss": loss.detach().clone(),
+                    "advantages": inputs["advantages"].clone(),
+                    "num_items_in_batch": inputs["num_items_in_batch"].clone(),
+                    "completion_mask": inputs["completion_mask"].clone(),
+                }
+            )
             return loss
 
     args = GRPOConfig(
-        output_dir=out_dir, loss_type=loss_type, beta=beta,
+        output_dir=out_dir,
+        loss_type=loss_type,
+        beta=beta,
         # TRL's default (True) multiplies the k3 KL by the importance ratio, which adds kl * grad(log pi) to the
         # gradient even on-policy; grouprl implements the plain k3 term (TRL's behaviour before that option).
         use_bias_correction_kl=False,
-        num_generations=K, per_device_train_batch_size=len(QUESTIONS) * K // ga, gradient_accumulation_steps=ga,
-        max_completion_length=T, temperature=1.0, learning_rate=LR, adam_epsilon=ADAM_EPS,  # betas, wd: defaults
-        max_steps=1, use_cpu=True, bf16=False, gradient_checkpointing=False, report_to="none", scale_rewards="group",
-        shuffle_dataset=False, logging_steps=1, save_strategy="no", disable_tqdm=True, use_vllm=False, seed=0,
-        dataloader_num_workers=0, **(trl_args or {}),
+        num_generations=K,
+        per_device_train_batch_size=len(QUESTIONS) * K // ga,
+        gradient_accumulation_steps=ga,
+        max_completion_length=T,
+        temperature=1.0,
+        learning_rate=LR,
+        adam_epsilon=ADAM_EPS,  # betas, wd: defaults
+        max_steps=1,
+        use_cpu=True,
+        bf16=False,
+        gradient_checkpointing=False,
+        report_to="none",
+        scale_rewards="group",
+        shuffle_dataset=False,
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+        use_vllm=False,
+        seed=0,
+        dataloader_num_workers=0,
+        **(trl_args or {}),
     )
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if beta > 0:
         _perturb(model)
     tok = load_tokenizer(model_dir)  # AutoTokenizer would pick Qwen2Tokenizer for the char tokenizer
     dataset = Dataset.from_list([{"prompt": _messages(q)} for q in QUESTIONS])
-    trainer = Recording(model=model, reward_funcs=fixed_reward, args=args, train_dataset=dataset,
-                        processing_class=tok, rollout_func=rollout_func)
+    trainer = Recording(
+        model=model,
+        reward_funcs=fixed_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tok,
+        rollout_func=rollout_func,
+    )
     trainer.recorded = []
     before = _snapshot(trainer.model)
     capture = _GradCapture(trainer.model)
@@ -207,8 +236,11 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
     rec = trainer.recorded
     assert len(rec) == ga
     return {
-        "before": before, "delta": {n: after[n] - before[n] for n in before}, "grads": capture.grads,
-        "grad_norm": float(log["grad_norm"]), "loss": float(sum(r["loss"] for r in rec)),
+        "before": before,
+        "delta": {n: after[n] - before[n] for n in before},
+        "grads": capture.grads,
+        "grad_norm": float(log["grad_norm"]),
+        "loss": float(sum(r["loss"] for r in rec)),
         "advantages": torch.cat([r["advantages"] for r in rec]),
         "num_items_in_batch": float(rec[0]["num_items_in_batch"]),
         "completion_tokens": float(sum(r["completion_mask"].sum() for r in rec)),
@@ -217,14 +249,33 @@ def run_trl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: s
 
 # --- grouprl ---------------------------------------------------------------------------------
 def grouprl_config(out_dir: str, loss_type: str, beta: float, ga: int = GA, extra: dict | None = None):
-    return build_config(cli={
-        "output_dir": out_dir, "num_generations": K, "batch_size": len(QUESTIONS), "max_new_tokens": T,
-        "temperature": 1.0, "loss_type": loss_type, "beta": beta, "advantage": "grpo", "scale_rewards": "group",
-        "learning_rate": LR, "weight_decay": 0.0, "adam_beta2": 0.999,  # TRL/HF TrainingArguments defaults
-        "gradient_accumulation_steps": ga, "max_grad_norm": 1.0, "max_steps": 1, "lr_scheduler_type": "constant",
-        "torch_dtype": "float32", "device": "cpu", "num_iterations": 1, "epsilon_low": 0.2, "epsilon_high": 0.2,
-        **(extra or {}),
-    }, environ={})
+    return build_config(
+        cli={
+            "output_dir": out_dir,
+            "num_generations": K,
+            "batch_size": len(QUESTIONS),
+            "max_new_tokens": T,
+            "temperature": 1.0,
+            "loss_type": loss_type,
+            "beta": beta,
+            "advantage": "grpo",
+            "scale_rewards": "group",
+            "learning_rate": LR,
+            "weight_decay": 0.0,
+            "adam_beta2": 0.999,  # TRL/HF TrainingArguments defaults
+            "gradient_accumulation_steps": ga,
+            "max_grad_norm": 1.0,
+            "max_steps": 1,
+            "lr_scheduler_type": "constant",
+            "torch_dtype": "float32",
+            "device": "cpu",
+            "num_iterations": 1,
+            "epsilon_low": 0.2,
+            "epsilon_high": 0.2,
+            **(extra or {}),
+        },
+        environ={},
+    )
 
 
 def build_episodes(fx: Fixture) -> list[Episode]:
@@ -234,21 +285,28 @@ def build_episodes(fx: Fixture) -> list[Episode]:
         row = {"question": q, "ground_truth": "0", "gold_completion": "0"}
         for k in range(K):
             ids = fx.completion_ids[g][k]
-            step = Step(prompt_text=fx.prompt_texts[g], prompt_ids=list(fx.prompt_ids[g]),
-                        action_text=tok.decode(ids, skip_special_tokens=True), action_ids=list(ids),
-                        truncated=tok.eos_token_id not in ids, anchor_state=g)
+            step = Step(
+                prompt_text=fx.prompt_texts[g],
+                prompt_ids=list(fx.prompt_ids[g]),
+                action_text=tok.decode(ids, skip_special_tokens=True),
+                action_ids=list(ids),
+                truncated=tok.eos_token_id not in ids,
+                anchor_state=g,
+            )
             episodes.append(Episode(group_id=g, index_in_group=k, row=row, steps=[step]))
     return episodes
 
 
 def verdicts_of(fx: Fixture) -> Scores:
     """The fixture's rewards as the score phase's record (one step per episode: r_0 = R)."""
-    return Scores.of([Verdict(score=REWARDS[g][k], step_rewards=[REWARDS[g][k]])
-                      for g in range(len(QUESTIONS)) for k in range(K)])
+    return Scores.of(
+        [Verdict(score=REWARDS[g][k], step_rewards=[REWARDS[g][k]]) for g in range(len(QUESTIONS)) for k in range(K)]
+    )
 
 
-def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA,
-                extra: dict | None = None) -> dict:
+def run_grouprl(
+    model_dir: str, fx: Fixture, loss_type: str, beta: float, out_dir: str, ga: int = GA, extra: dict | None = None
+) -> dict:
     cfg = grouprl_config(out_dir, loss_type, beta, ga, extra)
     policy = load_policy(cfg.model, model_dir, torch.device("cpu"), need_reference=beta > 0)
     if beta > 0:
@@ -260,8 +318,9 @@ def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_di
         group["eps"] = ADAM_EPS
     episodes = build_episodes(fx)
     advantages = trainer.advantages(episodes, verdicts_of(fx))
-    samples = pack_samples(episodes, advantages.advantage, policy.tokenizer.pad_token_id,
-                           cfg.algorithm.mask_truncated_completions)
+    samples = pack_samples(
+        episodes, advantages.advantage, policy.tokenizer.pad_token_id, cfg.algorithm.mask_truncated_completions
+    )
 
     # The full-batch loss from the pure functions, before the update (independent of accumulation).
     with torch.no_grad():
@@ -269,8 +328,16 @@ def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_di
         ref = None
         if beta > 0:
             ref, _ = completion_logps(policy.reference_model(), samples.batch, cfg.rollout.temperature)
-        full_loss, _ = policy_loss(logps, logps, samples.advantages, samples.batch.completion_mask,
-                                   loss_type=loss_type, beta=beta, ref_logps=ref, max_completion_length=T)
+        full_loss, _ = policy_loss(
+            logps,
+            logps,
+            samples.advantages,
+            samples.batch.completion_mask,
+            loss_type=loss_type,
+            beta=beta,
+            ref_logps=ref,
+            max_completion_length=T,
+        )
 
     before = _snapshot(policy.model)
     capture = _GradCapture(policy.model)
@@ -280,9 +347,14 @@ def run_grouprl(model_dir: str, fx: Fixture, loss_type: str, beta: float, out_di
         capture.close()
     after = _snapshot(policy.model)
     return {
-        "before": before, "delta": {n: after[n] - before[n] for n in before}, "grads": capture.grads,
-        "grad_norm": metrics["grad_norm"], "reported_loss": metrics["loss"], "full_loss": float(full_loss),
-        "advantages": samples.advantages, "completion_tokens": float(samples.batch.completion_mask.sum()),
+        "before": before,
+        "delta": {n: after[n] - before[n] for n in before},
+        "grads": capture.grads,
+        "grad_norm": metrics["grad_norm"],
+        "reported_loss": metrics["loss"],
+        "full_loss": float(full_loss),
+        "advantages": samples.advantages,
+        "completion_tokens": float(samples.batch.completion_mask.sum()),
     }
 
 
@@ -339,11 +411,14 @@ def test_one_step_matches_trl(case, results):
     assert ours["full_loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)
 
 
-@pytest.mark.parametrize("case", [
-    "grpo",
-    "dr_grpo",
-    "dapo",
-])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "grpo",
+        "dr_grpo",
+        "dapo",
+    ],
+)
 def test_reported_loss_matches_trl(case, results):
     ours, theirs = results(case)
     assert ours["reported_loss"] == pytest.approx(theirs["loss"], rel=1e-4, abs=1e-6)
@@ -377,7 +452,7 @@ def test_rope_positions_from_mask_match_arange(model_dir, data):
         ids = torch.cat([batch.prompt_ids, batch.completion_ids], 1)
         att = torch.cat([batch.prompt_mask, batch.completion_mask], 1)
         Tb = batch.completion_ids.size(1)
-        logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -Tb - 1:-1].float()
+        logits = model(input_ids=ids, attention_mask=att, use_cache=False).logits[:, -Tb - 1 : -1].float()
         arange = torch.log_softmax(logits, -1).gather(-1, batch.completion_ids.unsqueeze(-1)).squeeze(-1)
     m = batch.completion_mask.bool()
     assert float((ours - arange)[m].abs().max()) < 1e-5
@@ -387,8 +462,13 @@ def test_rope_positions_from_mask_match_arange(model_dir, data):
 # name: (TRL loss_type, grouprl aggregation, grouprl keys, TRL arguments, micro-batches). The entropy bonus runs
 # on one micro-batch: TRL takes each micro-batch's own mean entropy, grouprl the whole batch's (equal on one).
 OBJECTIVES = {
-    "gspo": ("grpo", "grpo", {"loss": "gspo", "epsilon_low": 3e-4, "epsilon_high": 4e-4},
-             {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}, GA),
+    "gspo": (
+        "grpo",
+        "grpo",
+        {"loss": "gspo", "epsilon_low": 3e-4, "epsilon_high": 4e-4},
+        {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4},
+        GA,
+    ),
     "cispo": ("cispo", "dapo", {"loss": "cispo", "loss_options": {"epsilon_max": 5.0}}, {"epsilon_high": 5.0}, GA),
     "sapo": ("sapo", "grpo", {"loss": "sapo"}, {}, GA),
     "entropy_bonus": ("grpo", "grpo", {"entropy_coef": 0.05}, {"entropy_coef": 0.05}, 1),

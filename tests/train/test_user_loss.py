@@ -42,8 +42,16 @@ LOSSES = textwrap.dedent("""
 
 def tiny_model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64, pad_token_id=0)
+    cfg = Qwen2Config(
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
     return Qwen2ForCausalLM(cfg).float()
 
 
@@ -61,13 +69,16 @@ def test_a_good_user_loss_trains(tmp_path):
     assert stats["grad_norm"] > 0
 
 
-@pytest.mark.parametrize("fn, said", [
-    ("per_sequence", "returned a torch.float32 tensor of shape (2,); expected per-token terms (2, 3) or (2, 1)"),
-    ("a_number", "returned float 0.5; expected a float tensor of per-token terms"),
-    ("integers", "returned a torch.int64 tensor of shape (2, 3); expected a float tensor"),
-    ("detached", "returned terms without a gradient"),
-    ("bad_stats", "returned statistics as list"),
-])
+@pytest.mark.parametrize(
+    "fn, said",
+    [
+        ("per_sequence", "returned a torch.float32 tensor of shape (2,); expected per-token terms (2, 3) or (2, 1)"),
+        ("a_number", "returned float 0.5; expected a float tensor of per-token terms"),
+        ("integers", "returned a torch.int64 tensor of shape (2, 3); expected a float tensor"),
+        ("detached", "returned terms without a gradient"),
+        ("bad_stats", "returned statistics as list"),
+    ],
+)
 def test_a_broken_user_loss_is_one_line_naming_it(tmp_path, fn, said):
     with pytest.raises(UserLossError) as info:
         update_with(tmp_path, fn)

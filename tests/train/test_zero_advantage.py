@@ -17,8 +17,16 @@ from grouprl.train.zero_advantage import nothing_to_learn
 
 def tiny_model() -> Qwen2ForCausalLM:
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=16, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64, pad_token_id=0)
+    cfg = Qwen2Config(
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        pad_token_id=0,
+    )
     return Qwen2ForCausalLM(cfg).float()
 
 
@@ -29,9 +37,20 @@ def samples(adv: list[float]) -> StepSamples:
 
 
 def learner(**cli) -> Learner:
-    cfg = build_config(None, {"device": "cpu", "learning_rate": 0.05, "weight_decay": 0.1, "max_steps": 10,
-                              "warmup_steps": 0, "lr_scheduler_type": "linear", "grouped_scoring": False, **cli},
-                       environ={})
+    cfg = build_config(
+        None,
+        {
+            "device": "cpu",
+            "learning_rate": 0.05,
+            "weight_decay": 0.1,
+            "max_steps": 10,
+            "warmup_steps": 0,
+            "lr_scheduler_type": "linear",
+            "grouped_scoring": False,
+            **cli,
+        },
+        environ={},
+    )
     return Learner(cfg, Policy(model=tiny_model(), tokenizer=None, device=torch.device("cpu")))
 
 

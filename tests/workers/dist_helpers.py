@@ -34,13 +34,16 @@ def main(out: Path) -> None:
     everything = torch.randn(8, 3)
     mine = everything[:3] if r == 0 else everything[3:]
     result = {
-        "rank": r, "world": info.world_size, "is_main": info.is_main,
+        "rank": r,
+        "world": info.world_size,
+        "is_main": info.is_main,
         "shard": D.shard(rows, info),
         "token_sum": float(D.all_reduce_sum(float(len(mine)))),
         "metrics": D.mean_metrics({"loss": float(r + 1), "reward": 10.0 * r}),
         # rank 1 skipped every micro-batch (no loss); ratios: the batch's max and min, not their means
-        "uneven_metrics": D.mean_metrics({"grad_norm": 1.0 + r, "ratio_max": 1.0 + r, "ratio_min": 0.5 + r,
-                                          **({"loss": 4.0} if r == 0 else {})}),
+        "uneven_metrics": D.mean_metrics(
+            {"grad_norm": 1.0 + r, "ratio_max": 1.0 + r, "ratio_min": 0.5 + r, **({"loss": 4.0} if r == 0 else {})}
+        ),
         "shared_path": D.broadcast_object(f"built-by-rank-{D.process_info().rank}" if info.is_main else None),
         "ddp_grad": ddp_grad(info, mine),
     }

@@ -34,8 +34,14 @@ def batch(rows: list[dict], groups: list[int]) -> list[Episode]:
         choices = [gold, gold % n + 1, (gold + 1) % n + 1, None]
         for k, choice in enumerate(choices):
             text = "no answer" if choice is None else f"<think>x</think><answer>{choice}</answer><opinion>up</opinion>"
-            step = Step(prompt_text=row["question"], prompt_ids=[], action_text=text, action_ids=[], truncated=False,
-                        anchor_state=None)
+            step = Step(
+                prompt_text=row["question"],
+                prompt_ids=[],
+                action_text=text,
+                action_ids=[],
+                truncated=False,
+                anchor_state=None,
+            )
             out.append(Episode(group_id=local, index_in_group=k, row=row, steps=[step]))
     return out
 
@@ -48,9 +54,15 @@ def run(disc_dir: str, out: Path, parallel: DataParallel) -> None:
     mine = parallel.rows(list(range(len(rows))))
     for _ in range(2):  # two batches: the second is scored by the updated discriminator and mixer
         scores = scorer.score(batch(rows, mine))
-    torch.save({"disc": {k: v.clone() for k, v in disc.model.state_dict().items()}, "logits": mixer.logits.detach(),
-                "scores": scores.episode, "metrics": scores.metrics},
-               out / f"grail-w{parallel.info.world_size}-r{parallel.info.rank}.pt")
+    torch.save(
+        {
+            "disc": {k: v.clone() for k, v in disc.model.state_dict().items()},
+            "logits": mixer.logits.detach(),
+            "scores": scores.episode,
+            "metrics": scores.metrics,
+        },
+        out / f"grail-w{parallel.info.world_size}-r{parallel.info.rank}.pt",
+    )
 
 
 if __name__ == "__main__":

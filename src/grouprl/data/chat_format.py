@@ -41,21 +41,32 @@ def check_chat_template(value: str | None, kwargs: dict[str, Any] | None = None)
     try:
         template = resolve_chat_template(value)
     except UnicodeDecodeError as err:
-        raise ConfigError(f"config key 'chat_template': {where} is not UTF-8 text (byte {err.object[err.start]:#04x} "
-                          f"at offset {err.start}); expected a Jinja chat template") from None
+        raise ConfigError(
+            f"config key 'chat_template': {where} is not UTF-8 text (byte {err.object[err.start]:#04x} "
+            f"at offset {err.start}); expected a Jinja chat template"
+        ) from None
     except (FileNotFoundError, IsADirectoryError, PermissionError) as err:
         raise ConfigError(f"config key 'chat_template': {err}") from None
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    conversation = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "2+2?"},
-                    {"role": "assistant", "content": "4"}, {"role": "user", "content": "3+3?"}]
+    conversation = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+3?"},
+    ]
     rendered = None
     for messages in (conversation, conversation[1:2]):  # some templates refuse a system turn: a user turn must work
         try:
             # transformers annotates it -> str; it returns (rendered conversations, generation indices)
             rendered, _ = render_jinja_template(  # type: ignore[str-unpack]
-                conversations=[messages], chat_template=template, add_generation_prompt=True, bos_token="",
-                eos_token="", **(kwargs or {}))
+                conversations=[messages],
+                chat_template=template,
+                add_generation_prompt=True,
+                bos_token="",
+                eos_token="",
+                **(kwargs or {}),
+            )
             if messages[-1]["content"] in rendered[0]:
                 break
             failure, rendered = "the last user message is not in what it renders", None
@@ -64,9 +75,11 @@ def check_chat_template(value: str | None, kwargs: dict[str, Any] | None = None)
             line = f"line {lineno}: " if lineno else ""
             failure = f"{line}{type(err).__name__}: {err}".replace("\n", " ")
     if rendered is None:
-        raise ConfigError(f"config key 'chat_template': {where} cannot render a conversation ({failure[:300]}); "
-                          "expected a Jinja chat template that writes each message's content ('messages': role, "
-                          "content)")
+        raise ConfigError(
+            f"config key 'chat_template': {where} cannot render a conversation ({failure[:300]}); "
+            "expected a Jinja chat template that writes each message's content ('messages': role, "
+            "content)"
+        )
 
 
 def apply_chat_template(tokenizer, chat_template: str | None) -> None:
@@ -79,20 +92,29 @@ def apply_chat_template(tokenizer, chat_template: str | None) -> None:
 _warned = False
 
 
-def render_prompt_ids(tokenizer, messages: list[dict[str, str]], chat_template_kwargs: dict[str, Any] | None = None,
-                      max_prompt_length: int | None = None) -> tuple[str, list[int], bool]:
+def render_prompt_ids(
+    tokenizer,
+    messages: list[dict[str, str]],
+    chat_template_kwargs: dict[str, Any] | None = None,
+    max_prompt_length: int | None = None,
+) -> tuple[str, list[int], bool]:
     """(prompt text, prompt token ids, truncated): the chat template with its kwargs, then the
     last ``max_prompt_length`` tokens. The first cut of a process is warned about; the runner
     marks every cut step (``Step.prompt_truncated``), so the metrics count them."""
     global _warned
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
-                                         **(chat_template_kwargs or {}))
+    text = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {})
+    )
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     if not max_prompt_length or len(ids) <= max_prompt_length:
         return text, ids, False
     if not _warned:
-        log.warning("prompt of %d tokens cut to its last max_prompt_length=%d tokens (left truncation); further "
-                    "cuts are counted in the metric prompts/truncated", len(ids), max_prompt_length)
+        log.warning(
+            "prompt of %d tokens cut to its last max_prompt_length=%d tokens (left truncation); further "
+            "cuts are counted in the metric prompts/truncated",
+            len(ids),
+            max_prompt_length,
+        )
         _warned = True
     ids = ids[-max_prompt_length:]
     return tokenizer.decode(ids), ids, True

@@ -42,8 +42,10 @@ def load_mixture(mixture: DatasetMixture | dict[str, Any]):
         if entry.columns:
             missing = [c for c in entry.columns if c not in ds.column_names]
             if missing:
-                raise MixtureError(f"dataset_mixture: {entry.id} (split {entry.split}) has no columns {missing}; "
-                                   f"it has {ds.column_names}")
+                raise MixtureError(
+                    f"dataset_mixture: {entry.id} (split {entry.split}) has no columns {missing}; "
+                    f"it has {ds.column_names}"
+                )
             ds = ds.select_columns(entry.columns)
         if entry.weight is not None:
             kept = max(1, int(len(ds) * entry.weight))
@@ -53,8 +55,9 @@ def load_mixture(mixture: DatasetMixture | dict[str, Any]):
     column_sets = {tuple(sorted(ds.column_names)) for _, ds in parts}
     if len(column_sets) > 1:
         listing = "; ".join(f"{e.id} ({e.split}): {sorted(ds.column_names)}" for e, ds in parts)
-        raise MixtureError(f"dataset_mixture: the datasets' columns differ ({listing}); select the same set with "
-                           "'columns' on each")
+        raise MixtureError(
+            f"dataset_mixture: the datasets' columns differ ({listing}); select the same set with 'columns' on each"
+        )
     combined = datasets.concatenate_datasets([ds for _, ds in parts]).shuffle(seed=mixture.seed)
     log.debug("dataset_mixture: %d rows from %d datasets", len(combined), len(parts))
     if not mixture.test_split_size:

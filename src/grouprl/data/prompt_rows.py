@@ -82,11 +82,15 @@ def to_prompt_rows(dataset, spec: PromptSpec, where: str) -> PromptRows:
     """Task rows from a ``datasets.Dataset`` (or any list of dicts); ``where`` names it in messages."""
     columns = list(getattr(dataset, "column_names", None) or (list(dataset[0]) if len(dataset) else []))
     if spec.prompt_column not in columns:
-        raise ValueError(f"{where}: no prompt column {spec.prompt_column!r} (dataset_prompt_column); "
-                         f"the dataset has columns {columns}")
+        raise ValueError(
+            f"{where}: no prompt column {spec.prompt_column!r} (dataset_prompt_column); "
+            f"the dataset has columns {columns}"
+        )
     if spec.solution_column and spec.solution_column not in columns:
-        raise ValueError(f"{where}: no solution column {spec.solution_column!r} (dataset_solution_column); "
-                         f"the dataset has columns {columns}")
+        raise ValueError(
+            f"{where}: no solution column {spec.solution_column!r} (dataset_solution_column); "
+            f"the dataset has columns {columns}"
+        )
     rows, bad = [], []
     for index, raw in enumerate(dataset):
         try:
@@ -98,8 +102,13 @@ def to_prompt_rows(dataset, spec: PromptSpec, where: str) -> PromptRows:
         if spec.solution_column:
             problem = _solution_problem(raw.get(spec.solution_column), spec.check_solution)
             if problem:
-                bad.append((index, f"column {spec.solution_column!r}: {problem} "
-                                   f"(value {str(raw.get(spec.solution_column))[:40]!r})"))
+                bad.append(
+                    (
+                        index,
+                        f"column {spec.solution_column!r}: {problem} "
+                        f"(value {str(raw.get(spec.solution_column))[:40]!r})",
+                    )
+                )
                 continue
             row[GROUND_TRUTH] = raw[spec.solution_column]
         rows.append(row)
@@ -112,10 +121,13 @@ def report_bad_rows(where: str, bad: list[tuple[int, str]], total: int, max_frac
     """Warn with the row numbers; stop (BadRowsError) past ``max_fraction`` of ``total``."""
     if not bad:
         return
-    shown = "; ".join(f"row {i}: {why}" for i, why in bad[:10]) + (f"; ... {len(bad) - 10} more" if len(bad) > 10
-                                                                    else "")
+    shown = "; ".join(f"row {i}: {why}" for i, why in bad[:10]) + (
+        f"; ... {len(bad) - 10} more" if len(bad) > 10 else ""
+    )
     fraction = len(bad) / max(total, 1)
     if fraction > max_fraction:
-        raise BadRowsError(f"{where}: {len(bad)} of {total} rows are bad ({fraction:.1%} > max_bad_row_fraction="
-                           f"{max_fraction}): {shown}")
+        raise BadRowsError(
+            f"{where}: {len(bad)} of {total} rows are bad ({fraction:.1%} > max_bad_row_fraction="
+            f"{max_fraction}): {shown}"
+        )
     log.warning("%s: dropped %d of %d bad rows: %s", where, len(bad), total, shown)

@@ -37,8 +37,10 @@ def check_utf8(path: str | Path) -> None:
             try:
                 line.decode("utf-8")
             except UnicodeDecodeError as err:
-                raise DatasetSourceError(f"dataset file {path}: row {lineno} (line {lineno}) is not UTF-8 text (byte "
-                                         f"{line[err.start]:#04x} at column {err.start + 1}); expected UTF-8") from None
+                raise DatasetSourceError(
+                    f"dataset file {path}: row {lineno} (line {lineno}) is not UTF-8 text (byte "
+                    f"{line[err.start]:#04x} at column {err.start + 1}); expected UTF-8"
+                ) from None
 
 
 def _check_text_files(path: Path) -> None:
@@ -63,16 +65,20 @@ def load_split(source: str, config: str | None, split: str):
     if path.is_file():
         builder = FILE_BUILDERS.get(path.suffix.lower())
         if builder is None:
-            raise DatasetSourceError(f"dataset file {path}: unknown format {path.suffix!r}; expected one of "
-                                     f"{sorted(FILE_BUILDERS)}")
+            raise DatasetSourceError(
+                f"dataset file {path}: unknown format {path.suffix!r}; expected one of {sorted(FILE_BUILDERS)}"
+            )
         if split != "train":
-            raise DatasetSourceError(f"dataset file {path}: a single file is the 'train' split only, asked for "
-                                     f"{split!r}; use test_split_size or a dir with {split} files")
+            raise DatasetSourceError(
+                f"dataset file {path}: a single file is the 'train' split only, asked for "
+                f"{split!r}; use test_split_size or a dir with {split} files"
+            )
         try:
             return datasets.load_dataset(builder, data_files=str(path), split="train")
         except Exception as err:  # noqa: BLE001 - the builders raise many kinds; one line for the user
-            raise DatasetSourceError(f"dataset file {path}: cannot be read as {builder} ({type(err).__name__}: "
-                                     f"{str(err)[:300]})") from None
+            raise DatasetSourceError(
+                f"dataset file {path}: cannot be read as {builder} ({type(err).__name__}: {str(err)[:300]})"
+            ) from None
     if path.is_dir() and _is_saved_to_disk(path):
         loaded = datasets.load_from_disk(str(path))
         if isinstance(loaded, datasets.DatasetDict):
@@ -80,8 +86,9 @@ def load_split(source: str, config: str | None, split: str):
                 raise DatasetSourceError(f"dataset dir {path}: no split {split!r}; it has {sorted(loaded)}")
             return loaded[split]
         if split != "train":
-            raise DatasetSourceError(f"dataset dir {path}: a saved Dataset is the 'train' split only, asked for "
-                                     f"{split!r}")
+            raise DatasetSourceError(
+                f"dataset dir {path}: a saved Dataset is the 'train' split only, asked for {split!r}"
+            )
         return loaded
     where = f"dataset dir {path}" if path.is_dir() else f"hub dataset {source!r}"
     log.debug("load_dataset(%r, %r, split=%r)", source, config, split)
@@ -90,5 +97,6 @@ def load_split(source: str, config: str | None, split: str):
     except ValueError as err:  # an unknown split or config
         raise DatasetSourceError(f"{where} (config {config!r}): {str(err)[:400]}") from None
     except FileNotFoundError as err:
-        raise DatasetSourceError(f"{where}: not found ({str(err)[:300]}); a hub id needs the network, "
-                                 "a local path must exist") from None
+        raise DatasetSourceError(
+            f"{where}: not found ({str(err)[:300]}); a hub id needs the network, a local path must exist"
+        ) from None

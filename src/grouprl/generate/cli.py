@@ -38,19 +38,30 @@ REQUIRED = ("dataset", "model", "base_url", "output_dir")
 
 
 def add_generate_parser(sub) -> argparse.ArgumentParser:
-    gen = sub.add_parser("generate", help="completions for a dataset from an OpenAI-compatible server (resumable)",
-                         description="Query an OpenAI-compatible endpoint for every row of a dataset; a rerun "
-                                     "of the same command skips requests already written.")
+    gen = sub.add_parser(
+        "generate",
+        help="completions for a dataset from an OpenAI-compatible server (resumable)",
+        description="Query an OpenAI-compatible endpoint for every row of a dataset; a rerun "
+        "of the same command skips requests already written.",
+    )
     for field in dataclasses.fields(GenerateSpec):
         kind = {"int": int, "float": float, "bool": None}.get(str(field.type).split(" ")[0], str)
         if field.name in REQUIRED:
             gen.add_argument(f"--{field.name}", required=True, help=f"{HELP[field.name]} (required)")
         elif kind is None:
-            gen.add_argument(f"--{field.name}", default=field.default, action=argparse.BooleanOptionalAction,
-                             help=f"{HELP[field.name]} (default: {field.default})")
+            gen.add_argument(
+                f"--{field.name}",
+                default=field.default,
+                action=argparse.BooleanOptionalAction,
+                help=f"{HELP[field.name]} (default: {field.default})",
+            )
         else:
-            gen.add_argument(f"--{field.name}", default=field.default, type=kind,
-                             help=f"{HELP[field.name]} (default: {field.default})")
+            gen.add_argument(
+                f"--{field.name}",
+                default=field.default,
+                type=kind,
+                help=f"{HELP[field.name]} (default: {field.default})",
+            )
     gen.set_defaults(func=cmd_generate)
     return gen
 

@@ -85,6 +85,7 @@ class GenerationFailed(RuntimeError):
 
 def check_spec(spec: GenerateSpec) -> None:
     """Every flag in range before any row is read or request sent; ``ConfigError`` names the flag."""
+
     def bad(flag: str, value: Any, expected: str) -> ConfigError:
         return ConfigError(f"grouprl generate --{flag}: got {value!r}; expected {expected}")
 
@@ -99,9 +100,12 @@ def check_spec(spec: GenerateSpec) -> None:
             raise bad(flag, getattr(spec, flag), f"a whole number >= {low}")
     if spec.max_rows is not None and spec.max_rows < 1:
         raise bad("max_rows", spec.max_rows, "a whole number >= 1 (or leave it out: every row)")
-    for flag, ok, expected in (("temperature", lambda v: 0 <= v, ">= 0"), ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
-                               ("timeout", lambda v: v > 0, "> 0 seconds"),
-                               ("backoff_seconds", lambda v: v >= 0, ">= 0 seconds")):
+    for flag, ok, expected in (
+        ("temperature", lambda v: 0 <= v, ">= 0"),
+        ("top_p", lambda v: 0 < v <= 1, "in (0, 1]"),
+        ("timeout", lambda v: v > 0, "> 0 seconds"),
+        ("backoff_seconds", lambda v: v >= 0, ">= 0 seconds"),
+    ):
         value = getattr(spec, flag)
         if not math.isfinite(value) or not ok(value):
             raise bad(flag, value, f"a number {expected}")
@@ -115,16 +119,19 @@ def load_rows(spec: GenerateSpec) -> list[dict[str, Any]]:
 
     path = Path(spec.dataset).expanduser()
     if not path.exists() and (spec.dataset.startswith((".", "/", "~")) or path.suffix.lower() in FILE_BUILDERS):
-        raise ConfigError(f"grouprl generate --dataset: {spec.dataset} does not exist; expected a data file "
-                          f"({', '.join(sorted(FILE_BUILDERS))}), a dataset dir or a hub id")
+        raise ConfigError(
+            f"grouprl generate --dataset: {spec.dataset} does not exist; expected a data file "
+            f"({', '.join(sorted(FILE_BUILDERS))}), a dataset dir or a hub id"
+        )
     try:
         rows = list(load_split(spec.dataset, spec.dataset_config, spec.split))
     except ValueError as err:  # the source names the file, the split or the row
         raise ConfigError(f"grouprl generate --dataset: {err}") from None
     rows = rows[: spec.max_rows] if spec.max_rows else rows
     if not rows:
-        raise ConfigError(f"grouprl generate --dataset: {spec.dataset} split {spec.split!r} has no rows; expected "
-                          "at least one")
+        raise ConfigError(
+            f"grouprl generate --dataset: {spec.dataset} split {spec.split!r} has no rows; expected at least one"
+        )
     return rows
 
 
@@ -137,8 +144,9 @@ def request_keys(spec: GenerateSpec, messages: dict[int, list[dict[str, str]]]) 
     seen: dict[str, int] = {}
     keys = {}
     for i, row_messages in messages.items():
-        body = json.dumps({"model": spec.model, "messages": row_messages, **sampling}, sort_keys=True,
-                          ensure_ascii=False)
+        body = json.dumps(
+            {"model": spec.model, "messages": row_messages, **sampling}, sort_keys=True, ensure_ascii=False
+        )
         digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
         seen[digest] = seen.get(digest, -1) + 1
         keys[i] = f"{digest}#{seen[digest]}"
@@ -153,15 +161,20 @@ def build_messages(spec: GenerateSpec, row: dict[str, Any], index: int) -> list[
         import jinja2
 
         try:
-            value: Any = jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(
-                spec.prompt_template).render(**row)
+            value: Any = (
+                jinja2.Environment(undefined=jinja2.StrictUndefined).from_string(spec.prompt_template).render(**row)
+            )
         except Exception as err:  # noqa: BLE001 - a template is code: any error of it is the template's
-            raise ConfigError(f"grouprl generate --prompt_template on {spec.dataset} row {index}: "
-                              f"{type(err).__name__}: {err}; the row has {sorted(row)}") from None
+            raise ConfigError(
+                f"grouprl generate --prompt_template on {spec.dataset} row {index}: "
+                f"{type(err).__name__}: {err}; the row has {sorted(row)}"
+            ) from None
     else:
         if spec.prompt_column not in row:
-            raise ConfigError(f"{spec.dataset} row {index}: no prompt column {spec.prompt_column!r}; "
-                              f"it has {sorted(row)} (or give --prompt_template)")
+            raise ConfigError(
+                f"{spec.dataset} row {index}: no prompt column {spec.prompt_column!r}; "
+                f"it has {sorted(row)} (or give --prompt_template)"
+            )
         value = row[spec.prompt_column]
     try:
         return prompt_messages(value, spec.system_prompt)
@@ -192,26 +205,46 @@ MAX_BYTES = 16 << 20  # a chat completion is some kB a thousand tokens
 
 
 async def _request(client, spec: GenerateSpec, messages, row: int, k: int, key: str) -> dict[str, Any]:
-    body = {"model": spec.model, "messages": messages, "temperature": spec.temperature, "top_p": spec.top_p,
-            "max_tokens": spec.max_new_tokens}
+    body = {
+        "model": spec.model,
+        "messages": messages,
+        "temperature": spec.temperature,
+        "top_p": spec.top_p,
+        "max_tokens": spec.max_new_tokens,
+    }
     for attempt in range(spec.retries + 1):
         try:
-            reply = await chat_completion(client, spec.base_url, spec.api_key, body, deadline_s=spec.timeout,
-                                          max_bytes=MAX_BYTES)
-            return {"key": key, "k": k, "row": row, "model": spec.model, "generation": reply.text or "",
-                    "finish_reason": reply.finish_reason, "attempts": attempt + 1}
+            reply = await chat_completion(
+                client, spec.base_url, spec.api_key, body, deadline_s=spec.timeout, max_bytes=MAX_BYTES
+            )
+            return {
+                "key": key,
+                "k": k,
+                "row": row,
+                "model": spec.model,
+                "generation": reply.text or "",
+                "finish_reason": reply.finish_reason,
+                "attempts": attempt + 1,
+            }
         except RequestFailed as err:
             if attempt == spec.retries or not err.transient:
                 raise
-            delay = spec.backoff_seconds * 2 ** attempt * (1 + random.random() / 2)
-            log.info("row %d generation %d: %s; retry %d/%d in %.1fs", row, k, err.kind, attempt + 1,
-                     spec.retries, delay)
+            delay = spec.backoff_seconds * 2**attempt * (1 + random.random() / 2)
+            log.info(
+                "row %d generation %d: %s; retry %d/%d in %.1fs", row, k, err.kind, attempt + 1, spec.retries, delay
+            )
             await asyncio.sleep(delay)
     raise AssertionError("unreachable")
 
 
-async def _run(spec: GenerateSpec, todo: list[tuple[int, int]], messages: dict[int, list], keys: dict[int, str],
-               journal: JsonlAppender, bar) -> tuple[int, list[str]]:
+async def _run(
+    spec: GenerateSpec,
+    todo: list[tuple[int, int]],
+    messages: dict[int, list],
+    keys: dict[int, str],
+    journal: JsonlAppender,
+    bar,
+) -> tuple[int, list[str]]:
     import httpx
 
     client = httpx.AsyncClient(timeout=spec.timeout)
@@ -251,27 +284,42 @@ def generate(spec: GenerateSpec) -> GenerateResult:
     done = read_journal(out / JOURNAL)
     wanted = [(i, k) for i in range(len(rows)) for k in range(spec.num_generations)]
     todo = [(i, k) for i, k in wanted if (keys[i], k) not in done]
-    log.info("%d rows x %d generations: %d requests, %d already done", len(rows), spec.num_generations, len(wanted),
-             len(wanted) - len(todo))
+    log.info(
+        "%d rows x %d generations: %d requests, %d already done",
+        len(rows),
+        spec.num_generations,
+        len(wanted),
+        len(wanted) - len(todo),
+    )
     journal = JsonlAppender(out / JOURNAL)
-    bar = tqdm(total=len(wanted), initial=len(wanted) - len(todo), desc="generate", unit="req",
-               disable=not spec.progress)
+    bar = tqdm(
+        total=len(wanted), initial=len(wanted) - len(todo), desc="generate", unit="req", disable=not spec.progress
+    )
     try:
         done_now, errors = asyncio.run(_run(spec, todo, messages, keys, journal, bar)) if todo else (0, [])
     finally:
         bar.close()
         journal.close()
-    result = GenerateResult(rows=len(rows), requests=len(wanted), done_before=len(wanted) - len(todo),
-                            done_now=done_now, failed=len(errors), output=None)
+    result = GenerateResult(
+        rows=len(rows),
+        requests=len(wanted),
+        done_before=len(wanted) - len(todo),
+        done_now=done_now,
+        failed=len(errors),
+        output=None,
+    )
     if errors:
-        raise GenerationFailed(f"{len(errors)} of {len(todo)} requests failed after {spec.retries} retries "
-                               f"(rerun the same command to retry only those); first: {errors[0]}")
+        raise GenerationFailed(
+            f"{len(errors)} of {len(todo)} requests failed after {spec.retries} retries "
+            f"(rerun the same command to retry only those); first: {errors[0]}"
+        )
     result.output = str(write_outputs(spec, rows, keys, read_journal(out / JOURNAL)))
     return result
 
 
-def write_outputs(spec: GenerateSpec, rows: list[dict[str, Any]], keys: dict[int, str],
-                  done: dict[tuple[str, int], dict]) -> Path:
+def write_outputs(
+    spec: GenerateSpec, rows: list[dict[str, Any]], keys: dict[int, str], done: dict[tuple[str, int], dict]
+) -> Path:
     """generations.jsonl (written whole, then renamed) and dataset/ (save_to_disk); optional hub push."""
     import datasets
 
@@ -279,8 +327,14 @@ def write_outputs(spec: GenerateSpec, rows: list[dict[str, Any]], keys: dict[int
     records = []
     for i, row in enumerate(rows):
         answers = [done[(keys[i], k)] for k in range(spec.num_generations)]
-        records.append({**row, "generations": [a["generation"] for a in answers],
-                        "finish_reasons": [a["finish_reason"] for a in answers], "model_name": spec.model})
+        records.append(
+            {
+                **row,
+                "generations": [a["generation"] for a in answers],
+                "finish_reasons": [a["finish_reason"] for a in answers],
+                "model_name": spec.model,
+            }
+        )
     tmp = out / (OUTPUT + ".tmp")
     tmp.unlink(missing_ok=True)
     with JsonlAppender(tmp) as sink:
@@ -299,6 +353,11 @@ def push_dataset(path: Path, repo_id: str, endpoint: str | None, token: str | No
 
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, repo_type="dataset", private=True, exist_ok=True)
-    info = api.upload_file(path_or_fileobj=str(path), path_in_repo=f"data/{path.name}", repo_id=repo_id,
-                           repo_type="dataset", commit_message="grouprl generate")
+    info = api.upload_file(
+        path_or_fileobj=str(path),
+        path_in_repo=f"data/{path.name}",
+        repo_id=repo_id,
+        repo_type="dataset",
+        commit_message="grouprl generate",
+    )
     return info.oid

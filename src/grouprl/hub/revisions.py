@@ -22,8 +22,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 # Local-only checkpoint state (grouprl's names and the usual torch/TRL ones).
-LOCAL_ONLY = ["optimizer.pt", "scheduler.pt", "rng.pt", "rng_state*.pth", "*.pth", "global_step*/*",
-              "checkpoint-*/*"]
+LOCAL_ONLY = ["optimizer.pt", "scheduler.pt", "rng.pt", "rng_state*.pth", "*.pth", "global_step*/*", "checkpoint-*/*"]
 
 
 class HubRevisionError(RuntimeError):
@@ -68,12 +67,15 @@ class HubPusher:
     def _prepare_branch(self, branch: str) -> None:
         self._ensure_repo()
         # main always exists (the repo's initial commit): it counts as taken once it holds more.
-        taken = len(self.api.list_repo_commits(self.target.repo_id)) > 1 if branch == "main" \
-            else branch in self._branches()
+        taken = (
+            len(self.api.list_repo_commits(self.target.repo_id)) > 1 if branch == "main" else branch in self._branches()
+        )
         if taken:
             if not self.target.overwrite:
-                raise HubRevisionError(f"hub repo {self.target.repo_id}: revision '{branch}' exists; set "
-                                       "overwrite_hub_revision to push over it")
+                raise HubRevisionError(
+                    f"hub repo {self.target.repo_id}: revision '{branch}' exists; set "
+                    "overwrite_hub_revision to push over it"
+                )
             return
         if branch != "main":
             initial = self.api.list_repo_commits(self.target.repo_id)[-1].commit_id  # newest first
@@ -81,8 +83,13 @@ class HubPusher:
 
     def _upload(self, folder: Path, branch: str, message: str) -> str:
         self._prepare_branch(branch)
-        info = self.api.upload_folder(repo_id=self.target.repo_id, folder_path=str(folder), revision=branch,
-                                      commit_message=message, ignore_patterns=LOCAL_ONLY)
+        info = self.api.upload_folder(
+            repo_id=self.target.repo_id,
+            folder_path=str(folder),
+            revision=branch,
+            commit_message=message,
+            ignore_patterns=LOCAL_ONLY,
+        )
         log.info("pushed %s to %s@%s (%s)", folder, self.target.repo_id, branch, info.oid)
         return info.oid
 
@@ -113,8 +120,9 @@ class HubPusher:
             branch, err = first_error
             if isinstance(err, HubRevisionError):
                 raise err
-            raise HubRevisionError(f"hub repo {self.target.repo_id}: push to '{branch}' failed: "
-                                   f"{type(err).__name__}: {err}") from err
+            raise HubRevisionError(
+                f"hub repo {self.target.repo_id}: push to '{branch}' failed: {type(err).__name__}: {err}"
+            ) from err
         return done
 
     def close(self) -> None:

@@ -29,8 +29,12 @@ def completion_table(step: int, episodes, verdicts, count: int, seed: int, width
         episode = episodes[index]
         last = episode.steps[-1]
         prompt = episode.steps[0].observation or str(episode.row.get("question", ""))
-        table.add_row(_one_line(prompt, width // 2), _one_line(last.action_text, width), f"{verdicts[index].score:.2f}",
-                      "yes" if verdicts[index].correct else "no")
+        table.add_row(
+            _one_line(prompt, width // 2),
+            _one_line(last.action_text, width),
+            f"{verdicts[index].score:.2f}",
+            "yes" if verdicts[index].correct else "no",
+        )
     return table
 
 

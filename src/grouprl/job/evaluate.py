@@ -33,24 +33,42 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, Any]], params: SamplingParams,
-             scorer: Scorer, out_path: str | Path | None = None,
-             settings: EpisodeSettings | ConversationSettings | None = None,
-             pool=None, k: int = 1, progress: Callable[[int, int, int], None] | None = None) -> dict[str, float]:
+def evaluate(
+    backend: GenerationBackend,
+    tokenizer,
+    task,
+    rows: list[dict[str, Any]],
+    params: SamplingParams,
+    scorer: Scorer,
+    out_path: str | Path | None = None,
+    settings: EpisodeSettings | ConversationSettings | None = None,
+    pool=None,
+    k: int = 1,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> dict[str, float]:
     """``k`` episodes per row, scored; the outcome measures, ``pass@k`` and the task's own measures.
     ``out_path``: one record per episode (replaced, never appended to). ``progress(rows done, rows,
     tokens generated)``: called from inside the batched generation (the hf backend, after each decode
     step) and once at the end (``job/progress.py``); the rows are generated in one batch either way."""
     if progress is not None:  # k episodes per row: rows done = sequences done // k
         params = replace(params, progress=lambda done, total, tokens: progress(done // k, len(rows), tokens))
-    episodes = run_episodes([task.env_factory(row) for row in rows], rows, k, backend, tokenizer, params,
-                            settings=settings or SINGLE_TURN, seeds=[task.seed_of(row) for row in rows], pool=pool)
+    episodes = run_episodes(
+        [task.env_factory(row) for row in rows],
+        rows,
+        k,
+        backend,
+        tokenizer,
+        params,
+        settings=settings or SINGLE_TURN,
+        seeds=[task.seed_of(row) for row in rows],
+        pool=pool,
+    )
     if progress is not None:
         progress(len(rows), len(rows), sum(len(step.action_ids) for ep in episodes for step in ep.steps))
     with scorer.eval_mode():
         verdicts = scorer.score(episodes).verdicts
     result = outcome_metrics(episodes, verdicts, scorer.part_keys, task.multi_step)
-    groups = [verdicts[g * k:(g + 1) * k] for g in range(len(rows))]
+    groups = [verdicts[g * k : (g + 1) * k] for g in range(len(rows))]
     result[f"pass@{k}"] = sum(pass_at_k(k, sum(v.correct for v in grp), k) for grp in groups) / max(len(rows), 1)
     result.update({"n": len(episodes), "n_prompts": len(rows)})
     result.update(task.eval_metrics(episodes))  # the task's own measures (slates: next click, opinion, ...)
@@ -62,11 +80,14 @@ def evaluate(backend: GenerationBackend, tokenizer, task, rows: list[dict[str, A
     return result
 
 
-def check_accuracy(task, scorer, rows, params: SamplingParams,
-                   settings: EpisodeSettings | ConversationSettings | None = None):
+def check_accuracy(
+    task, scorer, rows, params: SamplingParams, settings: EpisodeSettings | ConversationSettings | None = None
+):
     """``evaluate`` on a model mid-SFT (the stop rule's measurement)."""
+
     def measure(model, tokenizer) -> dict[str, float]:
-        return evaluate(HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer,
-                        settings=settings)
+        return evaluate(
+            HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer, settings=settings
+        )
 
     return measure

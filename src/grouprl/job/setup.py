@@ -39,8 +39,11 @@ def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bo
     found: list[TrainObserver] = []
     main = process_info().is_main
     if main and (cfg.logging.log_rollouts or cfg.logging.save_trajectories_every):
-        found.append(RolloutLogs(Path(cfg.train.output_dir), cfg.logging.log_rollouts, cfg.logging.save_trajectories_every,
-                                 multi_step))
+        found.append(
+            RolloutLogs(
+                Path(cfg.train.output_dir), cfg.logging.log_rollouts, cfg.logging.save_trajectories_every, multi_step
+            )
+        )
     if cfg.eval.eval_strategy == "steps":
         found.append(PeriodicEval(cfg, sink, eval_rows))
     if not main:
@@ -48,8 +51,11 @@ def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bo
     if cfg.logging.num_completions_to_print:  # the behaviour changing, in the terminal
         from grouprl.job.completion_samples import CompletionSamples
 
-        found.append(CompletionSamples(sink.console, cfg.logging.num_completions_to_print,
-                                       cfg.logging.completions_print_steps, cfg.train.seed))
+        found.append(
+            CompletionSamples(
+                sink.console, cfg.logging.num_completions_to_print, cfg.logging.completions_print_steps, cfg.train.seed
+            )
+        )
     hub = cfg.hub
     pusher = None
     if hub.push_to_hub or hub.push_to_hub_revision:
@@ -57,9 +63,13 @@ def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bo
             raise ConfigError("config keys 'push_to_hub'/'push_to_hub_revision' need 'hub_model_id' (org/name)")
         from grouprl.hub.revisions import HubPusher, HubTarget
 
-        pusher = HubPushObserver(HubPusher(HubTarget(hub.hub_model_id, hub.hub_model_revision, hub.hub_private_repo,
-                                                     hub.overwrite_hub_revision)),
-                                 hub.push_to_hub_revision, hub.push_to_hub)
+        pusher = HubPushObserver(
+            HubPusher(
+                HubTarget(hub.hub_model_id, hub.hub_model_revision, hub.hub_private_repo, hub.overwrite_hub_revision)
+            ),
+            hub.push_to_hub_revision,
+            hub.push_to_hub,
+        )
         found.append(pusher)
     if cfg.train.save_total_limit:
         found.append(CheckpointRotation(cfg.train.save_total_limit, pusher.busy if pusher else None))

@@ -6,9 +6,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 
-def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_dir: str | Path, *, max_steps: int,
-                   learning_rate: float, batch_size: int, seed: int,
-                   stop_when: Callable[[Any, Any], bool] | None = None, check_every: int = 10) -> Path:
+def sft_warm_start(
+    model_dir: str,
+    rows: list[dict[str, Any]],
+    messages_fn,
+    out_dir: str | Path,
+    *,
+    max_steps: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    stop_when: Callable[[Any, Any], bool] | None = None,
+    check_every: int = 10,
+) -> Path:
     """Fine-tune ``model_dir`` on (prompt, gold completion) pairs; save to ``out_dir``.
 
     Stops after ``max_steps`` steps, or earlier at the first multiple of ``check_every`` where
@@ -19,10 +29,12 @@ def sft_warm_start(model_dir: str, rows: list[dict[str, Any]], messages_fn, out_
     from transformers import AutoModelForCausalLM
     from trl import SFTConfig, SFTTrainer
 
-    data = Dataset.from_list([
-        {"prompt": messages_fn(r), "completion": [{"role": "assistant", "content": r["gold_completion"]}]}
-        for r in rows
-    ])
+    data = Dataset.from_list(
+        [
+            {"prompt": messages_fn(r), "completion": [{"role": "assistant", "content": r["gold_completion"]}]}
+            for r in rows
+        ]
+    )
     from grouprl.policy.loading import auto_tokenizer
 
     tokenizer = auto_tokenizer(model_dir)

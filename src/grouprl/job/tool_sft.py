@@ -29,25 +29,37 @@ from grouprl.tools.chat_template import ensure_tool_template
 from grouprl.train.conversation_samples import pack_conversations
 
 
-def expert_traces(task, tokenizer, settings: ConversationSettings, n_episodes: int,
-                  max_new_tokens: int = 256) -> list[Episode]:
+def expert_traces(
+    task, tokenizer, settings: ConversationSettings, n_episodes: int, max_new_tokens: int = 256
+) -> list[Episode]:
     """``n_episodes`` expert conversations on the task's SFT rows (seeds RL and evaluation never use)."""
     reply = task.expert_reply
     if reply is None:
-        raise ConfigError(f"the tool SFT warm start plays a scripted solver; task {task.name!r} has none "
-                          "(Task.expert_reply): set sft_steps: 0, or give the task one")
+        raise ConfigError(
+            f"the tool SFT warm start plays a scripted solver; task {task.name!r} has none "
+            "(Task.expert_reply): set sft_steps: 0, or give the task one"
+        )
     rows = task.sft_rows(n_episodes)
     settings = dataclasses.replace(settings, max_conversation_tokens=None)  # the expert's turns are never cut
-    episodes = run_conversations([task.env_factory(r) for r in rows], rows, 1, ScriptedBackend(tokenizer, reply),
-                                 tokenizer, SamplingParams(max_new_tokens=max_new_tokens), settings,
-                                 [task.seed_of(r) for r in rows])
+    episodes = run_conversations(
+        [task.env_factory(r) for r in rows],
+        rows,
+        1,
+        ScriptedBackend(tokenizer, reply),
+        tokenizer,
+        SamplingParams(max_new_tokens=max_new_tokens),
+        settings,
+        [task.seed_of(r) for r in rows],
+    )
     failed = [ep for ep in episodes if not ep.success]
     if failed:
         errors = [r["content"] for s in failed[0].steps for r in (s.tool_results or []) if r.get("error")]
-        raise RuntimeError(f"expert traces: {len(failed)} of {len(episodes)} expert conversations failed; the first "
-                           f"ended ({failed[0].end_reason}) with {failed[0].steps[-1].action_text[:80]!r}"
-                           + (f" after the tool error {errors[0][:120]!r}" if errors else "")
-                           + f" (tools: {', '.join(t.name for t in settings.tools) or 'none'})")
+        raise RuntimeError(
+            f"expert traces: {len(failed)} of {len(episodes)} expert conversations failed; the first "
+            f"ended ({failed[0].end_reason}) with {failed[0].steps[-1].action_text[:80]!r}"
+            + (f" after the tool error {errors[0][:120]!r}" if errors else "")
+            + f" (tools: {', '.join(t.name for t in settings.tools) or 'none'})"
+        )
     return episodes
 
 
@@ -63,9 +75,20 @@ def sft_update(model, optimizer, part) -> float:
     return loss.item()
 
 
-def tool_sft(model_dir: str, task, settings: ConversationSettings, out_dir: str | Path, steps: int,
-             learning_rate: float, batch_size: int, seed: int, n_episodes: int = 400,
-             stop_when: Callable[[Any, Any], bool] | None = None, check_every: int = 20, console=None) -> Path:
+def tool_sft(
+    model_dir: str,
+    task,
+    settings: ConversationSettings,
+    out_dir: str | Path,
+    steps: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    n_episodes: int = 400,
+    stop_when: Callable[[Any, Any], bool] | None = None,
+    check_every: int = 20,
+    console=None,
+) -> Path:
     from rich.progress import Progress
     from transformers import AutoModelForCausalLM
 
@@ -119,8 +142,21 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
         def stop_when(model, tokenizer) -> bool:
             return measure(model, tokenizer)["success_rate"] >= train.sft_target_accuracy
 
-    console.log(f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
-                "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else ""))
-    return tool_sft(tiny, task, settings, Path(train.output_dir) / "sft_model", train.sft_steps,
-                    train.sft_learning_rate, train.sft_batch_size, train.seed, train.sft_demo_episodes, stop_when,
-                    check_every=50, console=console)
+    console.log(
+        f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
+        "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else "")
+    )
+    return tool_sft(
+        tiny,
+        task,
+        settings,
+        Path(train.output_dir) / "sft_model",
+        train.sft_steps,
+        train.sft_learning_rate,
+        train.sft_batch_size,
+        train.seed,
+        train.sft_demo_episodes,
+        stop_when,
+        check_every=50,
+        console=console,
+    )

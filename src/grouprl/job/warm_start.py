@@ -27,8 +27,9 @@ from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
 from grouprl.job.sft import sft_warm_start
 
 
-def demonstrations(task, rows: list[dict[str, Any]], policy: str, settings: EpisodeSettings,
-                   seed: int = 0) -> list[dict[str, Any]]:
+def demonstrations(
+    task, rows: list[dict[str, Any]], policy: str, settings: EpisodeSettings, seed: int = 0
+) -> list[dict[str, Any]]:
     """(prompt messages, action completion) pairs from playing each row's environment.
 
     ``policy="expert"`` plays the environment's expert moves; ``"random"`` uniformly random
@@ -43,8 +44,9 @@ def demonstrations(task, rows: list[dict[str, Any]], policy: str, settings: Epis
         history: list[tuple[str, str]] = []
         for instructions, obs, action, _ in play(task, row, policy, rng, settings.max_steps):
             completion = format_action(action, settings.action_pattern)
-            messages = build_messages(instructions, history, obs, settings.history_length,
-                                      settings.show_admissible_actions)
+            messages = build_messages(
+                instructions, history, obs, settings.history_length, settings.show_admissible_actions
+            )
             out.append({"messages": messages, "gold_completion": completion})
             history.append((obs.text, completion))
     return out
@@ -53,8 +55,10 @@ def demonstrations(task, rows: list[dict[str, Any]], policy: str, settings: Epis
 def env_demonstrations(cfg: Config, task, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     settings = episode_settings(cfg, task)
     if isinstance(settings, ConversationSettings):
-        raise ConfigError("environment demonstrations play one action a step; with episode_mode: conversation the "
-                          "warm start plays expert conversations (job/tool_sft.py)")
+        raise ConfigError(
+            "environment demonstrations play one action a step; with episode_mode: conversation the "
+            "warm start plays expert conversations (job/tool_sft.py)"
+        )
     return demonstrations(task, rows, cfg.train.sft_demonstrations, settings, cfg.train.seed)
 
 
@@ -62,9 +66,16 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     """Build the tiny model for the task and warm it with a deliberately short SFT."""
     out = Path(cfg.train.output_dir)
     model_config, train = cfg.model, cfg.train
-    tiny = init_tiny(task.tokenizer_corpus(), out / "tiny_model", model_config.tiny_hidden_size,
-                     model_config.tiny_num_layers, model_config.tiny_num_heads, seed=train.seed,
-                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)
+    tiny = init_tiny(
+        task.tokenizer_corpus(),
+        out / "tiny_model",
+        model_config.tiny_hidden_size,
+        model_config.tiny_num_layers,
+        model_config.tiny_num_heads,
+        seed=train.seed,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )
     console.log(f"built tiny Qwen2 model at {tiny}")
     if train.sft_steps == 0 or not task.has_gold_completions:
         if train.sft_steps:
@@ -77,9 +88,10 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
         return str(sft_conversations(cfg, task, scorer, str(tiny), conversation, console))
     if task.multi_step:
         return str(sft_environment(cfg, task, scorer, str(tiny), console))
-    console.log(f"SFT warm start: up to {train.sft_steps} steps on gold solutions (TRL SFTTrainer)"
-                + (f", stopping at {train.sft_target_accuracy:.0%} greedy accuracy"
-                   if train.sft_target_accuracy else ""))
+    console.log(
+        f"SFT warm start: up to {train.sft_steps} steps on gold solutions (TRL SFTTrainer)"
+        + (f", stopping at {train.sft_target_accuracy:.0%} greedy accuracy" if train.sft_target_accuracy else "")
+    )
     # Held-back training rows (never trained on) decide the early stop; the eval split stays untouched.
     n_check = min(200, len(task.train_rows) // 10)
     sft_rows, check_rows = task.train_rows[:-n_check], task.train_rows[-n_check:]
@@ -91,9 +103,17 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
         def stop_when(model, tokenizer) -> bool:
             return measure(model, tokenizer)["accuracy"] >= train.sft_target_accuracy
 
-    path = sft_warm_start(str(tiny), sft_rows, task.messages, out / "sft_model", max_steps=train.sft_steps,
-                          learning_rate=train.sft_learning_rate, batch_size=train.sft_batch_size, seed=train.seed,
-                          stop_when=stop_when)
+    path = sft_warm_start(
+        str(tiny),
+        sft_rows,
+        task.messages,
+        out / "sft_model",
+        max_steps=train.sft_steps,
+        learning_rate=train.sft_learning_rate,
+        batch_size=train.sft_batch_size,
+        seed=train.seed,
+        stop_when=stop_when,
+    )
     return str(path)
 
 
@@ -112,10 +132,15 @@ def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> P
     check_rows = task.train_rows[:ENV_CHECK_EPISODES]
     demo_rows = task.demonstration_rows(train.sft_demo_episodes, skip=ENV_CHECK_EPISODES)
     demos = env_demonstrations(cfg, task, demo_rows)
-    console.log(f"SFT warm start: {len(demos)} {train.sft_demonstrations} demonstration steps from "
-                f"{len(demo_rows)} episodes, up to {train.sft_steps} steps, stopping at <= 5% invalid actions"
-                + (f" and {train.sft_target_accuracy:.0%} success" if train.sft_demonstrations == "expert"
-                   and train.sft_target_accuracy else ""))
+    console.log(
+        f"SFT warm start: {len(demos)} {train.sft_demonstrations} demonstration steps from "
+        f"{len(demo_rows)} episodes, up to {train.sft_steps} steps, stopping at <= 5% invalid actions"
+        + (
+            f" and {train.sft_target_accuracy:.0%} success"
+            if train.sft_demonstrations == "expert" and train.sft_target_accuracy
+            else ""
+        )
+    )
     params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
     measure = check_accuracy(task, scorer, check_rows, params, episode_settings(cfg, task))
     target = train.sft_target_accuracy if train.sft_demonstrations == "expert" else None
@@ -124,13 +149,29 @@ def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> P
         result = measure(model, tokenizer)
         return result["invalid_action_rate"] <= 0.05 and (target is None or result["success_rate"] >= target)
 
-    return sft_warm_start(tiny, demos, lambda r: r["messages"], Path(cfg.train.output_dir) / "sft_model",
-                          max_steps=train.sft_steps, learning_rate=train.sft_learning_rate,
-                          batch_size=train.sft_batch_size, seed=train.seed, stop_when=stop_when)
+    return sft_warm_start(
+        tiny,
+        demos,
+        lambda r: r["messages"],
+        Path(cfg.train.output_dir) / "sft_model",
+        max_steps=train.sft_steps,
+        learning_rate=train.sft_learning_rate,
+        batch_size=train.sft_batch_size,
+        seed=train.seed,
+        stop_when=stop_when,
+    )
 
 
-LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
-                 "MASTER_ADDR", "MASTER_PORT")
+LAUNCHER_VARS = (
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "ROLE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 
 def warm_start_alone(cfg: Config) -> str:
@@ -138,10 +179,17 @@ def warm_start_alone(cfg: Config) -> str:
 
     Process 0 calls this while the others wait: TRL's SFT trainer, run inside a launched
     process, would see the group and wait for the others' gradients forever."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in LAUNCHER_VARS and not k.startswith(("TORCHELASTIC_", "ACCELERATE_"))}
-    proc = subprocess.run([sys.executable, "-m", "grouprl.job.warm_start", json.dumps(cfg.model_dump())],
-                          env=env, stdout=subprocess.PIPE, text=True)
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in LAUNCHER_VARS and not k.startswith(("TORCHELASTIC_", "ACCELERATE_"))
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "grouprl.job.warm_start", json.dumps(cfg.model_dump())],
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"the tiny model's warm start failed (exit {proc.returncode}); see its output above")
     return proc.stdout.strip().splitlines()[-1]

@@ -11,10 +11,19 @@ import errno
 import os
 from pathlib import Path
 
-FULL = {errno.ENOSPC: "No space left on device", errno.EDQUOT: "Disk quota exceeded",
-        errno.EFBIG: "File too large (a file-size limit: RLIMIT_FSIZE or the filesystem's)"}
-_TEXTS = {"No space left on device": errno.ENOSPC, "StorageFull": errno.ENOSPC, "code: 28": errno.ENOSPC,
-          "Disk quota exceeded": errno.EDQUOT, "File too large": errno.EFBIG, "code: 27": errno.EFBIG}
+FULL = {
+    errno.ENOSPC: "No space left on device",
+    errno.EDQUOT: "Disk quota exceeded",
+    errno.EFBIG: "File too large (a file-size limit: RLIMIT_FSIZE or the filesystem's)",
+}
+_TEXTS = {
+    "No space left on device": errno.ENOSPC,
+    "StorageFull": errno.ENOSPC,
+    "code: 28": errno.ENOSPC,
+    "Disk quota exceeded": errno.EDQUOT,
+    "File too large": errno.EFBIG,
+    "code: 27": errno.EFBIG,
+}
 
 
 class DiskFull(RuntimeError):
@@ -51,8 +60,9 @@ def device_of(path: str | os.PathLike) -> str:
                 left, _, right = line.partition(" - ")
                 mount_point = left.split()[4].replace("\\040", " ")
                 fstype, source = (right.split() + ["?", "?"])[:2]
-                if (target == Path(mount_point) or Path(mount_point) in target.parents) and \
-                        (best is None or len(mount_point) >= len(best[0])):
+                if (target == Path(mount_point) or Path(mount_point) in target.parents) and (
+                    best is None or len(mount_point) >= len(best[0])
+                ):
                     best = (mount_point, fstype, source)
     except OSError:
         pass
@@ -72,5 +82,7 @@ def disk_full(err: BaseException, folder: str | os.PathLike, what: str | None = 
         return None
     where = getattr(err, "filename", None) or folder
     writing = f" writing {what}" if what else (f" writing {where}" if where != folder else "")
-    return DiskFull(f"{FULL[code]} ({device_of(folder)}){writing} in {Path(folder)}; earlier checkpoints and "
-                    "whole log lines are kept: free space there, then --resume_from_checkpoint last")
+    return DiskFull(
+        f"{FULL[code]} ({device_of(folder)}){writing} in {Path(folder)}; earlier checkpoints and "
+        "whole log lines are kept: free space there, then --resume_from_checkpoint last"
+    )

@@ -37,7 +37,7 @@ class JsonlAppender:
         view = memoryview(data.encode("utf-8"))
         try:
             while view:  # os.write may write less than asked on some filesystems
-                view = view[os.write(self._fd, view):]
+                view = view[os.write(self._fd, view) :]
         except OSError as err:
             os.ftruncate(self._fd, start)  # frees what was written: always possible on a full disk
             full = disk_full(err, self.path.parent, self.path.name)

@@ -23,13 +23,20 @@ def rollout_rows(path: str | Path) -> list[dict]:
     rows = []
     for record in parse_lines(data):
         step, reward = step_of(record), record.get("reward")
-        if step is not None and isinstance(reward, (int, float)) and not isinstance(reward, bool) \
-                and math.isfinite(reward) and isinstance(record.get("prompt_id"), (str, int)):
+        if (
+            step is not None
+            and isinstance(reward, (int, float))
+            and not isinstance(reward, bool)
+            and math.isfinite(reward)
+            and isinstance(record.get("prompt_id"), (str, int))
+        ):
             rows.append({**record, "step": step, "prompt_id": str(record["prompt_id"])})
     if not rows:
         lines = len(data.splitlines())
-        raise ConfigError(f"{path}: no rollout record (a step, a finite reward, a prompt_id) in its {lines} line(s); "
-                          "expected the rollouts.jsonl a grouprl run writes")
+        raise ConfigError(
+            f"{path}: no rollout record (a step, a finite reward, a prompt_id) in its {lines} line(s); "
+            "expected the rollouts.jsonl a grouprl run writes"
+        )
     return rows
 
 
@@ -45,8 +52,10 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     formats = plt.figure().canvas.get_supported_filetypes()
     plt.close("all")
     if out.is_dir() or (out.suffix and out.suffix[1:].lower() not in formats):
-        raise ConfigError(f"--out {out}: expected an image file to write, ending in one of "
-                          f"{', '.join('.' + f for f in sorted(formats))}")
+        raise ConfigError(
+            f"--out {out}: expected an image file to write, ending in one of "
+            f"{', '.join('.' + f for f in sorted(formats))}"
+        )
     rows = rollout_rows(rollouts_path)
     by_step: dict[int, list[float]] = defaultdict(list)
     for r in rows:
@@ -54,16 +63,21 @@ def plot_rollouts(rollouts_path: str | Path, out_path: str | Path, prompt_id: st
     steps = sorted(by_step)
     means = [sum(by_step[s]) / len(by_step[s]) for s in steps]
     window = max(1, len(steps) // 20)
-    smooth = [sum(means[max(0, i - window + 1): i + 1]) / len(means[max(0, i - window + 1): i + 1])
-              for i in range(len(means))]
+    smooth = [
+        sum(means[max(0, i - window + 1) : i + 1]) / len(means[max(0, i - window + 1) : i + 1])
+        for i in range(len(means))
+    ]
 
     ids = dict.fromkeys(r["prompt_id"] for r in rows)
     if prompt_id is not None and str(prompt_id) not in ids:
-        raise ConfigError(f"--prompt_id {prompt_id}: not in {rollouts_path}; it has {len(ids)} prompt(s), e.g. "
-                          f"{', '.join(list(ids)[:5])}")
+        raise ConfigError(
+            f"--prompt_id {prompt_id}: not in {rollouts_path}; it has {len(ids)} prompt(s), e.g. "
+            f"{', '.join(list(ids)[:5])}"
+        )
     if prompt_id is None:  # the prompt seen at the most distinct steps
-        seen = Counter({pid: len({r["step"] for r in rows if r["prompt_id"] == pid})
-                        for pid in ids})  # first-seen order: ties are stable
+        seen = Counter(
+            {pid: len({r["step"] for r in rows if r["prompt_id"] == pid}) for pid in ids}
+        )  # first-seen order: ties are stable
         prompt_id = seen.most_common(1)[0][0]
     prompt_id = str(prompt_id)
     mine: dict[int, list[float]] = defaultdict(list)

@@ -19,8 +19,15 @@ def _scalars(values: dict[str, Any]) -> dict[str, float]:
 
 
 class WandbTracker:
-    def __init__(self, output_dir: str, project: str, run_name: str | None, config: dict[str, Any] | None,
-                 entity: str | None = None, group: str | None = None):
+    def __init__(
+        self,
+        output_dir: str,
+        project: str,
+        run_name: str | None,
+        config: dict[str, Any] | None,
+        entity: str | None = None,
+        group: str | None = None,
+    ):
         import sys
 
         import wandb
@@ -61,8 +68,14 @@ class TrackioTracker:
     def __init__(self, project: str, run_name: str | None, config: dict[str, Any] | None):
         import trackio
 
-        self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT") or project, name=run_name, config=config,
-                                embed=False, auto_log_gpu=False, auto_log_cpu=False)
+        self.run = trackio.init(
+            project=os.environ.get("TRACKIO_PROJECT") or project,
+            name=run_name,
+            config=config,
+            embed=False,
+            auto_log_gpu=False,
+            auto_log_cpu=False,
+        )
         self.last_step = 0
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -120,9 +133,19 @@ class Sink(Protocol):
 
 
 class MetricsSink:
-    def __init__(self, output_dir: str, report_to: str = "none", project: str = "grouprl",
-                 run_name: str | None = None, config: dict[str, Any] | None = None, *, logging_steps: int = 1,
-                 console: Console | None = None, entity: str | None = None, group: str | None = None):
+    def __init__(
+        self,
+        output_dir: str,
+        report_to: str = "none",
+        project: str = "grouprl",
+        run_name: str | None = None,
+        config: dict[str, Any] | None = None,
+        *,
+        logging_steps: int = 1,
+        console: Console | None = None,
+        entity: str | None = None,
+        group: str | None = None,
+    ):
         if report_to not in REPORT_TO:
             raise ValueError(f"report_to: '{report_to}' is not a metrics sink; expected one of {', '.join(REPORT_TO)}")
         self.jsonl = JsonlAppender(os.path.join(output_dir, "metrics.jsonl"))

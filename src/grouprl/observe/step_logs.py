@@ -17,12 +17,22 @@ def episode_record(ep: Episode, verdict: Verdict, multi_step: bool = False) -> d
     evaluation): the one schema ``docs/observability.md`` documents. Multi-step episodes add their actions."""
     first, last = (ep.steps[0], ep.steps[-1]) if ep.steps else (None, None)
     record = {
-        "episode": ep.episode_id, "group": ep.group_id, "prompt_id": ep.prompt_id, "seed": ep.seed,
-        "question": ep.row.get("question"), "prompt": first.prompt_text if first else "",
-        "completion": last.action_text if last else "", "prediction": verdict.prediction,
-        "ground_truth": ep.row.get("ground_truth"), "reward": verdict.score, "rewards": verdict.parts,
-        "correct": verdict.correct, "reward_errors": verdict.errors, "reward_reasons": verdict.reasons,
-        "truncated": bool(last and last.truncated), "episode_length": len(ep.steps),
+        "episode": ep.episode_id,
+        "group": ep.group_id,
+        "prompt_id": ep.prompt_id,
+        "seed": ep.seed,
+        "question": ep.row.get("question"),
+        "prompt": first.prompt_text if first else "",
+        "completion": last.action_text if last else "",
+        "prediction": verdict.prediction,
+        "ground_truth": ep.row.get("ground_truth"),
+        "reward": verdict.score,
+        "rewards": verdict.parts,
+        "correct": verdict.correct,
+        "reward_errors": verdict.errors,
+        "reward_reasons": verdict.reasons,
+        "truncated": bool(last and last.truncated),
+        "episode_length": len(ep.steps),
         "new_tokens": sum(len(s.action_ids) for s in ep.steps) / max(len(ep.steps), 1),
     }
     if multi_step or len(ep.steps) > 1:
@@ -48,8 +58,9 @@ def conversation_record(ep: Episode) -> list[dict]:
     return messages
 
 
-def rollout_records(step: int, episodes: list[Episode], verdicts: list[Verdict], advantages,
-                    multi_step: bool = False) -> Iterator[dict]:
+def rollout_records(
+    step: int, episodes: list[Episode], verdicts: list[Verdict], advantages, multi_step: bool = False
+) -> Iterator[dict]:
     """One line per episode: its record, the training step and the advantage of its first step."""
     first = 0
     for ep, verdict in zip(episodes, verdicts):
@@ -63,14 +74,26 @@ def trajectory_records(step: int, episodes: list[Episode], verdicts: list[Verdic
     for ep, verdict in zip(episodes, verdicts):
         for t, s in enumerate(ep.steps):
             yield {
-                "train_step": step, "episode": ep.episode_id, "group": ep.group_id, "seed": ep.seed, "t": t,
-                "observation": s.observation, "action": s.action_text, "valid": s.valid,
-                "invalid_reason": s.invalid_reason, "env_reward": s.env_reward, "penalty": s.penalty,
-                "base_reward": verdict.step_rewards[t], "return": float(advantages.returns[j]),
+                "train_step": step,
+                "episode": ep.episode_id,
+                "group": ep.group_id,
+                "seed": ep.seed,
+                "t": t,
+                "observation": s.observation,
+                "action": s.action_text,
+                "valid": s.valid,
+                "invalid_reason": s.invalid_reason,
+                "env_reward": s.env_reward,
+                "penalty": s.penalty,
+                "base_reward": verdict.step_rewards[t],
+                "return": float(advantages.returns[j]),
                 "episode_score": verdict.score,
-                "success": ep.success, "episode_advantage": float(advantages.episode_advantage[j]),
-                "step_advantage": float(advantages.step_advantage[j]), "advantage": float(advantages.advantage[j]),
-                "anchor_group": int(advantages.anchor[j]), "anchor_group_size": int(advantages.anchor_size[j]),
+                "success": ep.success,
+                "episode_advantage": float(advantages.episode_advantage[j]),
+                "step_advantage": float(advantages.step_advantage[j]),
+                "advantage": float(advantages.advantage[j]),
+                "anchor_group": int(advantages.anchor[j]),
+                "anchor_group_size": int(advantages.anchor_size[j]),
                 "info": s.env_info,
                 **(conversation_fields(ep, t) if ep.conversation else {}),
             }
@@ -82,9 +105,15 @@ def conversation_fields(ep: Episode, t: int) -> dict:
     the masked span after it (tool results and template tokens: read by the model, never trained)."""
     s = ep.steps[t]
     after = (len(ep.steps[t + 1].prompt_ids) - len(s.prompt_ids) - len(s.action_ids)) if t + 1 < len(ep.steps) else 0
-    return {"tool_calls": s.tool_calls or [], "tool_results": s.tool_results or [], "anchor_state": str(s.anchor_state),
-            "generated_tokens": len(s.action_ids), "masked_tokens_after": after,
-            "masked_prompt_tokens": len(s.prompt_ids) if t == 0 else 0, "end_reason": ep.end_reason}
+    return {
+        "tool_calls": s.tool_calls or [],
+        "tool_results": s.tool_results or [],
+        "anchor_state": str(s.anchor_state),
+        "generated_tokens": len(s.action_ids),
+        "masked_tokens_after": after,
+        "masked_prompt_tokens": len(s.prompt_ids) if t == 0 else 0,
+        "end_reason": ep.end_reason,
+    }
 
 
 def write_trajectories(path: Path, step: int, episodes: list[Episode], verdicts: list[Verdict], advantages) -> None:

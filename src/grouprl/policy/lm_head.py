@@ -39,9 +39,15 @@ def supports_chunked_head(model) -> bool:
     return not any(getattr(config, key, None) not in (None, 1, 1.0) for key in _AFTER_HEAD)
 
 
-def head_scores(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tensor, temperature: float = 1.0,
-                with_entropy: bool | str = False, support: tuple[int, float] | None = None,
-                chunk: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def head_scores(
+    hidden: torch.Tensor,
+    head: torch.nn.Module,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    support: tuple[int, float] | None = None,
+    chunk: int | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(log pi(target), entropy or None) per row of ``hidden`` (N, H): logits = head(hidden) / temperature,
     renormalised over ``support`` (top_k, top_p) when given, ``chunk`` (default ``LM_HEAD_CHUNK``) rows at a time."""
     chunk = chunk or LM_HEAD_CHUNK
@@ -56,7 +62,9 @@ def head_scores(hidden: torch.Tensor, head: torch.nn.Module, targets: torch.Tens
         return logp, (scored_entropy(logits, with_entropy) if with_entropy else None)
 
     remember = torch.is_grad_enabled() and hidden.requires_grad and hidden.size(0) > chunk
-    parts = [checkpoint(score, h, ids, use_reentrant=False) if remember else score(h, ids)
-             for h, ids in zip(hidden.split(chunk), targets.split(chunk))]
+    parts = [
+        checkpoint(score, h, ids, use_reentrant=False) if remember else score(h, ids)
+        for h, ids in zip(hidden.split(chunk), targets.split(chunk))
+    ]
     logps = torch.cat([p[0] for p in parts])
     return logps, (torch.cat([p[1] for p in parts]) if with_entropy else None)

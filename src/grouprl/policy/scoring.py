@@ -30,14 +30,22 @@ class TokenBatch:
         return self.completion_mask if self.completion_attention is None else self.completion_attention
 
     def slice(self, idx: slice | torch.Tensor) -> "TokenBatch":
-        return TokenBatch(self.prompt_ids[idx], self.prompt_mask[idx], self.completion_ids[idx],
-                          self.completion_mask[idx],
-                          None if self.completion_attention is None else self.completion_attention[idx])
+        return TokenBatch(
+            self.prompt_ids[idx],
+            self.prompt_mask[idx],
+            self.completion_ids[idx],
+            self.completion_mask[idx],
+            None if self.completion_attention is None else self.completion_attention[idx],
+        )
 
     def to(self, device: torch.device) -> "TokenBatch":
-        return TokenBatch(self.prompt_ids.to(device), self.prompt_mask.to(device), self.completion_ids.to(device),
-                          self.completion_mask.to(device),
-                          None if self.completion_attention is None else self.completion_attention.to(device))
+        return TokenBatch(
+            self.prompt_ids.to(device),
+            self.prompt_mask.to(device),
+            self.completion_ids.to(device),
+            self.completion_mask.to(device),
+            None if self.completion_attention is None else self.completion_attention.to(device),
+        )
 
 
 def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int) -> TokenBatch:
@@ -50,16 +58,21 @@ def pack(prompts: list[list[int]], completions: list[list[int]], pad_id: int) ->
     completion_mask = torch.zeros((B, T), dtype=torch.long)
     for i, (p, c) in enumerate(zip(prompts, completions)):
         if p:
-            prompt_ids[i, P - len(p):] = torch.tensor(p)
-            prompt_mask[i, P - len(p):] = 1
+            prompt_ids[i, P - len(p) :] = torch.tensor(p)
+            prompt_mask[i, P - len(p) :] = 1
         if c:
             completion_ids[i, : len(c)] = torch.tensor(c)
             completion_mask[i, : len(c)] = 1
     return TokenBatch(prompt_ids, prompt_mask, completion_ids, completion_mask)
 
 
-def completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_entropy: bool | str = False,
-                     support: tuple[int, float] | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def completion_logps(
+    model,
+    batch: TokenBatch,
+    temperature: float = 1.0,
+    with_entropy: bool | str = False,
+    support: tuple[int, float] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log pi(y_t | x, y_<t) for every completion position, logits scaled by 1/temperature.
 
     Only the last T+1 positions go through the LM head, a chunk of rows at a time (``lm_head.head_scores``:
@@ -74,13 +87,21 @@ def completion_logps(model, batch: TokenBatch, temperature: float = 1.0, with_en
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
     T = batch.completion_ids.size(1)
     if supports_chunked_head(model):  # the (B, T, V) logits never exist whole: policy/lm_head.py
-        hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                                     use_cache=False).last_hidden_state[:, -(T + 1):-1]
-        logps, entropy = head_scores(hidden.reshape(-1, hidden.size(-1)), model.get_output_embeddings(),
-                                     batch.completion_ids.reshape(-1), temperature, with_entropy, support)
+        hidden = model.get_decoder()(
+            input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=False
+        ).last_hidden_state[:, -(T + 1) : -1]
+        logps, entropy = head_scores(
+            hidden.reshape(-1, hidden.size(-1)),
+            model.get_output_embeddings(),
+            batch.completion_ids.reshape(-1),
+            temperature,
+            with_entropy,
+            support,
+        )
         return logps.view(-1, T), (entropy.view(-1, T) if entropy is not None else None)
-    logits = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                   logits_to_keep=T + 1, use_cache=False).logits[:, :-1, :]
+    logits = model(
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, logits_to_keep=T + 1, use_cache=False
+    ).logits[:, :-1, :]
     if temperature != 1.0:
         logits = logits / temperature
     flat = logits.reshape(-1, logits.size(-1))

@@ -32,8 +32,14 @@ def build_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
     return tok
 
 
-def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: int = 4, heads: int = 4,
-                     seed: int = 0, max_positions: int = 512) -> Qwen2ForCausalLM:
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerFast,
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    seed: int = 0,
+    max_positions: int = 512,
+) -> Qwen2ForCausalLM:
     import torch
 
     torch.manual_seed(seed)
@@ -56,8 +62,16 @@ def build_tiny_model(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, laye
     return model
 
 
-def init_tiny(corpus: str, out_dir: str | Path, hidden: int = 128, layers: int = 4, heads: int = 4,
-              seed: int = 0, tokenizer: str = "char", max_positions: int | None = None) -> Path:
+def init_tiny(
+    corpus: str,
+    out_dir: str | Path,
+    hidden: int = 128,
+    layers: int = 4,
+    heads: int = 4,
+    seed: int = 0,
+    tokenizer: str = "char",
+    max_positions: int | None = None,
+) -> Path:
     """``tokenizer``: ``char`` (one token per character), ``word`` (see tiny_words: ~4x shorter prompts) or
     ``word_digits`` (words, but one token per digit: numbers the corpus never held still round-trip).
     ``max_positions``: the declared context (default 512 for char, 4096 for word); engines such as vLLM refuse

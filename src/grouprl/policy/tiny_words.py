@@ -42,12 +42,17 @@ def build_word_tokenizer(corpus: str, split_digits: bool = False) -> PreTrainedT
     """A causal-LM tokenizer (ChatML specials, Qwen-style chat template) over the corpus's words;
     ``split_digits``: one token per digit (``DIGIT_WORD_PATTERN``)."""
     pattern = DIGIT_WORD_PATTERN if split_digits else WORD_PATTERN
-    pieces = word_pieces(corpus + "\nassistant\nuser\nsystem\n" + (" 0123456789" if split_digits else ""),
-                         pattern)  # role names follow a newline
+    pieces = word_pieces(
+        corpus + "\nassistant\nuser\nsystem\n" + (" 0123456789" if split_digits else ""), pattern
+    )  # role names follow a newline
     vocab = {tok: i for i, tok in enumerate(SPECIAL + pieces)}
-    tok = PreTrainedTokenizerFast(tokenizer_object=_word_core(vocab, "<|endoftext|>", pattern), eos_token="<|im_end|>",
-                                  pad_token="<|endoftext|>", unk_token="<|endoftext|>",
-                                  additional_special_tokens=["<|im_start|>"])
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=_word_core(vocab, "<|endoftext|>", pattern),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     tok.chat_template = CHAT_TEMPLATE
     return tok
 
@@ -59,23 +64,45 @@ def build_classifier_tokenizer(corpus: str) -> PreTrainedTokenizerFast:
     core.normalizer = normalizers.Lowercase()  # uncased, like distilbert-base-uncased
     cls, sep = vocab["[CLS]"], vocab["[SEP]"]
     core.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    return PreTrainedTokenizerFast(tokenizer_object=core, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
 
 
-def build_tiny_classifier(corpus: str, out_dir: str | Path, hidden: int = 32, layers: int = 1, heads: int = 2,
-                          max_positions: int = 512, seed: int = 0) -> Path:
+def build_tiny_classifier(
+    corpus: str,
+    out_dir: str | Path,
+    hidden: int = 32,
+    layers: int = 1,
+    heads: int = 2,
+    max_positions: int = 512,
+    seed: int = 0,
+) -> Path:
     """A 2-class ``BertForSequenceClassification`` + tokenizer, saved with ``save_pretrained``."""
     import torch
     from transformers import BertConfig, BertForSequenceClassification
 
     tokenizer = build_classifier_tokenizer(corpus)
     torch.manual_seed(seed)
-    config = BertConfig(vocab_size=len(tokenizer), hidden_size=hidden, num_hidden_layers=layers,
-                        num_attention_heads=heads, intermediate_size=2 * hidden, max_position_embeddings=max_positions,
-                        pad_token_id=tokenizer.pad_token_id, hidden_dropout_prob=0.0,
-                        attention_probs_dropout_prob=0.0)
+    config = BertConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=max_positions,
+        pad_token_id=tokenizer.pad_token_id,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     config.num_labels = 2  # PretrainedConfig's setter (id2label/label2id); BertConfig's signature omits it
     model = BertForSequenceClassification(config)
     out = Path(out_dir)

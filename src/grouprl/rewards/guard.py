@@ -60,8 +60,7 @@ def _own_worker() -> _Worker:
     return worker
 
 
-def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args, name: str = "reward",
-                      **kwargs) -> Any:
+def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args, name: str = "reward", **kwargs) -> Any:
     """``fn(*args, **kwargs)``, or ``RewardTimeout`` after ``timeout_s`` (None or <= 0: no budget)."""
     if not timeout_s or timeout_s <= 0:
         return fn(*args, **kwargs)
@@ -75,8 +74,9 @@ def call_with_timeout(fn: Callable[..., Any], timeout_s: float | None, *args, na
     return box["value"]
 
 
-def map_with_timeout(fn: Callable[..., Any], timeout_s: float | None, calls: list[tuple[tuple, dict]],
-                     name: str = "reward") -> list[tuple[Any, BaseException | None]]:
+def map_with_timeout(
+    fn: Callable[..., Any], timeout_s: float | None, calls: list[tuple[tuple, dict]], name: str = "reward"
+) -> list[tuple[Any, BaseException | None]]:
     """``fn(*args, **kwargs)`` for every ``(args, kwargs)`` of ``calls``, as ``(value, None)`` or
     ``(None, error)`` each. The calls run one after another in one job of the worker thread (one
     hand-off per batch instead of one per sample: 128 per-sample hand-offs cost 2-10 ms of a tiny
@@ -107,8 +107,9 @@ def map_with_timeout(fn: Callable[..., Any], timeout_s: float | None, calls: lis
     return done
 
 
-def _attempt(fn: Callable[..., Any], args: tuple, kwargs: dict,
-             catch: type[BaseException]) -> tuple[Any, BaseException | None]:
+def _attempt(
+    fn: Callable[..., Any], args: tuple, kwargs: dict, catch: type[BaseException]
+) -> tuple[Any, BaseException | None]:
     try:
         return fn(*args, **kwargs), None
     except catch as err:  # noqa: BLE001 - the caller decides what a failing sample is

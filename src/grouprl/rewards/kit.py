@@ -38,8 +38,9 @@ class RewardFunctionError(TypeError):
 
 def _coerce_messages(fn_name: str, messages: Any) -> list[Message]:
     if not isinstance(messages, (list, tuple)):
-        raise RewardFunctionError(f"reward '{fn_name}': messages must be a list of messages, got "
-                                  f"{type(messages).__name__}")
+        raise RewardFunctionError(
+            f"reward '{fn_name}': messages must be a list of messages, got {type(messages).__name__}"
+        )
     out = []
     for i, m in enumerate(messages):
         if isinstance(m, Message):
@@ -47,8 +48,9 @@ def _coerce_messages(fn_name: str, messages: Any) -> list[Message]:
         elif isinstance(m, dict):
             out.append(Message.model_validate(m))
         else:
-            raise RewardFunctionError(f"reward '{fn_name}': message {i} must be a dict or Message, "
-                                      f"got {type(m).__name__}")
+            raise RewardFunctionError(
+                f"reward '{fn_name}': message {i} must be a dict or Message, got {type(m).__name__}"
+            )
     return out
 
 
@@ -69,13 +71,21 @@ def _call(fn: Callable, *args, **kwargs) -> Any:
             asyncio.get_running_loop()
         except RuntimeError:
             return asyncio.run(_awaited(result))
-        raise RewardFunctionError(f"reward '{fn.__name__}' is async and was called inside a running event loop; "
-                                  "call it from a thread that runs none (grouprl's scorer does)")
+        raise RewardFunctionError(
+            f"reward '{fn.__name__}' is async and was called inside a running event loop; "
+            "call it from a thread that runs none (grouprl's scorer does)"
+        )
     return result
 
 
-def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: str | None = None,
-                    requirements: list[str] | None = None, budget: str = "per_call"):
+def reward_function(
+    fn: Callable | None = None,
+    *,
+    mode: str = "pointwise",
+    id: str | None = None,
+    requirements: list[str] | None = None,
+    budget: str = "per_call",
+):
     """Declare a reward function (see the module docstring for the two contracts). ``budget``:
     ``per_call`` (the scorer's ``reward_timeout`` bounds one call) or ``per_sample`` (a batch reward
     that bounds each sample itself: it gets ``sample_timeout=reward_timeout`` and a call budget of
@@ -89,24 +99,29 @@ def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: 
             raise RewardFunctionError(f"reward '{name}': budget must be 'per_call' or 'per_sample', got {budget!r}")
         params = inspect.signature(func).parameters.values()
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
-            raise RewardFunctionError(f"reward '{name}' must accept **kwargs (extra fields of the sample are "
-                                      "passed to every reward)")
+            raise RewardFunctionError(
+                f"reward '{name}' must accept **kwargs (extra fields of the sample are passed to every reward)"
+            )
 
         if mode == "pointwise":
+
             @functools.wraps(func)
             def wrapper(messages, ground_truth=None, **kwargs) -> EvaluateResult:
                 msgs = _coerce_messages(name, messages)
                 return _check_result(name, _call(func, msgs, ground_truth=ground_truth, **kwargs))
         else:
+
             @functools.wraps(func)
             def wrapper(rollouts_messages, ground_truths=None, **kwargs) -> list[EvaluateResult]:
                 batches = [_coerce_messages(name, m) for m in rollouts_messages]
                 results = _call(func, batches, ground_truths=ground_truths, **kwargs)
                 if not isinstance(results, list) or len(results) != len(batches):
                     got = f"{len(results)} result(s)" if isinstance(results, (list, tuple)) else type(results).__name__
-                    raise RewardFunctionError(f"reward '{name}' (batch) returned {got} for {len(batches)} samples; it "
-                                              f"must return a list of {len(batches)} EvaluateResult, one per "
-                                              "sample, in order")
+                    raise RewardFunctionError(
+                        f"reward '{name}' (batch) returned {got} for {len(batches)} samples; it "
+                        f"must return a list of {len(batches)} EvaluateResult, one per "
+                        "sample, in order"
+                    )
                 return [_check_result(name, r) for r in results]
 
         typed = cast(RewardFunction, wrapper)  # the declaration is attached here
@@ -120,15 +135,18 @@ def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", id: 
     return decorate(fn) if fn is not None else decorate
 
 
-def score_batch(fn: RewardFunction, rollouts_messages: list[list[Any]], ground_truths: list[Any] | None = None,
-                **kwargs) -> list[EvaluateResult]:
+def score_batch(
+    fn: RewardFunction, rollouts_messages: list[list[Any]], ground_truths: list[Any] | None = None, **kwargs
+) -> list[EvaluateResult]:
     """Call a typed reward on many samples, whatever its mode."""
     if fn.reward_mode == "batch":
         return fn(rollouts_messages, ground_truths=ground_truths, **kwargs)
     truths = ground_truths if ground_truths is not None else [None] * len(rollouts_messages)
     per_sample = [{k: v[i] for k, v in kwargs.items()} for i in range(len(rollouts_messages))] if kwargs else None
-    return [fn(m, ground_truth=t, **(per_sample[i] if per_sample else {}))
-            for i, (m, t) in enumerate(zip(rollouts_messages, truths))]
+    return [
+        fn(m, ground_truth=t, **(per_sample[i] if per_sample else {}))
+        for i, (m, t) in enumerate(zip(rollouts_messages, truths))
+    ]
 
 
 def conversation(prompt: Any, completion: Any) -> list[dict[str, Any]]:
@@ -146,6 +164,7 @@ def to_trl(fn: RewardFunction, truth_key: str | None = None) -> Callable[..., li
     ``ground_truth``, ``answer``, ``solution`` that TRL passes). A result whose
     ``is_score_valid`` is false becomes ``None`` (TRL's "no opinion").
     """
+
     def trl_reward(prompts, completions, **kwargs) -> list[float | None]:
         key = truth_key or next((k for k in ("ground_truth", "answer", "solution") if k in kwargs), None)
         truths = kwargs.pop(key) if key else None
@@ -163,6 +182,7 @@ def with_options(fn: RewardFunction, **options: Any) -> RewardFunction:
     The result is itself a ``@reward_function`` (same mode and id), so ``score_batch``,
     ``.as_trl()`` and the pipeline accept it.
     """
+
     def bound_batch(rollouts_messages, ground_truths=None, **kwargs):
         return fn(rollouts_messages, ground_truths=ground_truths, **{**kwargs, **options})
 
@@ -172,5 +192,4 @@ def with_options(fn: RewardFunction, **options: Any) -> RewardFunction:
     bound = bound_batch if fn.reward_mode == "batch" else bound_pointwise
     bound.__name__ = fn.__name__
     bound.__doc__ = fn.__doc__
-    return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements,
-                           budget=fn.budget)
+    return reward_function(bound, mode=fn.reward_mode, id=fn.reward_id, requirements=fn.requirements, budget=fn.budget)

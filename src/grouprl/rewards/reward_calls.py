@@ -41,7 +41,6 @@ def episode_messages(ep: Episode) -> list[dict[str, Any]]:
     return messages
 
 
-
 @dataclass
 class RewardPart:
     """One reward function's verdict on one episode."""
@@ -76,10 +75,12 @@ def _typed_part(key: str, result) -> RewardPart:
     if error is None and result.is_score_valid:
         error = finite_score(key, result.score)[1]  # NaN / inf: an error of this sample, never a score
     valid = result.is_score_valid and error is None
-    metrics = {k: {"score": m.score, "is_score_valid": m.is_score_valid, "reason": m.reason}
-               for k, m in result.metrics.items()}
-    return RewardPart(float(result.score) if valid else None, error, result.step_outputs if valid else None,
-                      result.reason, metrics)
+    metrics = {
+        k: {"score": m.score, "is_score_valid": m.is_score_valid, "reason": m.reason} for k, m in result.metrics.items()
+    }
+    return RewardPart(
+        float(result.score) if valid else None, error, result.step_outputs if valid else None, result.reason, metrics
+    )
 
 
 # A per-sample budget for a whole batch also pays for one sandbox start-up and the file's imports.
@@ -102,8 +103,15 @@ def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[
 
     def call(batch: list[Episode]):
         budget = timeout * len(batch) + BATCH_STARTUP_S if per_sample and timeout else timeout
-        return call_with_timeout(score_batch, budget, fn, [episode_messages(ep) for ep in batch],
-                                 [ep.row.get("ground_truth") for ep in batch], name=key, **columns_of(batch))
+        return call_with_timeout(
+            score_batch,
+            budget,
+            fn,
+            [episode_messages(ep) for ep in batch],
+            [ep.row.get("ground_truth") for ep in batch],
+            name=key,
+            **columns_of(batch),
+        )
 
     if fn.reward_mode == "pointwise":
         calls = [((fn, [episode_messages(ep)], [ep.row.get("ground_truth")]), columns_of([ep])) for ep in episodes]
@@ -133,23 +141,31 @@ def _typed_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[
 def _plain_parts(key: str, fn, episodes: list[Episode], timeout: float) -> list[RewardPart]:
     """One call per episode, each with the time budget; after a timeout the rest of the batch is
     not tried (a stuck reward costs one budget per batch, not one per sample)."""
-    calls = [((ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth")),
-              {k: v for k, v in ep.row.items() if k != "ground_truth"}) for ep in episodes]
+    calls = [
+        (
+            (ep.steps[-1].action_text if ep.steps else "", ep.row.get("ground_truth")),
+            {k: v for k, v in ep.row.items() if k != "ground_truth"},
+        )
+        for ep in episodes
+    ]
     out: list[RewardPart] = []
     for ep, (value, err) in zip(episodes, map_with_timeout(fn, timeout, calls, name=key)):
         if err is not None:
             out.append(RewardPart(error=_error(key, err)))
             continue
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-            raise RewardTypeError(f"reward '{key}' returned {type(value).__name__} {value!r:.60} for a sample "
-                                  f"(group {ep.group_id}); expected a float or None")
+            raise RewardTypeError(
+                f"reward '{key}' returned {type(value).__name__} {value!r:.60} for a sample "
+                f"(group {ep.group_id}); expected a float or None"
+            )
         score, error = finite_score(key, value)
         out.append(RewardPart(score, error))
     return out
 
 
-def call_rewards(fns: dict[str, Any], episodes: list[Episode], timeout: float,
-                 io_pool: ThreadPoolExecutor | None) -> dict[str, list[RewardPart]]:
+def call_rewards(
+    fns: dict[str, Any], episodes: list[Episode], timeout: float, io_pool: ThreadPoolExecutor | None
+) -> dict[str, list[RewardPart]]:
     """Every reward's part on every episode (reward key -> one part per episode, in the episodes' order).
     ``io_pool``: the run's threads for rewards that wait on a server (``None``: call them here)."""
 

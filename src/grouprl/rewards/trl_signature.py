@@ -33,8 +33,11 @@ def takes_trl_signature(fn: Callable) -> bool:
     if hasattr(fn, "reward_mode"):
         return False
     try:
-        params = [p.name for p in inspect.signature(fn).parameters.values()
-                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        params = [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
     except (TypeError, ValueError):
         return False
     return bool(params) and (params[0] == "completions" or params[:2] == ["prompts", "completions"])
@@ -73,14 +76,22 @@ def as_typed_reward(fn: Callable, name: str | None = None) -> Callable:
         log.debug("reward %s (TRL signature) receives columns %s", rid, sorted(k for k in kwargs if k != "prompts"))
         values = fn(completions=completions, **kwargs)
         if not isinstance(values, (list, tuple)) or len(values) != len(completions):
-            raise TypeError(f"reward '{rid}' returned {type(values).__name__} of length "
-                            f"{len(values) if hasattr(values, '__len__') else '?'}; expected a list of "
-                            f"{len(completions)} numbers (one per completion)")
+            raise TypeError(
+                f"reward '{rid}' returned {type(values).__name__} of length "
+                f"{len(values) if hasattr(values, '__len__') else '?'}; expected a list of "
+                f"{len(completions)} numbers (one per completion)"
+            )
         results = []
         for raw in values:
             score, error = _value(rid, raw)
-            results.append(EvaluateResult(score=score or 0.0, is_score_valid=score is not None and error is None,
-                                          error=error, reason=None if score is not None or error else "no opinion"))
+            results.append(
+                EvaluateResult(
+                    score=score or 0.0,
+                    is_score_valid=score is not None and error is None,
+                    error=error,
+                    reason=None if score is not None or error else "no opinion",
+                )
+            )
         return results
 
     trl_batch.__name__ = rid

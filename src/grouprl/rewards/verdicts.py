@@ -55,13 +55,16 @@ def check_step_outputs(name: str, ep: Episode, step_outputs) -> str | None:
     for out in step_outputs:
         index = out.step_index
         if not isinstance(index, int) or not 0 <= index < len(ep.steps):
-            return (f"{name}: step_outputs names step_index {index!r}, but episode (group {ep.group_id}, "
-                    f"#{ep.index_in_group}) has assistant turns 0..{len(ep.steps) - 1}")
+            return (
+                f"{name}: step_outputs names step_index {index!r}, but episode (group {ep.group_id}, "
+                f"#{ep.index_in_group}) has assistant turns 0..{len(ep.steps) - 1}"
+            )
     return None
 
 
-def align_step_rewards(step_rewards: list[float], step_outputs, weight: float = 1.0,
-                       default_step_reward: float = 0.0) -> None:
+def align_step_rewards(
+    step_rewards: list[float], step_outputs, weight: float = 1.0, default_step_reward: float = 0.0
+) -> None:
     """Add ``weight * StepOutput.base_reward`` to the reward of the step whose assistant turn it names.
 
     ``step_index = i`` is the episode's i-th assistant turn (0-based), i.e. the action of its i-th step
@@ -82,18 +85,21 @@ def checked_parts(episodes: list[Episode], parts: dict[str, list[RewardPart]]) -
         out[key] = []
         for ep, part in zip(episodes, column):
             error = check_step_outputs(key, ep, part.step_outputs) if part.step_outputs and not part.error else None
-            out[key].append(part if error is None else dataclasses.replace(part, score=None, error=error,
-                                                                          step_outputs=None))
+            out[key].append(
+                part if error is None else dataclasses.replace(part, score=None, error=error, step_outputs=None)
+            )
     return out
 
 
 def episode_verdict(ep: Episode, mine: dict[str, RewardPart], rules: VerdictRules) -> Verdict:
     """One episode's verdict from its reward parts (before learned rewards)."""
     env_rewards = [step.env_reward - (step.penalty if rules.penalty_in_rewards else 0.0) for step in ep.steps]
-    verdict = Verdict(parts={key: part.score for key, part in mine.items()},
-                      errors=[part.error for part in mine.values() if part.error],
-                      reasons={key: part.reason for key, part in mine.items() if part.reason},
-                      step_rewards=list(env_rewards))
+    verdict = Verdict(
+        parts={key: part.score for key, part in mine.items()},
+        errors=[part.error for part in mine.values() if part.error],
+        reasons={key: part.reason for key, part in mine.items() if part.reason},
+        step_rewards=list(env_rewards),
+    )
     for key, part in mine.items():
         if part.step_outputs:
             align_step_rewards(verdict.step_rewards, part.step_outputs, rules.weights[key], rules.default_step_reward)
@@ -119,13 +125,20 @@ def enforce_error_budget(verdicts: list[Verdict], max_error_fraction: float) -> 
         first = next(e for v in verdicts for e in v.errors)
         log.warning("reward errors on %d of %d samples, e.g. %s", failed, len(verdicts), first)
         if fraction > max_error_fraction:
-            raise RewardFailure(f"{failed} of {len(verdicts)} samples failed in reward functions "
-                                f"(> max_reward_error_fraction={max_error_fraction}); first error: {first}")
+            raise RewardFailure(
+                f"{failed} of {len(verdicts)} samples failed in reward functions "
+                f"(> max_reward_error_fraction={max_error_fraction}); first error: {first}"
+            )
     return {"reward_errors": float(failed), "reward_error_fraction": fraction}
 
 
-def learned_scores(episodes: list[Episode], verdicts: list[Verdict], learned: list[LearnedReward],
-                   learned_weights: list[float], timeout: float) -> tuple[torch.Tensor, torch.Tensor]:
+def learned_scores(
+    episodes: list[Episode],
+    verdicts: list[Verdict],
+    learned: list[LearnedReward],
+    learned_weights: list[float],
+    timeout: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """sum_l w_l * D_l per episode, and which episodes every learned reward scored without error. A failed
     (NaN, raised, timed out) or absent D_l counts 0; its error joins the verdict's, so it counts against the
     error budget like a reward function's (``rewards/learned/checked_scores.py``)."""
@@ -143,9 +156,15 @@ def learned_scores(episodes: list[Episode], verdicts: list[Verdict], learned: li
     return total, valid
 
 
-def add_learned(episodes: list[Episode], verdicts: list[Verdict], learned: list[LearnedReward],
-                total: torch.Tensor, valid: torch.Tensor, mixer: RewardMixer | None,
-                evaluating: bool) -> dict[str, float]:
+def add_learned(
+    episodes: list[Episode],
+    verdicts: list[Verdict],
+    learned: list[LearnedReward],
+    total: torch.Tensor,
+    valid: torch.Tensor,
+    mixer: RewardMixer | None,
+    evaluating: bool,
+) -> dict[str, float]:
     """Mix the learned scores into the verdicts' scores (the difference on the last step's reward), then
     update each learned reward once (never while ``evaluating``: scored only, and no gathers either)."""
     base = torch.tensor([v.score for v in verdicts], dtype=torch.float32)
@@ -166,13 +185,20 @@ def add_learned(episodes: list[Episode], verdicts: list[Verdict], learned: list[
     return metrics
 
 
-def assemble_verdicts(episodes: list[Episode], parts: dict[str, list[RewardPart]], rules: VerdictRules,
-                      learned: list[LearnedReward], learned_weights: list[float], mixer: RewardMixer | None,
-                      evaluating: bool) -> tuple[list[Verdict], dict[str, list[RewardPart]], dict[str, float]]:
+def assemble_verdicts(
+    episodes: list[Episode],
+    parts: dict[str, list[RewardPart]],
+    rules: VerdictRules,
+    learned: list[LearnedReward],
+    learned_weights: list[float],
+    mixer: RewardMixer | None,
+    evaluating: bool,
+) -> tuple[list[Verdict], dict[str, list[RewardPart]], dict[str, float]]:
     """Every episode's verdict, the checked parts and the metrics of the assembly (errors, learned rewards)."""
     parts = checked_parts(episodes, parts)
-    verdicts = [episode_verdict(ep, {key: column[i] for key, column in parts.items()}, rules)
-                for i, ep in enumerate(episodes)]
+    verdicts = [
+        episode_verdict(ep, {key: column[i] for key, column in parts.items()}, rules) for i, ep in enumerate(episodes)
+    ]
     scored = learned_scores(episodes, verdicts, learned, learned_weights, rules.reward_timeout) if learned else None
     metrics = enforce_error_budget(verdicts, rules.max_error_fraction)  # the learned rewards' errors count too
     if scored is not None:

@@ -90,12 +90,19 @@ def normalise_messages(messages: Any) -> list[dict[str, Any]]:
         raise ValueError("'messages' must be a non-empty list")
     out = []
     for i, message in enumerate(messages):
-        if not isinstance(message, dict) or message.get("role") not in ("system", "developer", "user", "assistant",
-                                                                          "tool"):
+        if not isinstance(message, dict) or message.get("role") not in (
+            "system",
+            "developer",
+            "user",
+            "assistant",
+            "tool",
+        ):
             raise ValueError(f"messages[{i}]: expected an object with role system, user, assistant or tool")
         try:
-            normal: dict[str, Any] = {"role": "system" if message["role"] == "developer" else message["role"],
-                                      "content": _text(message.get("content"))}
+            normal: dict[str, Any] = {
+                "role": "system" if message["role"] == "developer" else message["role"],
+                "content": _text(message.get("content")),
+            }
         except ValueError as err:
             raise ValueError(f"messages[{i}]: {err}") from None
         for key in ("name", "tool_call_id"):
@@ -103,21 +110,32 @@ def normalise_messages(messages: Any) -> list[dict[str, Any]]:
                 normal[key] = message[key]
         calls = message.get("tool_calls")
         if calls:
-            normal["tool_calls"] = [{"id": c.get("id", ""), "type": "function",
-                                     "function": {"name": c.get("function", {}).get("name", ""),
-                                                  "arguments": _arguments(c.get("function", {}).get("arguments"))}}
-                                    for c in calls]
+            normal["tool_calls"] = [
+                {
+                    "id": c.get("id", ""),
+                    "type": "function",
+                    "function": {
+                        "name": c.get("function", {}).get("name", ""),
+                        "arguments": _arguments(c.get("function", {}).get("arguments")),
+                    },
+                }
+                for c in calls
+            ]
         out.append(normal)
     return out
 
 
 def _same_reply(sent: dict[str, Any], reply: dict[str, Any]) -> bool:
     """The agent handed back the assistant message the endpoint answered with (ids aside)."""
+
     def calls(m):
         return [(c["function"]["name"], _arguments(c["function"]["arguments"])) for c in m.get("tool_calls") or []]
 
-    return (sent["role"] == "assistant" and sent["content"].strip() == (reply.get("content") or "").strip()
-            and calls(sent) == calls(reply))
+    return (
+        sent["role"] == "assistant"
+        and sent["content"].strip() == (reply.get("content") or "").strip()
+        and calls(sent) == calls(reply)
+    )
 
 
 @dataclass
@@ -126,25 +144,35 @@ class _Rendering:  # what continuation_text reads of ConversationSettings
     chat_template_kwargs: dict[str, Any] | None
 
 
-def render_call(tokenizer, earlier: list[CallRecord], messages: list[dict[str, Any]],
-                tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any] | None
-                ) -> tuple[str, list[int], bool]:
+def render_call(
+    tokenizer,
+    earlier: list[CallRecord],
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    template_kwargs: dict[str, Any] | None,
+) -> tuple[str, list[int], bool]:
     """(prompt text, prompt ids, whether they extend an earlier call's) for a request of this episode."""
     for call in sorted(earlier, key=lambda c: -len(c.messages)):  # the longest history that matches
         n = len(call.messages)
-        if (call.tools != tools or call.completion.truncated or len(messages) <= n
-                or messages[:n] != call.messages or not _same_reply(messages[n], call.reply)):
+        if (
+            call.tools != tools
+            or call.completion.truncated
+            or len(messages) <= n
+            or messages[:n] != call.messages
+            or not _same_reply(messages[n], call.reply)
+        ):
             continue
         end_of_turn = tokenizer.decode(call.completion.ids[-1:])
         rendering = cast(ConversationSettings, _Rendering(tools, template_kwargs))
         try:
-            suffix = continuation_text(tokenizer, messages[:n + 1], messages[n + 1:], rendering, end_of_turn)
+            suffix = continuation_text(tokenizer, messages[: n + 1], messages[n + 1 :], rendering, end_of_turn)
         except ValueError:  # the template re-renders earlier turns: no token-for-token growth possible
             break
         ids = call.prompt_ids + list(call.completion.ids) + tokenizer(suffix, add_special_tokens=False)["input_ids"]
         return call.prompt_text + call.completion.text + end_of_turn + suffix, ids, True
-    text = tokenizer.apply_chat_template(messages, tools=tools or None, add_generation_prompt=True, tokenize=False,
-                                         **(template_kwargs or {}))
+    text = tokenizer.apply_chat_template(
+        messages, tools=tools or None, add_generation_prompt=True, tokenize=False, **(template_kwargs or {})
+    )
     return text, tokenizer(text, add_special_tokens=False)["input_ids"], False
 
 
@@ -181,7 +209,8 @@ def interactions(messages: list[dict[str, Any]]) -> list[str]:
                 pending.append(named)
         if message["role"] == "tool":
             name, arguments = asked.pop(message.get("tool_call_id", ""), None) or (
-                pending.pop(0) if pending else (message.get("name", ""), None))
+                pending.pop(0) if pending else (message.get("name", ""), None)
+            )
             keys.append(interaction_key(ToolOutcome(name, arguments, message["content"])))
     return keys
 
@@ -191,16 +220,28 @@ def calls_to_steps(calls: list[CallRecord], anchor: str, invalid_penalty: float)
     steps = []
     for t, call in enumerate(calls):
         ids = {c.id for c in call.parsed.calls}
-        answers = next(([dict(m, error=None) for m in later.messages if m["role"] == "tool"
-                         and m.get("tool_call_id") in ids] for later in calls[t + 1:]
-                        if any(m.get("tool_call_id") in ids for m in later.messages)), [])
-        step = Step(prompt_text=call.prompt_text, prompt_ids=call.prompt_ids, action_text=call.completion.text,
-                    action_ids=list(call.completion.ids), truncated=call.completion.truncated,
-                    anchor_state=tool_state(interactions(call.messages)) if anchor == "tool_state" else t,
-                    messages=call.messages, observation=call.messages[-1]["content"],
-                    logprobs=call.completion.logprobs, policy_version=call.policy_version,
-                    tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in call.parsed.calls],
-                    tool_results=answers)
+        answers = next(
+            (
+                [dict(m, error=None) for m in later.messages if m["role"] == "tool" and m.get("tool_call_id") in ids]
+                for later in calls[t + 1 :]
+                if any(m.get("tool_call_id") in ids for m in later.messages)
+            ),
+            [],
+        )
+        step = Step(
+            prompt_text=call.prompt_text,
+            prompt_ids=call.prompt_ids,
+            action_text=call.completion.text,
+            action_ids=list(call.completion.ids),
+            truncated=call.completion.truncated,
+            anchor_state=tool_state(interactions(call.messages)) if anchor == "tool_state" else t,
+            messages=call.messages,
+            observation=call.messages[-1]["content"],
+            logprobs=call.completion.logprobs,
+            policy_version=call.policy_version,
+            tool_calls=[{"id": c.id, "name": c.name, "arguments": c.arguments} for c in call.parsed.calls],
+            tool_results=answers,
+        )
         if call.parsed.malformed:  # the model's mistake, as conversation mode charges it
             step.valid, step.penalty = False, invalid_penalty
             step.invalid_reason = call.parsed.malformed[0][:120]

@@ -39,15 +39,36 @@ class AgentEndpoint:
     """``with AgentEndpoint(...) as endpoint:`` serves until the block ends; ``open_episode`` before an
     agent runs, ``close_episode`` after (its record is then final)."""
 
-    def __init__(self, backend: GenerationBackend, tokenizer, params: SamplingParams, *, api_key: str,
-                 model_name: str = "policy", parser: str = "hermes", template_kwargs: dict | None = None,
-                 max_context: int | None = None, max_calls: int = 16, policy_version: int = 0,
-                 window_s: float = 0.005, request_timeout_s: float = 600.0):
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        tokenizer,
+        params: SamplingParams,
+        *,
+        api_key: str,
+        model_name: str = "policy",
+        parser: str = "hermes",
+        template_kwargs: dict | None = None,
+        max_context: int | None = None,
+        max_calls: int = 16,
+        policy_version: int = 0,
+        window_s: float = 0.005,
+        request_timeout_s: float = 600.0,
+    ):
         self.api_key, self.max_calls, self.params = api_key, max_calls, params
         self.model_names = tuple(dict.fromkeys([model_name, "policy"]))
         self.request_timeout_s = request_timeout_s
-        self.batcher = CallBatcher(backend, tokenizer, params, parser, template_kwargs, max_context, policy_version,
-                                   window_s, self.live_episodes)
+        self.batcher = CallBatcher(
+            backend,
+            tokenizer,
+            params,
+            parser,
+            template_kwargs,
+            max_context,
+            policy_version,
+            window_s,
+            self.live_episodes,
+        )
         self.episodes: dict[str, EpisodeCalls] = {}
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -57,8 +78,12 @@ class AgentEndpoint:
     def __enter__(self) -> "AgentEndpoint":
         self.batcher.start()
         self._server = _Server(("127.0.0.1", 0), _handler_for(self))
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="grouprl-agent-endpoint", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="grouprl-agent-endpoint",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -117,8 +142,12 @@ class AgentEndpoint:
         if match["what"] == "models":
             if method != "GET":
                 raise EndpointError(405, "method_not_allowed", f"{method} {path}: use GET")
-            return 200, {"object": "list", "data": [{"id": name, "object": "model", "created": 0,
-                                                     "owned_by": "grouprl"} for name in self.model_names]}
+            return 200, {
+                "object": "list",
+                "data": [
+                    {"id": name, "object": "model", "created": 0, "owned_by": "grouprl"} for name in self.model_names
+                ],
+            }
         if method != "POST":
             raise EndpointError(405, "method_not_allowed", f"{method} {path}: use POST")
         episode = self._episode(match["episode"] or headers.get(EPISODE_HEADER))
@@ -137,16 +166,23 @@ class AgentEndpoint:
             if episode.admitted >= self.max_calls:
                 episode.refused["max_calls_exceeded"] += 1
                 episode.over_limit = True
-                raise EndpointError(400, "max_calls_exceeded", f"episode {episode.episode_id} has made its "
-                                    f"{self.max_calls} calls (max_calls)")
+                raise EndpointError(
+                    400,
+                    "max_calls_exceeded",
+                    f"episode {episode.episode_id} has made its {self.max_calls} calls (max_calls)",
+                )
             episode.admitted += 1
         served = self.batcher.submit(request, self.request_timeout_s)
         return served.status, served.answer
 
     def _episode(self, episode_id: str | None) -> EpisodeCalls:
         if not episode_id:
-            raise EndpointError(400, "episode_missing", "no episode: use the base_url grouprl gave the agent "
-                                f"(.../ep/<episode-id>/v1) or set the {EPISODE_HEADER} header")
+            raise EndpointError(
+                400,
+                "episode_missing",
+                "no episode: use the base_url grouprl gave the agent "
+                f"(.../ep/<episode-id>/v1) or set the {EPISODE_HEADER} header",
+            )
         with self._lock:
             episode = self.episodes.get(episode_id)
         if episode is None:

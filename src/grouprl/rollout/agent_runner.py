@@ -70,38 +70,70 @@ def agent_settings(cfg) -> AgentSettings | None:
     except KeyError as err:
         raise ConfigError(str(err).strip("'\"")) from None
     if not asyncio.iscoroutinefunction(agent):
-        raise ConfigError(f"config key 'agent': {tools_config.agent} is not an async function; expected "
-                          "'async def run(client, row, **extras)'")
-    base = conversation_settings(cfg.model_copy(update={"tools": tools_config.model_copy(
-        update={"episode_mode": "conversation"})}))
+        raise ConfigError(
+            f"config key 'agent': {tools_config.agent} is not an async function; expected "
+            "'async def run(client, row, **extras)'"
+        )
+    base = conversation_settings(
+        cfg.model_copy(update={"tools": tools_config.model_copy(update={"episode_mode": "conversation"})})
+    )
     assert base is not None
     fields = {name: getattr(base, name) for name in ConversationSettings.__dataclass_fields__}
     model = str(cfg.model.model_name_or_path or "policy")  # a hub id as it is, a local folder by its name
     model_name = Path(model).name if Path(model).is_dir() else model
-    return AgentSettings(**fields, agent=agent, agent_spec=tools_config.agent, max_calls=tools_config.max_calls,
-                         episode_timeout=tools_config.episode_timeout, model_name=model_name)
+    return AgentSettings(
+        **fields,
+        agent=agent,
+        agent_spec=tools_config.agent,
+        max_calls=tools_config.max_calls,
+        episode_timeout=tools_config.episode_timeout,
+        model_name=model_name,
+    )
 
 
-def run_agent_episodes(factories: list[EnvFactory], rows: list[dict[str, Any]], group_size: int,
-                       backend: GenerationBackend, tokenizer, params: SamplingParams, settings: AgentSettings,
-                       seeds: list[int | None] | None = None, first_group: int = 0,
-                       policy_version: int = 0) -> list[Episode]:
+def run_agent_episodes(
+    factories: list[EnvFactory],
+    rows: list[dict[str, Any]],
+    group_size: int,
+    backend: GenerationBackend,
+    tokenizer,
+    params: SamplingParams,
+    settings: AgentSettings,
+    seeds: list[int | None] | None = None,
+    first_group: int = 0,
+    policy_version: int = 0,
+) -> list[Episode]:
     """``group_size`` runs of the agent per row, grouped and in order (``run_episodes``' contract)."""
     if settings.agent is None:
         raise ValueError("AgentSettings.agent is not set")
     ensure_tool_template(tokenizer, settings.chat_template)
     n_groups = len(factories)
     seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
-                for g in range(n_groups) for k in range(group_size)]
-    with AgentEndpoint(backend, tokenizer, params, api_key=settings.api_key, model_name=settings.model_name,
-                       parser=settings.parser, template_kwargs=settings.chat_template_kwargs,
-                       max_context=settings.max_conversation_tokens, max_calls=settings.max_calls,
-                       policy_version=policy_version, window_s=settings.batch_window_s) as endpoint:
+    episodes = [
+        Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
+        for g in range(n_groups)
+        for k in range(group_size)
+    ]
+    with AgentEndpoint(
+        backend,
+        tokenizer,
+        params,
+        api_key=settings.api_key,
+        model_name=settings.model_name,
+        parser=settings.parser,
+        template_kwargs=settings.chat_template_kwargs,
+        max_context=settings.max_conversation_tokens,
+        max_calls=settings.max_calls,
+        policy_version=policy_version,
+        window_s=settings.batch_window_s,
+    ) as endpoint:
         records = [endpoint.open_episode(ep.episode_id) for ep in episodes]
-        outcomes = _play_all(settings, [endpoint.base_url(ep.episode_id) for ep in episodes],
-                             [ep.row for ep in episodes], [functools.partial(endpoint.finish_episode, ep.episode_id)
-                                                           for ep in episodes])
+        outcomes = _play_all(
+            settings,
+            [endpoint.base_url(ep.episode_id) for ep in episodes],
+            [ep.row for ep in episodes],
+            [functools.partial(endpoint.finish_episode, ep.episode_id) for ep in episodes],
+        )
         for ep in episodes:
             endpoint.close_episode(ep.episode_id)
     for g, ep in enumerate(episodes):
@@ -117,19 +149,28 @@ class _Outcome:
     message: str = "the agent did not finish within episode_timeout"
 
 
-def _play_all(settings: AgentSettings, base_urls: list[str], rows: list[dict[str, Any]],
-              finished: list[Callable[[], None]]) -> list[_Outcome]:
+def _play_all(
+    settings: AgentSettings, base_urls: list[str], rows: list[dict[str, Any]], finished: list[Callable[[], None]]
+) -> list[_Outcome]:
     outcomes = [_Outcome() for _ in base_urls]
 
     async def play(i: int) -> None:
         import openai
 
-        client = openai.AsyncOpenAI(base_url=base_urls[i], api_key=settings.api_key, max_retries=0,
-                                    timeout=settings.episode_timeout)
+        client = openai.AsyncOpenAI(
+            base_url=base_urls[i], api_key=settings.api_key, max_retries=0, timeout=settings.episode_timeout
+        )
         try:
-            result = await asyncio.wait_for(settings.agent(client, dict(rows[i]), model=settings.model_name,  # type: ignore[misc]
-                                                           base_url=base_urls[i], api_key=settings.api_key),
-                                            settings.episode_timeout)
+            result = await asyncio.wait_for(
+                settings.agent(
+                    client,
+                    dict(rows[i]),
+                    model=settings.model_name,  # type: ignore[misc]
+                    base_url=base_urls[i],
+                    api_key=settings.api_key,
+                ),
+                settings.episode_timeout,
+            )
             outcomes[i] = _Outcome(result, None, "")
         except asyncio.TimeoutError:
             outcomes[i] = _Outcome(None, "timeout", f"the agent ran past episode_timeout={settings.episode_timeout}s")
@@ -149,8 +190,9 @@ def _play_all(settings: AgentSettings, base_urls: list[str], rows: list[dict[str
 
 
 # --- from what happened to an episode -----------------------------------------------------------------
-def _finish(ep: Episode, record: EpisodeCalls, outcome: _Outcome, factory: EnvFactory, tokenizer,
-            settings: AgentSettings) -> None:
+def _finish(
+    ep: Episode, record: EpisodeCalls, outcome: _Outcome, factory: EnvFactory, tokenizer, settings: AgentSettings
+) -> None:
     with record.lock:
         calls = list(record.calls)
         refused = dict(record.refused)
@@ -182,9 +224,14 @@ def _finish(ep: Episode, record: EpisodeCalls, outcome: _Outcome, factory: EnvFa
     else:
         last.env_reward, last.env_info = score, {"success": success}
         ep.done, ep.end_reason = True, "answer"
-    ep.agent = AgentRun(calls=len(calls), segments=len(call_segments(ep.steps)) if calls else 0, failure=failure,
-                        message=message if failure else "", refused=refused,
-                        latencies=[c.latency_s for c in calls])
+    ep.agent = AgentRun(
+        calls=len(calls),
+        segments=len(call_segments(ep.steps)) if calls else 0,
+        failure=failure,
+        message=message if failure else "",
+        refused=refused,
+        latencies=[c.latency_s for c in calls],
+    )
 
 
 def _reward(result: Any) -> tuple[float, bool, str | None]:
@@ -199,8 +246,12 @@ def _reward(result: Any) -> tuple[float, bool, str | None]:
             return 0.0, False, f"the agent's result is marked invalid: {getattr(result, 'reason', '')}"
         result = result.score
     if isinstance(result, bool) or not isinstance(result, (int, float)):
-        return 0.0, False, f"the agent returned {type(result).__name__}; expected a number, an EvaluateResult, " \
-                           "a dict with 'score', or None"
+        return (
+            0.0,
+            False,
+            f"the agent returned {type(result).__name__}; expected a number, an EvaluateResult, "
+            "a dict with 'score', or None",
+        )
     if not math.isfinite(result):
         return 0.0, False, f"the agent returned a non-finite reward {result!r}"
     return float(result), bool(success) if success is not None else result >= 1.0, None
@@ -209,12 +260,25 @@ def _reward(result: Any) -> tuple[float, bool, str | None]:
 def _placeholder_step(factory: EnvFactory, seed: int | None, tokenizer, settings: AgentSettings) -> Step:
     env = factory()
     obs = env.reset(seed)
-    messages = [dict(m) for m in obs.messages] if obs.messages is not None else (
-        ([{"role": "system", "content": env.instructions}] if getattr(env, "instructions", "") else [])
-        + [{"role": "user", "content": obs.text}])
+    messages = (
+        [dict(m) for m in obs.messages]
+        if obs.messages is not None
+        else (
+            ([{"role": "system", "content": env.instructions}] if getattr(env, "instructions", "") else [])
+            + [{"role": "user", "content": obs.text}]
+        )
+    )
     text, ids = initial_prompt(tokenizer, messages, settings)
-    return Step(prompt_text=text, prompt_ids=ids, action_text="", action_ids=[], truncated=False,
-                anchor_state="start", messages=messages, observation=obs.text)
+    return Step(
+        prompt_text=text,
+        prompt_ids=ids,
+        action_text="",
+        action_ids=[],
+        truncated=False,
+        anchor_state="start",
+        messages=messages,
+        observation=obs.text,
+    )
 
 
 def agent_metrics(episodes: list[Episode]) -> dict[str, float]:

@@ -39,8 +39,9 @@ _UNSUPPORTED = ("logit_bias", "functions", "function_call", "audio", "prediction
 class EndpointError(Exception):
     """A request the endpoint refuses, as OpenAI answers it. ``kind`` is what the metrics count."""
 
-    def __init__(self, status: int, kind: str, message: str, param: str | None = None,
-                 type_: str = "invalid_request_error"):
+    def __init__(
+        self, status: int, kind: str, message: str, param: str | None = None, type_: str = "invalid_request_error"
+    ):
         super().__init__(message)
         self.status, self.kind, self.message, self.param, self.type = status, kind, message, param, type_
 
@@ -67,19 +68,29 @@ class ChatRequest:
 
 
 def _unsupported(param: str, why: str) -> EndpointError:
-    return EndpointError(400, "unsupported_parameter", f"'{param}' {why}: the grouprl endpoint does not serve it "
-                         "(the recorded training sample could not show its effect)", param)
+    return EndpointError(
+        400,
+        "unsupported_parameter",
+        f"'{param}' {why}: the grouprl endpoint does not serve it "
+        "(the recorded training sample could not show its effect)",
+        param,
+    )
 
 
-def read_request(body: Any, episode: EpisodeCalls, model_names: tuple[str, ...], run_max_new_tokens: int
-                 ) -> ChatRequest:
+def read_request(
+    body: Any, episode: EpisodeCalls, model_names: tuple[str, ...], run_max_new_tokens: int
+) -> ChatRequest:
     """The request as the batcher serves it; ``EndpointError`` for anything that cannot be served."""
     if not isinstance(body, dict):
         raise EndpointError(400, "bad_request", "the request body must be a JSON object")
     model = body.get("model")
     if model not in model_names:
-        raise EndpointError(404, "model_not_found", f"the model {model!r} does not exist; this endpoint serves "
-                            f"{' or '.join(repr(n) for n in model_names)}", "model")
+        raise EndpointError(
+            404,
+            "model_not_found",
+            f"the model {model!r} does not exist; this endpoint serves {' or '.join(repr(n) for n in model_names)}",
+            "model",
+        )
     if body.get("n") not in (None, 1):
         raise _unsupported("n", f"= {body.get('n')!r} (one choice per call: run the agent K times instead)")
     if body.get("stream"):
@@ -101,11 +112,22 @@ def read_request(body: Any, episode: EpisodeCalls, model_names: tuple[str, ...],
     if choice not in (None, "auto", "none"):
         raise _unsupported("tool_choice", f"= {choice!r} (only auto and none)")
     tools = body.get("tools") or None
-    if tools is not None and (not isinstance(tools, list) or not all(
-            isinstance(t, dict) and t.get("type") == "function" and isinstance(t.get("function"), dict)
-            and t["function"].get("name") for t in tools)):
-        raise EndpointError(400, "bad_request", "'tools' must be a list of {\"type\": \"function\", \"function\": "
-                            "{\"name\": ...}} objects", "tools")
+    if tools is not None and (
+        not isinstance(tools, list)
+        or not all(
+            isinstance(t, dict)
+            and t.get("type") == "function"
+            and isinstance(t.get("function"), dict)
+            and t["function"].get("name")
+            for t in tools
+        )
+    ):
+        raise EndpointError(
+            400,
+            "bad_request",
+            '\'tools\' must be a list of {"type": "function", "function": {"name": ...}} objects',
+            "tools",
+        )
     try:
         messages = normalise_messages(body.get("messages"))
     except ValueError as err:
@@ -113,8 +135,14 @@ def read_request(body: Any, episode: EpisodeCalls, model_names: tuple[str, ...],
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
     if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
         raise EndpointError(400, "bad_request", f"'max_tokens' must be a positive integer, got {cap!r}", "max_tokens")
-    return ChatRequest(episode, model, messages, None if choice == "none" else tools,
-                       min(cap or run_max_new_tokens, run_max_new_tokens), bool(body.get("logprobs")))
+    return ChatRequest(
+        episode,
+        model,
+        messages,
+        None if choice == "none" else tools,
+        min(cap or run_max_new_tokens, run_max_new_tokens),
+        bool(body.get("logprobs")),
+    )
 
 
 def _reply(parsed: ParsedTurn, text: str) -> dict[str, Any]:
@@ -122,10 +150,15 @@ def _reply(parsed: ParsedTurn, text: str) -> dict[str, Any]:
     tool calls (what an OpenAI-compatible server whose parser fails does)."""
     if parsed.malformed:
         return {"role": "assistant", "content": text, "tool_calls": None}
-    calls = [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
-             for c in parsed.calls]
-    return {"role": "assistant", "content": parsed.content if parsed.content or not calls else None,
-            "tool_calls": calls or None}
+    calls = [
+        {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _json(c.arguments)}}
+        for c in parsed.calls
+    ]
+    return {
+        "role": "assistant",
+        "content": parsed.content if parsed.content or not calls else None,
+        "tool_calls": calls or None,
+    }
 
 
 def _json(value: Any) -> str:
@@ -137,9 +170,18 @@ def _json(value: Any) -> str:
 class CallBatcher:
     """The endpoint's generation thread: batches requests, renders, generates, parses, records."""
 
-    def __init__(self, backend, tokenizer, params: SamplingParams, parser: str, template_kwargs: dict | None,
-                 max_context: int | None, policy_version: int, window_s: float = 0.005,
-                 live_episodes: Callable[[], int] | None = None):
+    def __init__(
+        self,
+        backend,
+        tokenizer,
+        params: SamplingParams,
+        parser: str,
+        template_kwargs: dict | None,
+        max_context: int | None,
+        policy_version: int,
+        window_s: float = 0.005,
+        live_episodes: Callable[[], int] | None = None,
+    ):
         self.backend, self.tokenizer, self.params = backend, tokenizer, params
         self.parser, self.template_kwargs, self.max_context = get_parser(parser), template_kwargs, max_context
         self.policy_version, self.window_s = policy_version, window_s
@@ -158,8 +200,9 @@ class CallBatcher:
     def submit(self, request: ChatRequest, wait_s: float) -> ChatRequest:
         self.requests.put(request)
         if not request.done.wait(wait_s):
-            request.finish(*_error(EndpointError(503, "server_timeout", f"no answer within {wait_s:.0f} s",
-                                                 type_="server_error")))
+            request.finish(
+                *_error(EndpointError(503, "server_timeout", f"no answer within {wait_s:.0f} s", type_="server_error"))
+            )
         return request
 
     def _loop(self) -> None:
@@ -182,8 +225,9 @@ class CallBatcher:
                 self._serve(batch)
             except Exception as err:  # noqa: BLE001 - a backend failure answers these requests, never kills the thread
                 log.exception("agent endpoint: generation failed")
-                failure = EndpointError(500, "server_error", f"generation failed: {type(err).__name__}: {err}",
-                                        type_="server_error")
+                failure = EndpointError(
+                    500, "server_error", f"generation failed: {type(err).__name__}: {err}", type_="server_error"
+                )
                 for request in batch:
                     if not request.done.is_set():
                         _refuse(request, failure)
@@ -211,15 +255,24 @@ class CallBatcher:
         with request.episode.lock:
             earlier = list(request.episode.calls)
         try:
-            text, ids, extends = render_call(self.tokenizer, earlier, request.messages, request.tools,
-                                             self.template_kwargs)
+            text, ids, extends = render_call(
+                self.tokenizer, earlier, request.messages, request.tools, self.template_kwargs
+            )
         except Exception as err:  # noqa: BLE001 - the template refused these messages: the request's fault
-            raise EndpointError(400, "bad_request", f"the chat template cannot render these messages: "
-                                f"{type(err).__name__}: {err}", "messages") from None
+            raise EndpointError(
+                400,
+                "bad_request",
+                f"the chat template cannot render these messages: {type(err).__name__}: {err}",
+                "messages",
+            ) from None
         if self.max_context and len(ids) + request.max_new_tokens > self.max_context:
-            raise EndpointError(400, "context_length_exceeded",
-                                f"this model's maximum context length is {self.max_context} tokens; the messages "
-                                f"are {len(ids)} tokens and max_tokens is {request.max_new_tokens}", "messages")
+            raise EndpointError(
+                400,
+                "context_length_exceeded",
+                f"this model's maximum context length is {self.max_context} tokens; the messages "
+                f"are {len(ids)} tokens and max_tokens is {request.max_new_tokens}",
+                "messages",
+            )
         return text, ids, extends
 
     def _answer(self, request: ChatRequest, text: str, ids: list[int], extends: bool, completion) -> None:
@@ -229,8 +282,9 @@ class CallBatcher:
             parsed = ParsedTurn(content=completion.text, malformed=parsed.malformed)
         reply = _reply(parsed, completion.text)
         latency = time.monotonic() - request.received
-        record = CallRecord(request.messages, request.tools, text, ids, completion, parsed, reply,
-                            self.policy_version, extends, latency)
+        record = CallRecord(
+            request.messages, request.tools, text, ids, completion, parsed, reply, self.policy_version, extends, latency
+        )
         with episode.lock:
             if episode.closed:
                 episode.refused["episode_closed"] += 1
@@ -240,15 +294,27 @@ class CallBatcher:
         finish = "length" if completion.truncated else "tool_calls" if parsed.calls else "stop"
         logprobs = None
         if request.want_logprobs and completion.logprobs is not None:
-            logprobs = {"content": [{"token": self.tokenizer.decode([t]), "logprob": lp, "bytes": None,
-                                     "top_logprobs": []} for t, lp in zip(completion.ids, completion.logprobs)]}
-        request.finish(200, {
-            "id": f"chatcmpl-{uuid.uuid4().hex[:24]}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.model,
-            "choices": [{"index": 0, "message": reply, "finish_reason": finish, "logprobs": logprobs}],
-            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(completion.ids),
-                      "total_tokens": len(ids) + len(completion.ids)},
-        })
+            logprobs = {
+                "content": [
+                    {"token": self.tokenizer.decode([t]), "logprob": lp, "bytes": None, "top_logprobs": []}
+                    for t, lp in zip(completion.ids, completion.logprobs)
+                ]
+            }
+        request.finish(
+            200,
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:24]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": request.model,
+                "choices": [{"index": 0, "message": reply, "finish_reason": finish, "logprobs": logprobs}],
+                "usage": {
+                    "prompt_tokens": len(ids),
+                    "completion_tokens": len(completion.ids),
+                    "total_tokens": len(ids) + len(completion.ids),
+                },
+            },
+        )
 
 
 def _error(err: EndpointError) -> tuple[int, dict[str, Any]]:

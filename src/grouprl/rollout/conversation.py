@@ -95,13 +95,23 @@ def tool_state(interactions: list[str]) -> str:
 
 # --- the template's tokens between turns -------------------------------------------------------------
 def initial_prompt(tokenizer, messages: list[dict[str, Any]], settings: ConversationSettings) -> tuple[str, list[int]]:
-    text = tokenizer.apply_chat_template(messages, tools=settings.schemas or None, add_generation_prompt=True,
-                                         tokenize=False, **(settings.chat_template_kwargs or {}))
+    text = tokenizer.apply_chat_template(
+        messages,
+        tools=settings.schemas or None,
+        add_generation_prompt=True,
+        tokenize=False,
+        **(settings.chat_template_kwargs or {}),
+    )
     return text, tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
-def continuation_text(tokenizer, history: list[dict[str, Any]], appended: list[dict[str, Any]],
-                      settings: ConversationSettings, end_of_turn: str) -> str:
+def continuation_text(
+    tokenizer,
+    history: list[dict[str, Any]],
+    appended: list[dict[str, Any]],
+    settings: ConversationSettings,
+    end_of_turn: str,
+) -> str:
     """What the template writes after an assistant turn's end of turn: the ``appended`` messages (tool
     results) and the next assistant header. Rendered with the whole conversation (templates group
     consecutive tool messages), and checked to extend the rendering without them. ``end_of_turn`` is the
@@ -113,9 +123,11 @@ def continuation_text(tokenizer, history: list[dict[str, Any]], appended: list[d
     after = tokenizer.apply_chat_template(history + appended, add_generation_prompt=True, **kwargs)
     end = _turn_end(tokenizer, before, end_of_turn)
     if end < 0 or not after.startswith(before[:end]):
-        raise ValueError("chat template: appending a tool message changes how the earlier turns render, so the "
-                         "conversation cannot grow token by token; use a template whose turns are a prefix of "
-                         "the next rendering (e.g. tool_chat_template: qwen25)")
+        raise ValueError(
+            "chat template: appending a tool message changes how the earlier turns render, so the "
+            "conversation cannot grow token by token; use a template whose turns are a prefix of "
+            "the next rendering (e.g. tool_chat_template: qwen25)"
+        )
     return after[end:]
 
 
@@ -155,32 +167,55 @@ class _Live:
     observation: str = ""
 
 
-def run_conversations(factories: list[EnvFactory], rows: list[dict[str, Any]], group_size: int,
-                      backend: GenerationBackend, tokenizer, params: SamplingParams, settings: ConversationSettings,
-                      seeds: list[int | None] | None = None, pool: EnvPool | None = None,
-                      first_group: int = 0) -> list[Episode]:
+def run_conversations(
+    factories: list[EnvFactory],
+    rows: list[dict[str, Any]],
+    group_size: int,
+    backend: GenerationBackend,
+    tokenizer,
+    params: SamplingParams,
+    settings: ConversationSettings,
+    seeds: list[int | None] | None = None,
+    pool: EnvPool | None = None,
+    first_group: int = 0,
+) -> list[Episode]:
     """``group_size`` conversation episodes per group, grouped and in order (``run_episodes``' contract)."""
     pool = pool or LocalEnvPool()
     parser = get_parser(settings.parser)
     ensure_tool_template(tokenizer, settings.chat_template)  # installed on the tokenizer: saved with checkpoints
     n_groups = len(factories)
     seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
-                for g in range(n_groups) for k in range(group_size)]
-    observations, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],
-                                            [seeds[g] for g in range(n_groups) for _ in range(group_size)])
+    episodes = [
+        Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
+        for g in range(n_groups)
+        for k in range(group_size)
+    ]
+    observations, instructions = pool.start(
+        [factories[g] for g in range(n_groups) for _ in range(group_size)],
+        [seeds[g] for g in range(n_groups) for _ in range(group_size)],
+    )
     live: dict[int, _Live] = {}
     rendered: dict[tuple, tuple[str, list[int]]] = {}  # a group's episodes share their first prompt
     for i, obs in enumerate(observations):
-        messages = [dict(m) for m in obs.messages] if obs.messages is not None else (
-            ([{"role": "system", "content": instructions[i]}] if instructions[i] else [])
-            + [{"role": "user", "content": obs.text}])
+        messages = (
+            [dict(m) for m in obs.messages]
+            if obs.messages is not None
+            else (
+                ([{"role": "system", "content": instructions[i]}] if instructions[i] else [])
+                + [{"role": "user", "content": obs.text}]
+            )
+        )
         key = tuple((m["role"], m["content"]) for m in messages)
         if key not in rendered:
             rendered[key] = initial_prompt(tokenizer, messages, settings)
         text, ids = rendered[key]
-        live[i] = _Live(messages, text, list(ids), ToolSession(settings.tools, settings.tool_timeout_s,
-                                                               settings.sandbox_backend), observation=obs.text)
+        live[i] = _Live(
+            messages,
+            text,
+            list(ids),
+            ToolSession(settings.tools, settings.tool_timeout_s, settings.sandbox_backend),
+            observation=obs.text,
+        )
 
     turn = 0
     while live:
@@ -191,11 +226,18 @@ def run_conversations(factories: list[EnvFactory], rows: list[dict[str, Any]], g
             state = live[i]
             text, stop = turn_text(tokenizer, completion)
             parsed = parse_turn(text, parser, turn)
-            step = Step(prompt_text=state.prompt_text, prompt_ids=state.prompt_ids, action_text=text,
-                        action_ids=completion.ids, truncated=completion.truncated,
-                        anchor_state=tool_state(state.interactions) if settings.anchor == "tool_state" else turn,
-                        messages=[dict(m) for m in state.messages], observation=state.observation,
-                        logprobs=completion.logprobs, policy_version=completion.policy_version)
+            step = Step(
+                prompt_text=state.prompt_text,
+                prompt_ids=state.prompt_ids,
+                action_text=text,
+                action_ids=completion.ids,
+                truncated=completion.truncated,
+                anchor_state=tool_state(state.interactions) if settings.anchor == "tool_state" else turn,
+                messages=[dict(m) for m in state.messages],
+                observation=state.observation,
+                logprobs=completion.logprobs,
+                policy_version=completion.policy_version,
+            )
             episodes[i].steps.append(step)
             attempted = len(parsed.calls) + len(parsed.malformed)
             if completion.truncated:
@@ -235,18 +277,21 @@ def _call_tools(step: Step, state: _Live, parsed, settings: ConversationSettings
     invalid = [o for o in outcomes if o.error in INVALID_KINDS]
     if invalid:
         step.valid, step.penalty = False, settings.invalid_action_penalty
-        step.invalid_reason = invalid[0].content[len("Error: "):][:120]
+        step.invalid_reason = invalid[0].content[len("Error: ") :][:120]
     state.interactions += [interaction_key(o) for o in outcomes]
 
 
-def _grow(tokenizer, state: _Live, step: Step, completion, turn: tuple[str, str], parsed,
-          settings: ConversationSettings) -> None:
+def _grow(
+    tokenizer, state: _Live, step: Step, completion, turn: tuple[str, str], parsed, settings: ConversationSettings
+) -> None:
     """Append the assistant turn and its tool messages: to the messages, and to the ids without
     re-tokenising what the model generated (its stop token included, whichever stop id it was)."""
     assistant = {"role": "assistant", "content": parsed.content}
     if parsed.calls:
-        assistant["tool_calls"] = [{"id": c.id, "type": "function",
-                                    "function": {"name": c.name, "arguments": c.arguments}} for c in parsed.calls]
+        assistant["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in parsed.calls
+        ]
     tool_messages = [{k: v for k, v in r.items() if k != "error"} for r in step.tool_results or []]
     text, end_of_turn = turn
     suffix = continuation_text(tokenizer, state.messages + [assistant], tool_messages, settings, end_of_turn)
@@ -272,7 +317,13 @@ def conversation_settings(cfg) -> ConversationSettings | None:
 
         raise ConfigError(str(err).strip("'\"")) from None
     return ConversationSettings(
-        tools=tools, parser=tools_config.tool_parser, max_tool_calls=tools_config.max_tool_calls,
-        max_conversation_tokens=tools_config.max_conversation_tokens, tool_timeout_s=tools_config.tool_timeout,
-        invalid_action_penalty=cfg.rollout.invalid_action_penalty, anchor=tools_config.tool_anchor,
-        chat_template=tools_config.tool_chat_template, chat_template_kwargs=cfg.prompts.chat_template_kwargs or None)
+        tools=tools,
+        parser=tools_config.tool_parser,
+        max_tool_calls=tools_config.max_tool_calls,
+        max_conversation_tokens=tools_config.max_conversation_tokens,
+        tool_timeout_s=tools_config.tool_timeout,
+        invalid_action_penalty=cfg.rollout.invalid_action_penalty,
+        anchor=tools_config.tool_anchor,
+        chat_template=tools_config.tool_chat_template,
+        chat_template_kwargs=cfg.prompts.chat_template_kwargs or None,
+    )

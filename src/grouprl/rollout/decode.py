@@ -40,13 +40,35 @@ StepProgress = Callable[[int, int, int], None]
 # generation-config fields that make HF ``generate`` add a logits processor this loop does not have, with the
 # values that add none; any of them set to something else sends the chunk to ``model.generate`` instead
 _OTHER_PROCESSORS: dict[str, object] = {
-    "repetition_penalty": 1.0, "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0, "bad_words_ids": None, "min_length": 0, "min_new_tokens": 0,
-    "sequence_bias": None, "forced_bos_token_id": None, "forced_eos_token_id": None, "remove_invalid_values": False,
-    "exponential_decay_length_penalty": None, "suppress_tokens": None, "begin_suppress_tokens": None, "min_p": None,
-    "top_h": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "watermarking_config": None,
-    "guidance_scale": 1.0, "num_beams": 1, "num_beam_groups": 1, "diversity_penalty": 0.0, "renormalize_logits": False,
-    "stop_strings": None, "max_time": None, "prompt_lookup_num_tokens": None, "assistant_early_exit": None,
+    "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0,
+    "no_repeat_ngram_size": 0,
+    "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None,
+    "min_length": 0,
+    "min_new_tokens": 0,
+    "sequence_bias": None,
+    "forced_bos_token_id": None,
+    "forced_eos_token_id": None,
+    "remove_invalid_values": False,
+    "exponential_decay_length_penalty": None,
+    "suppress_tokens": None,
+    "begin_suppress_tokens": None,
+    "min_p": None,
+    "top_h": None,
+    "typical_p": 1.0,
+    "epsilon_cutoff": 0.0,
+    "eta_cutoff": 0.0,
+    "watermarking_config": None,
+    "guidance_scale": 1.0,
+    "num_beams": 1,
+    "num_beam_groups": 1,
+    "diversity_penalty": 0.0,
+    "renormalize_logits": False,
+    "stop_strings": None,
+    "max_time": None,
+    "prompt_lookup_num_tokens": None,
+    "assistant_early_exit": None,
     "penalty_alpha": None,
 }
 
@@ -114,21 +136,32 @@ def prefill(model, chunk: list[list[int]], pad: int, device: torch.device):
     cache = DynamicCache(config=model.config)
     prefix = torch.tensor([prompts[0][:p]], device=device)
     if p:
-        model(input_ids=prefix, position_ids=torch.arange(p, device=device)[None], **{keyword: cache},
-              use_cache=True, logits_to_keep=1)
+        model(
+            input_ids=prefix,
+            position_ids=torch.arange(p, device=device)[None],
+            **{keyword: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        )
         cache.batch_select_indices(torch.zeros(len(prompts), dtype=torch.long, device=device))
     mask = torch.zeros(len(prompts), p + width, dtype=torch.long)
     mask[:, :p] = 1
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     for i, tail in enumerate(tails):
         if tail:
-            ids[i, width - len(tail):] = torch.tensor(tail)
-            mask[i, p + width - len(tail):] = 1
+            ids[i, width - len(tail) :] = torch.tensor(tail)
+            mask[i, p + width - len(tail) :] = 1
     mask = mask.to(device)
     if width:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, p:]
-        model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions, **{keyword: cache},
-              use_cache=True, logits_to_keep=1)
+        model(
+            input_ids=ids.to(device),
+            attention_mask=mask,
+            position_ids=positions,
+            **{keyword: cache},
+            use_cache=True,
+            logits_to_keep=1,
+        )
     index = torch.tensor(rows, device=device)
     if len(prompts) < len(chunk) and (p or width):  # (nothing cached: one-token prompts)
         cache.batch_select_indices(index)
@@ -136,9 +169,18 @@ def prefill(model, chunk: list[list[int]], pad: int, device: torch.device):
     return cache, mask[index], last, mask[index].sum(-1)
 
 
-def decode(model, chunk: list[list[int]], params: SamplingParams, warpers: list, stops: list[int], pad: int,
-           device: torch.device, progress: StepProgress | None = None,
-           logprobs: list[list[float]] | None = None, draw_with: str = "inverse_cdf") -> list[list[int]]:
+def decode(
+    model,
+    chunk: list[list[int]],
+    params: SamplingParams,
+    warpers: list,
+    stops: list[int],
+    pad: int,
+    device: torch.device,
+    progress: StepProgress | None = None,
+    logprobs: list[list[float]] | None = None,
+    draw_with: str = "inverse_cdf",
+) -> list[list[int]]:
     """Each prompt's new tokens, up to and including its first stop id (at most ``params.max_new_tokens``).
     ``logprobs`` (one empty list per prompt; sampling only): filled with each drawn token's log-prob under
     the warped distribution it was drawn from. It reads the same logits and draws nothing, so the tokens
@@ -154,8 +196,17 @@ def decode(model, chunk: list[list[int]], params: SamplingParams, warpers: list,
     generated = 0
     for step in range(params.max_new_tokens):
         mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
-        logits = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
-                       **{keyword: cache}, use_cache=True).logits[:, -1].to(dtype=torch.float32)
+        logits = (
+            model(
+                input_ids=tokens[:, None],
+                attention_mask=mask,
+                position_ids=positions[:, None],
+                **{keyword: cache},
+                use_cache=True,
+            )
+            .logits[:, -1]
+            .to(dtype=torch.float32)
+        )
         for warp in warpers:  # as generate: the warpers see the scores only (no input ids needed)
             logits = warp(None, logits)
         if params.greedy:

@@ -22,13 +22,30 @@ from grouprl.policy.onednn_linear import onednn_linears
 if TYPE_CHECKING:
     from grouprl.config import Config
 
-__all__ = ["BACKENDS", "Completion", "GenerationBackend", "HFBackend", "SamplingParams", "generate", "make_backend",
-           "stop_token_ids"]
+__all__ = [
+    "BACKENDS",
+    "Completion",
+    "GenerationBackend",
+    "HFBackend",
+    "SamplingParams",
+    "generate",
+    "make_backend",
+    "stop_token_ids",
+]
 
 
-def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-             device: torch.device, prefill_once: bool = True, turn_cache=None,
-             record_logprobs: bool = False, onednn: bool = True, draw_with: str = "inverse_cdf") -> list[Completion]:
+def generate(
+    model,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    params: SamplingParams,
+    device: torch.device,
+    prefill_once: bool = True,
+    turn_cache=None,
+    record_logprobs: bool = False,
+    onednn: bool = True,
+    draw_with: str = "inverse_cdf",
+) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
     consecutive identical prompts (a group's K copies) are prefilled once (``prefill.shared_prefill``); with a
     ``turn_cache`` (``rollout/turn_cache.py``), a prompt that extends an earlier call's prompt and
@@ -50,9 +67,16 @@ def generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPara
         return _generate(model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs, draw_with)
 
 
-def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-              device: torch.device, prefill_once: bool = True, record_logprobs: bool = False,
-              draw_with: str = "inverse_cdf") -> list[Completion]:
+def _generate(
+    model,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    params: SamplingParams,
+    device: torch.device,
+    prefill_once: bool = True,
+    record_logprobs: bool = False,
+    draw_with: str = "inverse_cdf",
+) -> list[Completion]:
     stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
     was_training = model.training
@@ -67,9 +91,15 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
         logprobs: list[list[float]] | None = [[] for _ in chunk] if keep_logprobs else None
         if warpers is not None:
             done, made = len(out), sum(len(c.ids) for c in out)  # the earlier chunks' rows and tokens
-            report = None if params.progress is None else (
-                lambda finished, _, tokens, base=params.progress, done=done, made=made:
-                base(done + finished, len(prompt_ids), made + tokens))
+            report = (
+                None
+                if params.progress is None
+                else (
+                    lambda finished, _, tokens, base=params.progress, done=done, made=made: base(
+                        done + finished, len(prompt_ids), made + tokens
+                    )
+                )
+            )
             new_rows = decode(model, chunk, params, warpers, stops, pad, device, report, logprobs, draw_with)
         else:
             new_rows = _hf_generate(model, chunk, params, stops, pad, device, prefill_once)
@@ -88,12 +118,24 @@ def _generate(model, tokenizer, prompt_ids: list[list[int]], params: SamplingPar
     return out
 
 
-def _hf_generate(model, chunk: list[list[int]], params: SamplingParams, stops: list[int], pad: int,
-                 device: torch.device, prefill_once: bool) -> list[list[int]]:
+def _hf_generate(
+    model,
+    chunk: list[list[int]],
+    params: SamplingParams,
+    stops: list[int],
+    pad: int,
+    device: torch.device,
+    prefill_once: bool,
+) -> list[list[int]]:
     """HF ``generate`` on a left-padded chunk (the reference path; a group's prompt prefilled once with
     ``prefill_once``): each row's new tokens, padding after a stop included."""
-    kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
-                  **generate_kwargs(params))
+    kwargs = dict(
+        max_new_tokens=params.max_new_tokens,
+        eos_token_id=stops,
+        pad_token_id=pad,
+        use_cache=True,
+        **generate_kwargs(params),
+    )
     shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
     if shared is not None:
         ids, mask, kwargs[cache_keyword(model)] = shared
@@ -112,15 +154,34 @@ class HFBackend:
     ``onednn``: CPU fp32 linear layers through oneDNN while generating (``speed.onednn_generation``).
     ``draw_with``: the decode loop's draw (``speed.sampling_draw``: ``inverse_cdf`` or ``multinomial``)."""
 
-    def __init__(self, model, tokenizer, device, prefill_once: bool = True, turn_cache=None,
-                 record_logprobs: bool = False, onednn: bool = True, draw_with: str = "inverse_cdf"):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        device,
+        prefill_once: bool = True,
+        turn_cache=None,
+        record_logprobs: bool = False,
+        onednn: bool = True,
+        draw_with: str = "inverse_cdf",
+    ):
         self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
         self.turn_cache, self.record_logprobs, self.onednn = turn_cache, record_logprobs, onednn
         self.draw_with = draw_with
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        return generate(self.model, self.tokenizer, prompt_ids, params, self.device, self.prefill_once,
-                        self.turn_cache, self.record_logprobs, self.onednn, self.draw_with)
+        return generate(
+            self.model,
+            self.tokenizer,
+            prompt_ids,
+            params,
+            self.device,
+            self.prefill_once,
+            self.turn_cache,
+            self.record_logprobs,
+            self.onednn,
+            self.draw_with,
+        )
 
     def load_weights(self, model) -> None:
         self.model = model  # the same object: nothing to copy
@@ -148,14 +209,22 @@ def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
         from grouprl.rollout.turn_cache import TurnCache
 
         turn_cache = TurnCache()
-    return HFBackend(policy.model, policy.tokenizer, policy.device, cfg.speed.prefill_once, turn_cache,
-                     onednn=cfg.speed.onednn_generation, draw_with=cfg.speed.sampling_draw)
+    return HFBackend(
+        policy.model,
+        policy.tokenizer,
+        policy.device,
+        cfg.speed.prefill_once,
+        turn_cache,
+        onednn=cfg.speed.onednn_generation,
+        draw_with=cfg.speed.sampling_draw,
+    )
 
 
 # A factory (policy, cfg) -> backend: built-ins import their engine inside it; a user's is named
 # 'path/to/file.py:make_backend' or 'package.module:make_backend'.
-BACKENDS: Registry[BackendFactory] = Registry("generation backend", config_key="generation_backend",
-                                              code_form="make_backend")
+BACKENDS: Registry[BackendFactory] = Registry(
+    "generation backend", config_key="generation_backend", code_form="make_backend"
+)
 BACKENDS.update(
     hf=_hf_backend,
     vllm=_vllm_backend,  # pip install grouprl[vllm]; rollout/backends/vllm.py

@@ -12,8 +12,8 @@ def left_pad(prompts: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Te
     ids = torch.full((len(prompts), width), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
     return ids, mask
 
 
@@ -37,8 +37,14 @@ def shared_prefill(model, chunk: list[list[int]], pad: int, device: torch.device
     ids, mask = ids.to(device), mask.to(device)
     positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
     cache = DynamicCache(config=model.config)
-    model(input_ids=ids[:, :-1], attention_mask=mask[:, :-1], position_ids=positions[:, :-1],
-          **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1)
+    model(
+        input_ids=ids[:, :-1],
+        attention_mask=mask[:, :-1],
+        position_ids=positions[:, :-1],
+        **{cache_keyword(model): cache},
+        use_cache=True,
+        logits_to_keep=1,
+    )
     index = torch.tensor(rows, device=device)
     cache.batch_select_indices(index)
     return ids[index], mask[index], cache

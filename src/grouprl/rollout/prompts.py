@@ -10,8 +10,13 @@ from grouprl.records import Observation
 DEFAULT_ACTION_PATTERN = r"<action>(.*?)</action>"
 
 
-def build_messages(instructions: str, history: list[tuple[str, str]], observation: Observation,
-                   history_length: int, show_admissible: bool = True) -> list[dict[str, str]]:
+def build_messages(
+    instructions: str,
+    history: list[tuple[str, str]],
+    observation: Observation,
+    history_length: int,
+    show_admissible: bool = True,
+) -> list[dict[str, str]]:
     """The prompt as chat messages.
 
     ``[system: instructions] + [user: o_k, assistant: a_k] for the last history_length pairs

@@ -57,8 +57,10 @@ from grouprl.tasks.interface import EnvFactory, instructions_of
 
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024 * 1024
 _ACTION_PREVIEW = 80
-_IMPORT_HINT = (" (the workers import your environment classes by module name: install their package, run from "
-                "the directory that holds it, or call ray.cloudpickle.register_pickle_by_value(module))")
+_IMPORT_HINT = (
+    " (the workers import your environment classes by module name: install their package, run from "
+    "the directory that holds it, or call ray.cloudpickle.register_pickle_by_value(module))"
+)
 
 
 class EnvError(RuntimeError):
@@ -66,8 +68,7 @@ class EnvError(RuntimeError):
     rollout (``None`` when a whole worker died), ``original_type`` the remote exception's
     class name, ``remote_traceback`` the traceback text from the worker."""
 
-    def __init__(self, message: str, env_index: int | None = None, original_type: str = "",
-                 remote_traceback: str = ""):
+    def __init__(self, message: str, env_index: int | None = None, original_type: str = "", remote_traceback: str = ""):
         super().__init__(message)
         self.env_index = env_index
         self.original_type = original_type
@@ -92,7 +93,9 @@ class _Failure:
         return EnvError(
             f"environment {self.env_index} (Ray worker {worker}) raised {self.type_name} in {self.what}: "
             f"{self.message}\n--- remote traceback ---\n{self.traceback.rstrip()}",
-            env_index=self.env_index, original_type=self.type_name, remote_traceback=self.traceback,
+            env_index=self.env_index,
+            original_type=self.type_name,
+            remote_traceback=self.traceback,
         )
 
 
@@ -103,8 +106,9 @@ class EnvWorker:
         self.envs: list[Any] = []
         self.env_indices: list[int] = []
 
-    def start(self, env_indices: list[int], factories: list[EnvFactory],
-              seeds: list[int | None]) -> list[tuple[Observation, str]] | _Failure:
+    def start(
+        self, env_indices: list[int], factories: list[EnvFactory], seeds: list[int | None]
+    ) -> list[tuple[Observation, str]] | _Failure:
         self.envs, self.env_indices = [], list(env_indices)
         out = []
         for index, make, seed in zip(env_indices, factories, seeds):
@@ -144,8 +148,12 @@ class RayEnvPool:
             if address is not None:
                 ray.init(address=address, ignore_reinit_error=True)
             else:
-                ray.init(include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                         log_to_driver=False, ignore_reinit_error=True)
+                ray.init(
+                    include_dashboard=False,
+                    object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                    log_to_driver=False,
+                    ignore_reinit_error=True,
+                )
             self.started_ray = True
         actor = ray.remote(num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0)(EnvWorker)
         self.num_workers = num_workers
@@ -197,8 +205,10 @@ class RayEnvPool:
             try:
                 refs[w] = worker.start.remote(indices, [factories[i] for i in indices], [seeds[i] for i in indices])
             except Exception as exc:  # pickling a factory fails before anything runs remotely
-                raise EnvError(f"the factories of envs {indices} (Ray worker {w}) could not be sent to Ray: "
-                               f"{type(exc).__name__}: {exc}") from exc
+                raise EnvError(
+                    f"the factories of envs {indices} (Ray worker {w}) could not be sent to Ray: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
         results = self._gather(refs, "start")
         observations: list[Observation] = [None] * self.num_envs  # type: ignore[list-item]
         instructions: list[str] = [""] * self.num_envs

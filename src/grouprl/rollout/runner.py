@@ -53,15 +53,21 @@ def episode_settings(cfg, task) -> EpisodeSettings | ConversationSettings:
     conversation = conversation_settings(cfg)
     if conversation is not None:
         return conversation
-    prompts = {"chat_template_kwargs": cfg.prompts.chat_template_kwargs or None,
-               "max_prompt_length": cfg.prompts.max_prompt_length}
+    prompts = {
+        "chat_template_kwargs": cfg.prompts.chat_template_kwargs or None,
+        "max_prompt_length": cfg.prompts.max_prompt_length,
+    }
     if not task.multi_step:
         return dataclasses.replace(SINGLE_TURN, **prompts)
     rollout = cfg.rollout
-    return EpisodeSettings(max_steps=rollout.max_episode_steps, history_length=rollout.history_length,
-                           action_pattern=rollout.action_pattern or None,
-                           invalid_action_penalty=rollout.invalid_action_penalty,
-                           show_admissible_actions=rollout.show_admissible_actions, **prompts)
+    return EpisodeSettings(
+        max_steps=rollout.max_episode_steps,
+        history_length=rollout.history_length,
+        action_pattern=rollout.action_pattern or None,
+        invalid_action_penalty=rollout.invalid_action_penalty,
+        show_admissible_actions=rollout.show_admissible_actions,
+        **prompts,
+    )
 
 
 def run_episodes(
@@ -88,18 +94,25 @@ def run_episodes(
     trainer step whose weights generate, recorded on every agent call).
     """
     if isinstance(settings, AgentSettings):
-        return run_agent_episodes(factories, rows, group_size, backend, tokenizer, params, settings, seeds,
-                                  first_group, policy_version)
+        return run_agent_episodes(
+            factories, rows, group_size, backend, tokenizer, params, settings, seeds, first_group, policy_version
+        )
     if isinstance(settings, ConversationSettings):
-        return run_conversations(factories, rows, group_size, backend, tokenizer, params, settings, seeds, pool,
-                                 first_group)
+        return run_conversations(
+            factories, rows, group_size, backend, tokenizer, params, settings, seeds, pool, first_group
+        )
     pool = pool or LocalEnvPool()
     n_groups = len(factories)
     seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g])
-                for g in range(n_groups) for k in range(group_size)]
-    started, instructions = pool.start([factories[g] for g in range(n_groups) for _ in range(group_size)],
-                                       [seeds[g] for g in range(n_groups) for _ in range(group_size)])
+    episodes = [
+        Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g])
+        for g in range(n_groups)
+        for k in range(group_size)
+    ]
+    started, instructions = pool.start(
+        [factories[g] for g in range(n_groups) for _ in range(group_size)],
+        [seeds[g] for g in range(n_groups) for _ in range(group_size)],
+    )
     observations = dict(enumerate(started))  # the episodes still running, by index: what each one sees
     history: list[list[tuple[str, str]]] = [[] for _ in episodes]
 
@@ -112,25 +125,38 @@ def run_episodes(
         cache: dict[tuple, tuple[str, list[int], bool]] = {}
         prompts = []
         for i in live:
-            messages = build_messages(instructions[i], history[i], observations[i], settings.history_length,
-                                      settings.show_admissible_actions)
+            messages = build_messages(
+                instructions[i], history[i], observations[i], settings.history_length, settings.show_admissible_actions
+            )
             key = tuple((m["role"], m["content"]) for m in messages)
             if key not in cache:
-                cache[key] = render_prompt_ids(tokenizer, messages, settings.chat_template_kwargs,
-                                               settings.max_prompt_length)
+                cache[key] = render_prompt_ids(
+                    tokenizer, messages, settings.chat_template_kwargs, settings.max_prompt_length
+                )
             prompts.append((messages, *cache[key]))
         completions = backend.generate([p[2] for p in prompts], params)
 
-        parsed = [parse_action(c.text, settings.action_pattern, observations[i].admissible_actions)
-                  for i, c in zip(live, completions)]
+        parsed = [
+            parse_action(c.text, settings.action_pattern, observations[i].admissible_actions)
+            for i, c in zip(live, completions)
+        ]
         to_step = [(i, p.action) for i, p in zip(live, parsed) if p.action is not None]
         results = dict(zip([i for i, _ in to_step], pool.step([i for i, _ in to_step], [a for _, a in to_step])))
         for i, (messages, text, ids, cut), comp, p in zip(live, prompts, completions, parsed):
             obs = observations[i]
-            step = Step(prompt_text=text, prompt_ids=ids, action_text=comp.text, action_ids=comp.ids,
-                        truncated=comp.truncated, anchor_state=obs.anchor_state, messages=messages,
-                        observation=obs.text, logprobs=comp.logprobs, prompt_truncated=cut,
-                        policy_version=comp.policy_version)
+            step = Step(
+                prompt_text=text,
+                prompt_ids=ids,
+                action_text=comp.text,
+                action_ids=comp.ids,
+                truncated=comp.truncated,
+                anchor_state=obs.anchor_state,
+                messages=messages,
+                observation=obs.text,
+                logprobs=comp.logprobs,
+                prompt_truncated=cut,
+                policy_version=comp.policy_version,
+            )
             result = results.get(i)
             if result is not None and result.info.get("invalid"):  # the env refused it (and did not advance)
                 p.reason, result = result.info.get("reason", "rejected by the environment"), None
@@ -148,6 +174,10 @@ def run_episodes(
             episodes[i].steps.append(step)
             history[i].append((obs.text, comp.text))
     if log.isEnabledFor(logging.DEBUG):  # the counts walk every step: only when they are shown
-        log.debug("rollout: %d episodes, %d steps, %d invalid", len(episodes),
-                  sum(len(e.steps) for e in episodes), sum(not s.valid for e in episodes for s in e.steps))
+        log.debug(
+            "rollout: %d episodes, %d steps, %d invalid",
+            len(episodes),
+            sum(len(e.steps) for e in episodes),
+            sum(not s.valid for e in episodes for s in e.steps),
+        )
     return episodes

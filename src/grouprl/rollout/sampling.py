@@ -15,8 +15,10 @@ def max_new_tokens_of(cfg: "Config") -> int:
     ``run_config.check_names`` fills in where the run is assembled."""
     cap = cfg.rollout.max_new_tokens
     if cap is None:
-        raise ValueError("rollout.max_new_tokens is unset: build the config with run_config.build_config, which "
-                         "fills in the task's default")
+        raise ValueError(
+            "rollout.max_new_tokens is unset: build the config with run_config.build_config, which "
+            "fills in the task's default"
+        )
     return cap
 
 
@@ -36,16 +38,26 @@ class SamplingParams:
     def for_rollout(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
         """Training rollouts: the rollout section's sampling (``batch_size`` overrides the generate chunk)."""
         rollout = cfg.rollout
-        return cls(max_new_tokens=max_new_tokens_of(cfg), temperature=rollout.temperature, top_p=rollout.top_p,
-                   top_k=rollout.top_k, batch_size=batch_size or rollout.generation_batch_size)
+        return cls(
+            max_new_tokens=max_new_tokens_of(cfg),
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            top_k=rollout.top_k,
+            batch_size=batch_size or rollout.generation_batch_size,
+        )
 
     @classmethod
     def for_eval(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":
         """Held-out evaluation: greedy unless ``eval_greedy`` is off, with eval's own length cap."""
         rollout, evaluation = cfg.rollout, cfg.eval
-        return cls(max_new_tokens=evaluation.eval_max_new_tokens or max_new_tokens_of(cfg),
-                   temperature=rollout.temperature, top_p=rollout.top_p, top_k=rollout.top_k,
-                   greedy=evaluation.eval_greedy, batch_size=batch_size or evaluation.eval_batch_size)
+        return cls(
+            max_new_tokens=evaluation.eval_max_new_tokens or max_new_tokens_of(cfg),
+            temperature=rollout.temperature,
+            top_p=rollout.top_p,
+            top_k=rollout.top_k,
+            greedy=evaluation.eval_greedy,
+            batch_size=batch_size or evaluation.eval_batch_size,
+        )
 
 
 @dataclass
@@ -89,12 +101,17 @@ def template_end_of_turn(tokenizer) -> int | None:
     if not getattr(tokenizer, "chat_template", None):
         return None
     try:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}, {"role": "assistant", "content": _PROBE}],
-                                             tokenize=False)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": "q"}, {"role": "assistant", "content": _PROBE}], tokenize=False
+        )
     except Exception:  # noqa: BLE001 - a template that cannot render this has no end of turn to find here
         return None
-    after = text[text.rfind(_PROBE) + len(_PROBE):] if _PROBE in text else ""
-    specials = [t for t in set(tokenizer.all_special_tokens) | set(getattr(tokenizer, "get_added_vocab", dict)()) if t and t in after]
+    after = text[text.rfind(_PROBE) + len(_PROBE) :] if _PROBE in text else ""
+    specials = [
+        t
+        for t in set(tokenizer.all_special_tokens) | set(getattr(tokenizer, "get_added_vocab", dict)())
+        if t and t in after
+    ]
     if not specials:
         return None
     first = min(specials, key=lambda t: (after.index(t), -len(t)))

@@ -126,8 +126,18 @@ class SyncScheduler:
 class AsyncScheduler:
     """Producer workers ahead of the learner by at most ``max_staleness`` batches (see the module doc)."""
 
-    def __init__(self, draw: Draw, produce: Produce, generator: GeneratorCopy, *, max_staleness: int,
-                 workers: int, timeout: float, position: int, mode: str = "async"):
+    def __init__(
+        self,
+        draw: Draw,
+        produce: Produce,
+        generator: GeneratorCopy,
+        *,
+        max_staleness: int,
+        workers: int,
+        timeout: float,
+        position: int,
+        mode: str = "async",
+    ):
         self.draw, self.produce, self.generator = draw, produce, generator
         self.max_staleness, self.n_workers, self.timeout, self.mode = max_staleness, workers, timeout, mode
         self.data_position = position  # after the last batch the learner took: resume starts there

@@ -23,7 +23,7 @@ class ScriptedBackend:
             text = self.reply(self.tokenizer.decode(ids))
             tokens = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             cut = len(tokens) >= params.max_new_tokens
-            tokens = tokens[:params.max_new_tokens] if cut else tokens + [self.tokenizer.eos_token_id]
+            tokens = tokens[: params.max_new_tokens] if cut else tokens + [self.tokenizer.eos_token_id]
             out.append(Completion(tokens, self.tokenizer.decode(tokens, skip_special_tokens=True), cut))
         return out
 

@@ -50,8 +50,12 @@ class TurnCacheStats:
     reused_tokens: int = 0  # of those, read from a kept cache instead of prefilled
 
     def as_dict(self) -> dict[str, float]:
-        return {"calls": self.calls, "prompt_tokens": self.prompt_tokens, "reused_tokens": self.reused_tokens,
-                "reused_share": self.reused_tokens / max(self.prompt_tokens, 1)}
+        return {
+            "calls": self.calls,
+            "prompt_tokens": self.prompt_tokens,
+            "reused_tokens": self.reused_tokens,
+            "reused_share": self.reused_tokens / max(self.prompt_tokens, 1),
+        }
 
 
 @dataclass
@@ -67,8 +71,13 @@ class TurnCache:
 
     def bytes_of_others(self, thread: int) -> int:
         """What the other threads' kept entries hold (they count toward ``max_bytes``)."""
-        return sum(k.nbytes + v.nbytes for t, kept in self.by_thread.items() if t != thread
-                   for entry in kept for k, v in entry.layers)
+        return sum(
+            k.nbytes + v.nbytes
+            for t, kept in self.by_thread.items()
+            if t != thread
+            for entry in kept
+            for k, v in entry.layers
+        )
 
     def longest_prefix(self, prompt: list[int]) -> _Entry | None:
         """The kept entry covering the longest prefix of ``prompt`` (at least one token is left to prefill)."""
@@ -102,8 +111,8 @@ def _padded_cache(model, hits: list[_Entry | None], width: int, device: torch.de
         for row, hit in enumerate(hits):
             if hit is not None:
                 n = len(hit.ids)
-                k[row, :, width - n:] = hit.layers[layer][0]
-                v[row, :, width - n:] = hit.layers[layer][1]
+                k[row, :, width - n :] = hit.layers[layer][0]
+                v[row, :, width - n :] = hit.layers[layer][1]
         cache.update(k, v, layer)
     return cache
 
@@ -116,16 +125,23 @@ def _layout(chunk: list[list[int]], hits: list[_Entry | None], pad: int):
     ids = torch.full((len(chunk), width + tail), pad, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, (prompt, c) in enumerate(zip(chunk, cached)):
-        ids[row, width - c:width] = torch.tensor(prompt[:c], dtype=torch.long)
-        mask[row, width - c:width] = 1
+        ids[row, width - c : width] = torch.tensor(prompt[:c], dtype=torch.long)
+        mask[row, width - c : width] = 1
         rest = prompt[c:]
-        ids[row, ids.shape[1] - len(rest):] = torch.tensor(rest, dtype=torch.long)
-        mask[row, ids.shape[1] - len(rest):] = 1
+        ids[row, ids.shape[1] - len(rest) :] = torch.tensor(rest, dtype=torch.long)
+        mask[row, ids.shape[1] - len(rest) :] = 1
     return ids, mask, width
 
 
-def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], params: SamplingParams,
-                             device: torch.device, store: TurnCache, prefill_once: bool = True) -> list[Completion]:
+def generate_with_turn_cache(
+    model,
+    tokenizer,
+    prompt_ids: list[list[int]],
+    params: SamplingParams,
+    device: torch.device,
+    store: TurnCache,
+    prefill_once: bool = True,
+) -> list[Completion]:
     """``generation.generate``'s contract, reusing ``store``'s kept caches and refilling it with this call's."""
     version = parameters_version(model)
     if version != store.weights_version:
@@ -139,18 +155,30 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
     kept_bytes = store.bytes_of_others(thread)
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
-        chunk = prompt_ids[start:start + params.batch_size]
+        chunk = prompt_ids[start : start + params.batch_size]
         hits = [store.longest_prefix(p) for p in chunk]
-        kwargs = dict(max_new_tokens=params.max_new_tokens, eos_token_id=stops, pad_token_id=pad, use_cache=True,
-                      return_dict_in_generate=True, **generate_kwargs(params))
+        kwargs = dict(
+            max_new_tokens=params.max_new_tokens,
+            eos_token_id=stops,
+            pad_token_id=pad,
+            use_cache=True,
+            return_dict_in_generate=True,
+            **generate_kwargs(params),
+        )
         if any(h is not None for h in hits):
             ids, mask, width = _layout(chunk, hits, pad)
             ids, mask = ids.to(device), mask.to(device)
             cache = _padded_cache(model, hits, width, device)
             if ids.shape[1] - 1 > width:  # prefill the tails but their last token, which generate takes
                 positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-                model(input_ids=ids[:, width:-1], attention_mask=mask[:, :-1], position_ids=positions[:, width:-1],
-                      **{cache_keyword(model): cache}, use_cache=True, logits_to_keep=1)
+                model(
+                    input_ids=ids[:, width:-1],
+                    attention_mask=mask[:, :-1],
+                    position_ids=positions[:, width:-1],
+                    **{cache_keyword(model): cache},
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
             kwargs[cache_keyword(model)] = cache
         else:
             shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
@@ -165,7 +193,7 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
         rows, cut = [], []
         for row in result.sequences[:, width:].tolist():
             end = next((j for j, token in enumerate(row) if token in stops), None)
-            rows.append(row if end is None else row[:end + 1])
+            rows.append(row if end is None else row[: end + 1])
             cut.append(end is None)
         texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
         out.extend(Completion(r, t, c) for r, t, c in zip(rows, texts, cut))
@@ -179,9 +207,12 @@ def generate_with_turn_cache(model, tokenizer, prompt_ids: list[list[int]], para
                 continue
             kept_bytes += bytes_per_token * len(slots)
             index = slots.to(layers[0][0].device)
-            kept.append(_Entry(tuple(prompt) + tuple(generated[:-1]),
-                               [(k[i].index_select(1, index).clone(), v[i].index_select(1, index).clone())
-                                for k, v in layers]))
+            kept.append(
+                _Entry(
+                    tuple(prompt) + tuple(generated[:-1]),
+                    [(k[i].index_select(1, index).clone(), v[i].index_select(1, index).clone()) for k, v in layers],
+                )
+            )
     store.by_thread[thread] = kept
     store.stats.calls += 1
     if was_training:

@@ -50,8 +50,14 @@ class GeneratorCopy:
     """A backend the producer generates with: ``generate`` tags every completion with the version of the
     weights that sampled it and its behaviour log-probs; ``push`` hands it new weights between calls."""
 
-    def __init__(self, backend: GenerationBackend, version: int, own_model: Any = None, pad_id: int = 0,
-                 trainer_backend: GenerationBackend | None = None):
+    def __init__(
+        self,
+        backend: GenerationBackend,
+        version: int,
+        own_model: Any = None,
+        pad_id: int = 0,
+        trainer_backend: GenerationBackend | None = None,
+    ):
         self.backend, self.version, self.own_model, self.pad_id = backend, version, own_model, pad_id
         self.trainer_backend = trainer_backend or backend  # the learner's own (HF: on the policy itself)
         self.lock = threading.Lock()  # held by every generate call (and an install at its start)
@@ -88,10 +94,19 @@ class GeneratorCopy:
         for parameter in model.parameters():
             parameter.requires_grad_(False)
         cache = TurnCache() if hf_backend.turn_cache is not None else None
-        backend = HFBackend(model, hf_backend.tokenizer, hf_backend.device, hf_backend.prefill_once, cache,
-                            record_logprobs=True, onednn=hf_backend.onednn, draw_with=hf_backend.draw_with)
-        return cls(backend, version, own_model=model, pad_id=hf_backend.tokenizer.pad_token_id,
-                   trainer_backend=hf_backend)
+        backend = HFBackend(
+            model,
+            hf_backend.tokenizer,
+            hf_backend.device,
+            hf_backend.prefill_once,
+            cache,
+            record_logprobs=True,
+            onednn=hf_backend.onednn,
+            draw_with=hf_backend.draw_with,
+        )
+        return cls(
+            backend, version, own_model=model, pad_id=hf_backend.tokenizer.pad_token_id, trainer_backend=hf_backend
+        )
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         with self.lock:
@@ -128,8 +143,10 @@ class GeneratorCopy:
         if self.own_model is not None:
             theirs = list(model.state_dict().values())
             if len(theirs) != self._entries:
-                raise ValueError(f"push: the model has {len(theirs)} state-dict entries, the generator's copy "
-                                 f"{self._entries} (expected the policy the copy was made from)")
+                raise ValueError(
+                    f"push: the model has {len(theirs)} state-dict entries, the generator's copy "
+                    f"{self._entries} (expected the policy the copy was made from)"
+                )
             with self._staging_lock, torch.no_grad():
                 for slot, staged in zip(self._slots, self._staged):
                     staged.copy_(theirs[slot])

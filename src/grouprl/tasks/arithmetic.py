@@ -40,8 +40,15 @@ def reverse_digits(number: str) -> str:
     return sign + number.lstrip("-")[::-1]
 
 
-def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operators: str = "+",
-                  reverse_answer: bool = False, seed: int = 1234) -> tuple[list, list]:
+def generate_rows(
+    n_train: int,
+    n_eval: int,
+    digits: int,
+    operands: int,
+    operators: str = "+",
+    reverse_answer: bool = False,
+    seed: int = 1234,
+) -> tuple[list, list]:
     """Disjoint train/eval rows; the data seed is fixed so every run sees the same task.
 
     With ``reverse_answer`` the expected completion is the answer's digits least-significant
@@ -56,24 +63,32 @@ def generate_rows(n_train: int, n_eval: int, digits: int, operands: int, operato
     while len(rows) < n_train + n_eval:
         attempts += 1
         if attempts > 50 * (n_train + n_eval):
-            raise ValueError(f"arithmetic: cannot draw {n_train + n_eval} distinct questions with {operands} operands of "
-                             f"{digits} digits; lower n_train or raise arithmetic_digits")
+            raise ValueError(
+                f"arithmetic: cannot draw {n_train + n_eval} distinct questions with {operands} operands of "
+                f"{digits} digits; lower n_train or raise arithmetic_digits"
+            )
         question, value = make_question(rng, digits, operands, operators)
         if question in seen:
             continue
         seen.add(question)
         answer = reverse_digits(str(value)) if reverse_answer else str(value)
-        rows.append({"question": question, "ground_truth": answer, "gold_completion": answer,
-                     "answer_reversed": reverse_answer})
+        rows.append(
+            {"question": question, "ground_truth": answer, "gold_completion": answer, "answer_reversed": reverse_answer}
+        )
     return rows[:n_train], rows[n_train:]
 
 
 @register_task("arithmetic", max_new_tokens=6)
 def build_arithmetic(cfg: Config) -> SingleTurnTask:
     task_config, own = cfg.task, cfg.arithmetic
-    train, held_out = generate_rows(task_config.n_train or 6000, max(cfg.eval.n_eval, 1),
-                                    own.arithmetic_digits, own.arithmetic_operands,
-                                    own.arithmetic_operators, own.arithmetic_reverse_answer)
+    train, held_out = generate_rows(
+        task_config.n_train or 6000,
+        max(cfg.eval.n_eval, 1),
+        own.arithmetic_digits,
+        own.arithmetic_operands,
+        own.arithmetic_operators,
+        own.arithmetic_reverse_answer,
+    )
     if own.arithmetic_prompt:  # a chat model is asked in words: "Compute 47 + 38. Reply with only the number."
         for row in train + held_out:
             row["question"] = own.arithmetic_prompt.format(question=spaced(row["question"]))
@@ -81,5 +96,13 @@ def build_arithmetic(cfg: Config) -> SingleTurnTask:
         rewards, correct, predict = ["arithmetic_last_number"], "arithmetic_last_number", last_number
     else:
         rewards, correct, predict = ["arithmetic_digits"], "arithmetic_exact", parse_answer
-    return SingleTurnTask("arithmetic", train, held_out, task_config.system_prompt, rewards, correct,
-                          corpus_extra=ALPHABET, predict=predict)
+    return SingleTurnTask(
+        "arithmetic",
+        train,
+        held_out,
+        task_config.system_prompt,
+        rewards,
+        correct,
+        corpus_extra=ALPHABET,
+        predict=predict,
+    )

@@ -62,8 +62,9 @@ class SingleTurnEnv(Environment):
         self.messages = messages
 
     def reset(self, seed: int | None = None) -> Observation:
-        return Observation(text=self.messages[-1]["content"], anchor_state=stable_id(repr(self.messages)),
-                           messages=self.messages)
+        return Observation(
+            text=self.messages[-1]["content"], anchor_state=stable_id(repr(self.messages)), messages=self.messages
+        )
 
     def step(self, action: str) -> StepResult:
         # Single-turn rewards come from the reward functions over the whole episode.

@@ -57,7 +57,7 @@ class EnvTask(Task):
 
     def demonstration_rows(self, n: int, skip: int) -> list[dict[str, Any]]:
         """Rows to play demonstrations on: ``n`` unused seeds, or training rows after the first ``skip``."""
-        return seeded_rows(n, DEMO_SEED_OFFSET) if self.demos_on_seeds else self.train_rows[skip:skip + n]
+        return seeded_rows(n, DEMO_SEED_OFFSET) if self.demos_on_seeds else self.train_rows[skip : skip + n]
 
     def tokenizer_corpus(self) -> str:
         """Printable ASCII plus every character of the instructions, observations and actions of
@@ -81,8 +81,9 @@ def expert_action(env: Environment) -> str | None:
     return env.expert_action()
 
 
-def play(task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random,
-         max_steps: int) -> Iterator[tuple[str, Observation, str, StepResult]]:
+def play(
+    task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random, max_steps: int
+) -> Iterator[tuple[str, Observation, str, StepResult]]:
     """(instructions, observation, action, result) for each step of one episode on ``row``.
 
     ``policy="expert"`` plays the environment's expert moves; ``"random"`` uniformly random
@@ -107,9 +108,19 @@ def play(task: EnvTask, row: dict[str, Any], policy: str, rng: random.Random,
 
 def _env_task(cfg: Config, name: str, train, held_out, make, system_prompt, demos_on_seeds=True) -> EnvTask:
     rollout = cfg.rollout
-    return EnvTask(name, train, held_out, make, system_prompt, demo_policy=cfg.train.sft_demonstrations,
-                   demo_seed=cfg.train.seed, demos_on_seeds=demos_on_seeds, max_steps=rollout.max_episode_steps,
-                   action_pattern=rollout.action_pattern or None, show_admissible=rollout.show_admissible_actions)
+    return EnvTask(
+        name,
+        train,
+        held_out,
+        make,
+        system_prompt,
+        demo_policy=cfg.train.sft_demonstrations,
+        demo_seed=cfg.train.seed,
+        demos_on_seeds=demos_on_seeds,
+        max_steps=rollout.max_episode_steps,
+        action_pattern=rollout.action_pattern or None,
+        show_admissible=rollout.show_admissible_actions,
+    )
 
 
 def _sizes(cfg: Config) -> tuple[int, int]:
@@ -120,20 +131,32 @@ def _sizes(cfg: Config) -> tuple[int, int]:
 def build_gridworld(cfg: Config) -> EnvTask:
     task_config, (n_train, n_eval) = cfg.task, _sizes(cfg)
     grid = cfg.gridworld
-    make = functools.partial(GridWorld, size=grid.grid_size, hole_fraction=grid.hole_fraction,
-                             slippery=grid.slippery, max_steps=cfg.rollout.max_episode_steps,
-                             instructions=task_config.system_prompt)
-    return _env_task(cfg, "gridworld", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
-                     make().instructions)
+    make = functools.partial(
+        GridWorld,
+        size=grid.grid_size,
+        hole_fraction=grid.hole_fraction,
+        slippery=grid.slippery,
+        max_steps=cfg.rollout.max_episode_steps,
+        instructions=task_config.system_prompt,
+    )
+    return _env_task(
+        cfg, "gridworld", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make, make().instructions
+    )
 
 
 @register_task("sokoban", max_new_tokens=24)
 def build_sokoban(cfg: Config) -> EnvTask:
     task_config, (n_train, n_eval) = cfg.task, _sizes(cfg)
-    make = functools.partial(Sokoban, size=cfg.sokoban.sokoban_size, boxes=cfg.sokoban.sokoban_boxes,
-                             max_steps=cfg.rollout.max_episode_steps, instructions=task_config.system_prompt)
-    return _env_task(cfg, "sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
-                     make().instructions)
+    make = functools.partial(
+        Sokoban,
+        size=cfg.sokoban.sokoban_size,
+        boxes=cfg.sokoban.sokoban_boxes,
+        max_steps=cfg.rollout.max_episode_steps,
+        instructions=task_config.system_prompt,
+    )
+    return _env_task(
+        cfg, "sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make, make().instructions
+    )
 
 
 @register_task("calculator", max_new_tokens=48)
@@ -145,10 +168,21 @@ def build_calculator(cfg: Config) -> EnvTask:
     questions = task_spec(cfg.calculator.calculator_questions).build(source)
     train, held_out = questions.train_rows, questions.eval_rows
     for row in train + held_out:
-        row["env_args"] = {"question": row["question"], "answer": Calculator.from_row(row).answer,
-                           "max_calls": cfg.calculator.calculator_max_calls, "instructions": task_config.system_prompt}
-    return _env_task(cfg, "calculator", train, held_out, Calculator, task_config.system_prompt or CALCULATOR_PROMPT,
-                     demos_on_seeds=False)
+        row["env_args"] = {
+            "question": row["question"],
+            "answer": Calculator.from_row(row).answer,
+            "max_calls": cfg.calculator.calculator_max_calls,
+            "instructions": task_config.system_prompt,
+        }
+    return _env_task(
+        cfg,
+        "calculator",
+        train,
+        held_out,
+        Calculator,
+        task_config.system_prompt or CALCULATOR_PROMPT,
+        demos_on_seeds=False,
+    )
 
 
 @register_task("env", max_new_tokens=24)
@@ -163,11 +197,19 @@ def build_env(cfg: Config) -> EnvTask:
         raise ConfigError(str(err).strip("'\"")) from None
     probe = make()
     if not isinstance(probe, Environment):
-        raise ConfigError(f"env '{spec}': make_env() returned {type(probe).__name__}; expected a "
-                          "grouprl.tasks.interface.Environment (subclass it: reset, step)")
+        raise ConfigError(
+            f"env '{spec}': make_env() returned {type(probe).__name__}; expected a "
+            "grouprl.tasks.interface.Environment (subclass it: reset, step)"
+        )
     n_train, n_eval = _sizes(cfg)
-    return _env_task(cfg, "env", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make,
-                     cfg.task.system_prompt or probe.instructions)
+    return _env_task(
+        cfg,
+        "env",
+        seeded_rows(n_train),
+        seeded_rows(n_eval, EVAL_SEED_OFFSET),
+        make,
+        cfg.task.system_prompt or probe.instructions,
+    )
 
 
 __all__ = ["EnvTask", "expert_action", "play", "seeded_rows"]

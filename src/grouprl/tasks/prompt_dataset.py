@@ -45,8 +45,15 @@ class PromptDatasetTask(Task):
     multi_step = False
     has_gold_completions = False  # no SFT warm start of a tiny model: RL starts from its init
 
-    def __init__(self, train_rows, eval_rows, spec: PromptSpec, columns: list[str], reward_names: list[str],
-                 correct_reward: str | None):
+    def __init__(
+        self,
+        train_rows,
+        eval_rows,
+        spec: PromptSpec,
+        columns: list[str],
+        reward_names: list[str],
+        correct_reward: str | None,
+    ):
         self.train_rows, self.eval_rows, self.spec, self.columns = train_rows, eval_rows, spec, columns
         self.system_prompt = spec.system_prompt
         self.reward_names = list(reward_names)
@@ -89,16 +96,22 @@ def _raw_splits(cfg: Config, d: PromptDatasetConfig):
         if task_cfg.dataset_name_or_path:
             raise ConfigError("config keys 'dataset_name_or_path' and 'dataset_mixture': give one, not both")
         if d.test_split_size:  # open-r1 reads it from the mixture only: silently ignoring it would lose the eval
-            raise ConfigError(f"config key 'test_split_size' ({d.test_split_size}) has no effect with "
-                              "'dataset_mixture'; give it inside the mixture: dataset_mixture.test_split_size")
+            raise ConfigError(
+                f"config key 'test_split_size' ({d.test_split_size}) has no effect with "
+                "'dataset_mixture'; give it inside the mixture: dataset_mixture.test_split_size"
+            )
         train, test = load_mixture(d.dataset_mixture)
         if test is None and d.dataset_test_split:
-            log.warning("dataset_test_split '%s' has no effect with dataset_mixture: its test split comes from "
-                        "dataset_mixture.test_split_size, which is not set (no held-out rows)", d.dataset_test_split)
+            log.warning(
+                "dataset_test_split '%s' has no effect with dataset_mixture: its test split comes from "
+                "dataset_mixture.test_split_size, which is not set (no held-out rows)",
+                d.dataset_test_split,
+            )
         return train, test, "dataset_mixture"
     if not task_cfg.dataset_name_or_path:
-        raise ConfigError("task 'prompt_dataset' needs 'dataset_name_or_path' (a hub id, a dir or a file) or "
-                          "'dataset_mixture'")
+        raise ConfigError(
+            "task 'prompt_dataset' needs 'dataset_name_or_path' (a hub id, a dir or a file) or 'dataset_mixture'"
+        )
     # dataset_config's default ("main") is GSM8K's; a prompt dataset uses its own default unless one is named.
     source = task_cfg.dataset_name_or_path
     config = task_cfg.dataset_config if "dataset_config" in task_cfg.model_fields_set else None
@@ -116,23 +129,36 @@ def build_prompt_dataset(cfg: Config) -> PromptDatasetTask:
     d: PromptDatasetConfig = cfg.data
     task_cfg = cfg.task
     if not task_cfg.rewards:
-        raise ConfigError("task 'prompt_dataset' needs 'rewards' (reward_funcs): names, 'file.py:function' or "
-                          "'package.module:function'")
+        raise ConfigError(
+            "task 'prompt_dataset' needs 'rewards' (reward_funcs): names, 'file.py:function' or "
+            "'package.module:function'"
+        )
     try:
         train_raw, test_raw, where = _raw_splits(cfg, d)
         columns = list(train_raw.column_names)
         names = [r if isinstance(r, str) else r.name for r in task_cfg.rewards]
-        check = next((SOLUTION_CHECKS[n] for n in [d.correct_reward or names[0]] + names if n in SOLUTION_CHECKS),
-                     None)
-        spec = PromptSpec(d.dataset_prompt_column, _solution_column(d.dataset_solution_column, columns),
-                          task_cfg.system_prompt, d.max_bad_row_fraction, check)
+        check = next((SOLUTION_CHECKS[n] for n in [d.correct_reward or names[0]] + names if n in SOLUTION_CHECKS), None)
+        spec = PromptSpec(
+            d.dataset_prompt_column,
+            _solution_column(d.dataset_solution_column, columns),
+            task_cfg.system_prompt,
+            d.max_bad_row_fraction,
+            check,
+        )
         train = to_prompt_rows(train_raw, spec, f"{where} ({d.dataset_train_split})")
         test = to_prompt_rows(test_raw, spec, f"{where} (test)") if test_raw is not None else None
     except (DatasetSourceError, MixtureError, BadRowsError, ValueError) as err:
         raise ConfigError(str(err)) from None
     rows = train.rows[: task_cfg.n_train] if task_cfg.n_train else train.rows
     correct = d.correct_reward or names[0]
-    log.debug("prompt_dataset %s: %d train rows, %d eval rows; columns %s (prompt %r, solution %r) reach "
-              "every reward: %s", where, len(rows), len(test.rows) if test else 0, columns, spec.prompt_column,
-              spec.solution_column, names)
+    log.debug(
+        "prompt_dataset %s: %d train rows, %d eval rows; columns %s (prompt %r, solution %r) reach every reward: %s",
+        where,
+        len(rows),
+        len(test.rows) if test else 0,
+        columns,
+        spec.prompt_column,
+        spec.solution_column,
+        names,
+    )
     return PromptDatasetTask(rows, test.rows if test else [], spec, columns, names, correct)

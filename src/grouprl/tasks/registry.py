@@ -43,8 +43,12 @@ class TaskSpec:
 FILE_TASK_MAX_NEW_TOKENS = 256  # the completion cap of a task from a file when max_new_tokens is empty
 
 
-def declare_task(name: str, build: TaskBuilder, max_new_tokens: int = FILE_TASK_MAX_NEW_TOKENS,
-                 section: tuple[str, type[Section]] | None = None) -> TaskSpec:
+def declare_task(
+    name: str,
+    build: TaskBuilder,
+    max_new_tokens: int = FILE_TASK_MAX_NEW_TOKENS,
+    section: tuple[str, type[Section]] | None = None,
+) -> TaskSpec:
     """Task ``name`` built by ``build(cfg) -> Task``, with its completion cap (and its config section, if any)."""
     if section is not None:
         register_section(*section)
@@ -59,8 +63,9 @@ def _file_task(name: str, ref: CodeRef) -> TaskSpec:
 TASKS: Registry[TaskSpec] = Registry("task", declare_task, config_key="task", load=_file_task, code_form="make_task")
 
 
-def register_task(name: str, max_new_tokens: int,
-                  section: tuple[str, type[Section]] | None = None) -> Callable[[TaskBuilder], TaskBuilder]:
+def register_task(
+    name: str, max_new_tokens: int, section: tuple[str, type[Section]] | None = None
+) -> Callable[[TaskBuilder], TaskBuilder]:
     """Register ``build(cfg) -> Task`` as task ``name`` (and its config section, if any)."""
     return TASKS.register(name, max_new_tokens=max_new_tokens, section=section)
 
@@ -75,8 +80,10 @@ def _task_from_file(spec: str, cfg: Config) -> Task:
         raise ConfigError(str(err).strip("'\"")) from None
     task = make_task(cfg)
     if not isinstance(task, Task):
-        raise ConfigError(f"task '{spec}': make_task(cfg) returned {type(task).__name__}; expected a "
-                          "grouprl.tasks.interface.Task (subclass it, or SingleTurnTask / EnvTask)")
+        raise ConfigError(
+            f"task '{spec}': make_task(cfg) returned {type(task).__name__}; expected a "
+            "grouprl.tasks.interface.Task (subclass it, or SingleTurnTask / EnvTask)"
+        )
     return task
 
 

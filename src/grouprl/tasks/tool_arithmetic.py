@@ -44,9 +44,11 @@ _ANSWER = re.compile(r"Answer:\s*(-?\d+)(?!\.?\d|[A-Za-z_])")
 _MULTIPLY = re.compile(r"What is (\d+) \* (\d+)\?")
 _CONVERT = re.compile(r"How many [\w ]+ are in (\d+) (\w+)s\?")
 # the tool errors' wording (tools/execution.py, tools/schema.py, tools/parsers.py), so a word tokenizer reads them
-_ERROR_WORDS = ("Error: tool call is not valid JSON; unknown tool available: unclosed tag argument arguments "
-                "must be a object, got missing required it takes: timed out after raised the call has no name "
-                "number integer string or")
+_ERROR_WORDS = (
+    "Error: tool call is not valid JSON; unknown tool available: unclosed tag argument arguments "
+    "must be a object, got missing required it takes: timed out after raised the call has no name "
+    "number integer string or"
+)
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 QUESTION_KINDS = ("mixed", "multiply", "convert")
 SECTION = "tool_arithmetic"  # cfg.tool_arithmetic: this task's own config section
@@ -54,8 +56,10 @@ SECTION = "tool_arithmetic"  # cfg.tool_arithmetic: this task's own config secti
 
 class ToolArithmeticConfig(Section):
     tool_questions: Literal["mixed", "multiply", "convert"] = Field(
-        "mixed", description="tool_arithmetic: which questions: both kinds half each (mixed), products only "
-        "(multiply), or unit conversions only (convert: a lookup, then a calculator call on its result)")
+        "mixed",
+        description="tool_arithmetic: which questions: both kinds half each (mixed), products only "
+        "(multiply), or unit conversions only (convert: a lookup, then a calculator call on its result)",
+    )
 
     former_sections = ("task",)
 
@@ -75,8 +79,12 @@ def make_row(seed: int, kinds: str = "mixed") -> dict[str, Any]:
     unit = rng.choice(sorted(UNIT_FACTORS))
     n = rng.randint(10, 99)
     factor, smaller = UNIT_FACTORS[unit]
-    return {"seed": seed, "kind": "convert", "question": f"How many {smaller} are in {n} {unit}s?",
-            "ground_truth": str(n * factor)}
+    return {
+        "seed": seed,
+        "kind": "convert",
+        "question": f"How many {smaller} are in {n} {unit}s?",
+        "ground_truth": str(n * factor),
+    }
 
 
 def rows(n: int, offset: int = 0, kinds: str = "mixed") -> list[dict[str, Any]]:
@@ -94,9 +102,11 @@ def step_kind_metrics(row: dict[str, Any], episode: Episode) -> dict[str, bool]:
     named = [(calls.get(r.get("tool_call_id"), r.get("name")), str(r.get("content", "")).strip()) for r in results]
     convert = _CONVERT.search(row["question"])
     unit = convert.group(2) if convert else None
-    return {"lookup_right": unit is not None and any(n == "lookup" and c.startswith(f"1 {unit} = ") for n, c in named),
-            "compute_right": any(n == "calculator" and c == truth for n, c in named),
-            "answer_right": bool(episode.success)}
+    return {
+        "lookup_right": unit is not None and any(n == "lookup" and c.startswith(f"1 {unit} = ") for n, c in named),
+        "compute_right": any(n == "calculator" and c == truth for n, c in named),
+        "answer_right": bool(episode.success),
+    }
 
 
 class ToolAnswerEnv(Environment):
@@ -112,8 +122,12 @@ class ToolAnswerEnv(Environment):
     def step(self, action: str) -> StepResult:
         found = _ANSWER.findall(action)
         correct = bool(found) and found[-1] == self.answer
-        return StepResult(None, 1.0 if correct else 0.0, True,
-                          {"success": correct, "answered": bool(found), "prediction": found[-1] if found else None})
+        return StepResult(
+            None,
+            1.0 if correct else 0.0,
+            True,
+            {"success": correct, "answered": bool(found), "prediction": found[-1] if found else None},
+        )
 
 
 def expert_reply(prompt_text: str, parser_format=None) -> str:
@@ -135,7 +149,9 @@ def expert_reply(prompt_text: str, parser_format=None) -> str:
         if len(results) == 1:
             factor = re.search(r"= (\d+)", results[0])
             if factor is None:
-                raise ValueError(f"expert_reply: the lookup answered {results[0][:80]!r}; expected '1 <unit> = <n> <unit>'")
+                raise ValueError(
+                    f"expert_reply: the lookup answered {results[0][:80]!r}; expected '1 <unit> = <n> <unit>'"
+                )
             return write([ToolCall("calculator", {"expression": f"{n} * {factor.group(1)}"})])
         return f"Answer: {results[-1].strip()}"
     raise ValueError(f"expert_reply: no tool_arithmetic question in the prompt: {question[:80]!r}")
@@ -178,9 +194,20 @@ class ToolArithmeticTask(Task):
         from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 
         schemas = "\n".join(json.dumps(t.schema) for t in resolve_tools(self.tools, False))
-        units = " ".join(f'How many {s} are in 7 {u}s? 1 {u} = {f} {s} "{u}" "{u}s"' for u, (f, s) in UNIT_FACTORS.items())
-        return "\n".join([string.printable, self.system_prompt, TOOL_CHAT_TEMPLATE.replace("\\n", "\n"), schemas,
-                          units, "What is 12 * 3?\nAnswer: 36", _ERROR_WORDS])
+        units = " ".join(
+            f'How many {s} are in 7 {u}s? 1 {u} = {f} {s} "{u}" "{u}s"' for u, (f, s) in UNIT_FACTORS.items()
+        )
+        return "\n".join(
+            [
+                string.printable,
+                self.system_prompt,
+                TOOL_CHAT_TEMPLATE.replace("\\n", "\n"),
+                schemas,
+                units,
+                "What is 12 * 3?\nAnswer: 36",
+                _ERROR_WORDS,
+            ]
+        )
 
     def sft_rows(self, n: int) -> list[dict[str, Any]]:
         """Rows for expert traces: seeds neither training nor evaluation uses."""
@@ -207,9 +234,15 @@ class ToolArithmeticTask(Task):
 @register_task("tool_arithmetic", max_new_tokens=96, section=(SECTION, ToolArithmeticConfig))
 def build_tool_arithmetic(cfg: Config) -> ToolArithmeticTask:
     if cfg.tools.episode_mode != "conversation":
-        raise ConfigError("task 'tool_arithmetic' needs episode_mode: conversation (section tools); got "
-                          f"{cfg.tools.episode_mode!r}")
+        raise ConfigError(
+            f"task 'tool_arithmetic' needs episode_mode: conversation (section tools); got {cfg.tools.episode_mode!r}"
+        )
     n_train, n_eval = cfg.task.n_train or 10_000, max(cfg.eval.n_eval, 1)
     kinds = getattr(cfg, SECTION).tool_questions  # a registered section: Config's type does not name it
-    return ToolArithmeticTask("tool_arithmetic", rows(n_train, 0, kinds), rows(n_eval, EVAL_SEED_OFFSET, kinds),
-                              cfg.task.system_prompt or SYSTEM_PROMPT, questions=kinds)
+    return ToolArithmeticTask(
+        "tool_arithmetic",
+        rows(n_train, 0, kinds),
+        rows(n_eval, EVAL_SEED_OFFSET, kinds),
+        cfg.task.system_prompt or SYSTEM_PROMPT,
+        questions=kinds,
+    )

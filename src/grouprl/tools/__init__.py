@@ -9,6 +9,21 @@ from grouprl.tools.parsers import PARSERS, ParsedTurn, ToolCall, get_parser, par
 from grouprl.tools.registry import TOOLS, resolve_tool, resolve_tools
 from grouprl.tools.schema import Tool, ToolArgumentError, make_tool, tool_schema
 
-__all__ = ["TOOLS", "ERROR_KINDS", "INVALID_KINDS", "PARSERS", "ParsedTurn", "Tool", "ToolArgumentError",
-           "ToolCall", "ToolOutcome", "ToolSession", "get_parser", "make_tool", "parse_turn", "resolve_tool",
-           "resolve_tools", "tool_schema"]
+__all__ = [
+    "TOOLS",
+    "ERROR_KINDS",
+    "INVALID_KINDS",
+    "PARSERS",
+    "ParsedTurn",
+    "Tool",
+    "ToolArgumentError",
+    "ToolCall",
+    "ToolOutcome",
+    "ToolSession",
+    "get_parser",
+    "make_tool",
+    "parse_turn",
+    "resolve_tool",
+    "resolve_tools",
+    "tool_schema",
+]

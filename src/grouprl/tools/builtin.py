@@ -7,9 +7,18 @@ from __future__ import annotations
 
 # Exact integer conversion factors: the tool task's questions need them, and the model is not told them.
 UNIT_FACTORS: dict[str, tuple[int, str]] = {
-    "mile": (5280, "feet"), "yard": (36, "inches"), "foot": (12, "inches"), "day": (86400, "seconds"),
-    "hour": (3600, "seconds"), "week": (168, "hours"), "gallon": (128, "fluid ounces"), "pound": (16, "ounces"),
-    "ton": (2000, "pounds"), "kilometer": (1000, "meters"), "kilogram": (1000, "grams"), "year": (365, "days"),
+    "mile": (5280, "feet"),
+    "yard": (36, "inches"),
+    "foot": (12, "inches"),
+    "day": (86400, "seconds"),
+    "hour": (3600, "seconds"),
+    "week": (168, "hours"),
+    "gallon": (128, "fluid ounces"),
+    "pound": (16, "ounces"),
+    "ton": (2000, "pounds"),
+    "kilometer": (1000, "meters"),
+    "kilogram": (1000, "grams"),
+    "year": (365, "days"),
 }
 
 

@@ -21,7 +21,7 @@ TOOL_CHAT_TEMPLATE = (
     "\n<tools>' }}"
     "{% for tool in tools %}{{ '\n' }}{{ tool | tojson }}{% endfor %}"
     "{{ '\n</tools>\n\nTo call one, reply with its name and arguments as a JSON object inside "
-    "<tool_call></tool_call> tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}"
+    '<tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}'
     "\n</tool_call><|im_end|>\n' }}"
     "{% elif messages[0]['role'] == 'system' %}"
     "<|im_start|>system\n{{ messages[0]['content'] }}<|im_end|>{{ '\n' }}"
@@ -63,7 +63,9 @@ def ensure_tool_template(tokenizer, choice: str = "auto") -> None:
         raise ValueError(f"config key 'tool_chat_template': got {choice!r}; expected auto, qwen25 or own")
     vocab = tokenizer.get_vocab()
     if "<|im_start|>" not in vocab or "<|im_end|>" not in vocab:
-        raise ValueError("config key 'tool_chat_template': the tokenizer's chat template declares no tools and it "
-                         "is not ChatML (no <|im_start|>/<|im_end|> tokens); give it a template with a tools "
-                         "section or set tool_chat_template: own")
+        raise ValueError(
+            "config key 'tool_chat_template': the tokenizer's chat template declares no tools and it "
+            "is not ChatML (no <|im_start|>/<|im_end|> tokens); give it a template with a tools "
+            "section or set tool_chat_template: own"
+        )
     tokenizer.chat_template = TOOL_CHAT_TEMPLATE

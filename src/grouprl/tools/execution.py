@@ -80,8 +80,13 @@ class ToolSession:
     def call(self, call: ToolCall) -> ToolOutcome:
         tool = self.tools.get(call.name)
         if tool is None:
-            return ToolOutcome(call.name, call.arguments, f"Error: unknown tool '{call.name}'; available: "
-                               f"{', '.join(self.tools)}", "unknown_tool", call.id)
+            return ToolOutcome(
+                call.name,
+                call.arguments,
+                f"Error: unknown tool '{call.name}'; available: {', '.join(self.tools)}",
+                "unknown_tool",
+                call.id,
+            )
         try:
             arguments = tool.check_arguments(call.arguments)
         except ToolArgumentError as err:
@@ -93,8 +98,9 @@ class ToolSession:
         with _STALLED_LOCK:
             stalled = _STALLED[tool.name]
         if stalled >= MAX_STALLED_PER_TOOL:
-            return (f"Error: tool '{tool.name}' has {stalled} earlier calls that never returned; "
-                    "it is not called again"), "timeout"
+            return (
+                f"Error: tool '{tool.name}' has {stalled} earlier calls that never returned; it is not called again"
+            ), "timeout"
         call = _ThreadCall(tool, arguments)
         if not call.finished(self.timeout_s):
             return f"Error: timed out after {self.timeout_s:g} s", "timeout"

@@ -63,7 +63,7 @@ def _call_from_object(obj: Any, arguments_key: str = "arguments") -> ToolCall | 
         return f"a tool call must be a JSON object, got {type(obj).__name__}"
     name = obj.get("name")
     if not isinstance(name, str) or not name:
-        return "a tool call needs a \"name\" string"
+        return 'a tool call needs a "name" string'
     arguments = obj.get(arguments_key, {})
     if isinstance(arguments, str):  # some models send the arguments as a JSON string
         arguments = safe_json_loads(arguments)
@@ -86,7 +86,7 @@ def parse_hermes(text: str) -> ParsedTurn:
     turn = ParsedTurn(content="")
     pieces, last = [], 0
     for match in _HERMES.finditer(text):
-        pieces.append(text[last:match.start()])
+        pieces.append(text[last : match.start()])
         last = match.end()
         obj, error = _decode(match.group(1))
         call = error or _call_from_object(obj)
@@ -97,14 +97,15 @@ def parse_hermes(text: str) -> ParsedTurn:
     rest = text[last:]
     if "<tool_call>" in rest:  # opened, never closed (often: cut at max_new_tokens)
         turn.malformed.append("unclosed <tool_call> tag")
-        rest = rest[:rest.index("<tool_call>")]
+        rest = rest[: rest.index("<tool_call>")]
     turn.content = ("".join(pieces) + rest).strip()
     return turn
 
 
 def format_hermes(calls: list[ToolCall]) -> str:
-    return "\n".join(f'<tool_call>\n{json.dumps({"name": c.name, "arguments": c.arguments})}\n</tool_call>'
-                     for c in calls)
+    return "\n".join(
+        f"<tool_call>\n{json.dumps({'name': c.name, 'arguments': c.arguments})}\n</tool_call>" for c in calls
+    )
 
 
 MISTRAL_MARKER = "[TOOL_CALLS]"
@@ -117,8 +118,9 @@ def parse_mistral(text: str) -> ParsedTurn:
     turn = ParsedTurn(content=content.strip())
     decoded = safe_json_loads(rest, prefix=True)
     if isinstance(decoded, JsonRejected):
-        turn.malformed.append(f"{MISTRAL_MARKER} is not followed by valid JSON ({decoded.reason}): "
-                              f"{encodable(rest.strip()[:60])!r}")
+        turn.malformed.append(
+            f"{MISTRAL_MARKER} is not followed by valid JSON ({decoded.reason}): {encodable(rest.strip()[:60])!r}"
+        )
         return turn
     objects = decoded[0]
     for obj in objects if isinstance(objects, list) else [objects]:
@@ -140,7 +142,7 @@ PYTHON_TAG = "<|python_tag|>"
 def parse_llama3_json(text: str) -> ParsedTurn:
     body = text.strip()
     if body.startswith(PYTHON_TAG):
-        body = body[len(PYTHON_TAG):].strip()
+        body = body[len(PYTHON_TAG) :].strip()
     if not body.startswith("{"):
         return ParsedTurn(content=text.strip())
     obj, error = _decode(body)

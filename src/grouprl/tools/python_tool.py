@@ -24,7 +24,7 @@ MAX_OUTPUT_CHARS = 2000
 
 # Runs inside the sandbox. Earlier cells first, output swallowed; then the new one, its last
 # expression printed. Tracebacks go to stderr; the exit code says whether the new cell failed.
-REPLAY = r'''
+REPLAY = r"""
 import ast, contextlib, io, json, sys, traceback
 cells = json.loads(sys.stdin.read())
 scope = {"__name__": "__main__"}
@@ -42,7 +42,7 @@ try:
 except BaseException as err:
     sys.stderr.write("".join(traceback.format_exception_only(type(err), err)))
     sys.exit(1)
-'''
+"""
 
 
 def python(code: str) -> str:
@@ -65,9 +65,14 @@ class PythonInterpreter:
         """(what the model reads, error kind or None): kinds are ``raised``, ``timeout``, ``sandbox``."""
         if not isinstance(code, str) or not code.strip():
             return "Error: empty code", "raised"
-        result = run_in_sandbox(REPLAY, stdin=json.dumps(self.cells + [code]), timeout_s=self.timeout_s,
-                                cpu_s=max(1, int(self.timeout_s) + 1), memory_mb=self.memory_mb,
-                                backend=self.backend)
+        result = run_in_sandbox(
+            REPLAY,
+            stdin=json.dumps(self.cells + [code]),
+            timeout_s=self.timeout_s,
+            cpu_s=max(1, int(self.timeout_s) + 1),
+            memory_mb=self.memory_mb,
+            backend=self.backend,
+        )
         if result.infra_error:  # the sandbox did not start: the call failed, the model is told so
             return "Error: the interpreter could not start", "sandbox"
         if result.timed_out:

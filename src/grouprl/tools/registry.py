@@ -38,8 +38,9 @@ class ToolSpec:
 
 def declare_tool(name: str, fn: Callable[..., Any], sandboxed: bool = False, stateful: bool = False) -> ToolSpec:
     ref = code_ref(name)
-    return ToolSpec(fn, sandboxed, stateful, from_file=ref is not None and ref.is_file,
-                    source=name if ref else "builtin")
+    return ToolSpec(
+        fn, sandboxed, stateful, from_file=ref is not None and ref.is_file, source=name if ref else "builtin"
+    )
 
 
 TOOLS: Registry[ToolSpec] = Registry("tool", declare_tool, config_key="tools")
@@ -51,13 +52,19 @@ TOOLS.register("python", sandboxed=True, stateful=True)(python)
 def resolve_tool(spec: str, sandbox_user_tools: bool = False) -> Tool:
     """The tool ``spec`` names; ``KeyError`` with one line naming the spec and what was expected."""
     ref = code_ref(spec)
-    grouprl_module = ref is not None and "/" not in ref.where and not ref.is_source and ref.where.split(".")[0] == "grouprl"
+    grouprl_module = (
+        ref is not None and "/" not in ref.where and not ref.is_source and ref.where.split(".")[0] == "grouprl"
+    )
     if sandbox_user_tools and ref is not None and not grouprl_module:  # grouprl's own modules are the trainer's
         return sandboxed_user_tool(spec)  # never imported here: schema and calls in the sandbox
     try:
         entry = TOOLS.resolve(spec)
-        return make_tool(entry.fn, sandboxed=entry.sandboxed or (sandbox_user_tools and entry.from_file),
-                         stateful=entry.stateful, source=entry.source)
+        return make_tool(
+            entry.fn,
+            sandboxed=entry.sandboxed or (sandbox_user_tools and entry.from_file),
+            stateful=entry.stateful,
+            source=entry.source,
+        )
     except (KeyError, ValueError) as err:  # an unknown name, a file that fails, a function without a schema
         raise KeyError(f"config key 'tools': {err.args[0] if err.args else err}") from None
 

@@ -21,15 +21,15 @@ from grouprl.safe_text import JsonRejected, safe_json_loads
 from grouprl.tools.schema import Tool
 from grouprl.user_code import CodeRef, code_ref
 
-CALL = r'''
+CALL = r"""
 import json as _json, sys as _sys
 _request = _json.loads(_sys.stdin.read())
 _result = globals()[_request["function"]](**_request["arguments"])
 _sys.stdout.write("\n" + _request["marker"] + _json.dumps(_result if isinstance(_result, str) else repr(_result)) + "\n")
-'''
+"""
 
 
-SCHEMA = r'''
+SCHEMA = r"""
 import json as _json, sys as _sys
 _request = _json.loads(_sys.stdin.read())
 _fn = globals().get(_request["function"])
@@ -42,7 +42,7 @@ else:
     except Exception as _err:
         _out = {"error": "no schema from its signature and docstring (%s: %s)" % (type(_err).__name__, _err)}
 _sys.stdout.write("\n" + _request["marker"] + _json.dumps(_out) + "\n")
-'''
+"""
 SCHEMA_TIMEOUT_S = 120.0  # the file's imports and transformers' schema reader, once per tool at start
 
 
@@ -52,9 +52,11 @@ def sandboxed_user_tool(spec: str) -> Tool:
     ref = code_ref(spec) or CodeRef(spec, "")
     where, function = ref.where, ref.function
     if not ref.is_source:
-        raise KeyError(f"config key 'tools': tool '{spec}': tool_sandbox is on, but '{where}' is not a .py "
-                       "source file and would be imported into the trainer unsandboxed (refused); expected "
-                       "'path/to/file.py:function'")
+        raise KeyError(
+            f"config key 'tools': tool '{spec}': tool_sandbox is on, but '{where}' is not a .py "
+            "source file and would be imported into the trainer unsandboxed (refused); expected "
+            "'path/to/file.py:function'"
+        )
     path = Path(where)
     if not path.is_file():
         raise KeyError(f"config key 'tools': tool '{spec}': no such file {path}")
@@ -64,17 +66,24 @@ def sandboxed_user_tool(spec: str) -> Tool:
     except (SyntaxError, ValueError) as err:
         lineno = getattr(err, "lineno", None)
         line = f" line {lineno}" if lineno else ""
-        raise KeyError(f"config key 'tools': tool '{spec}': {path}{line}: {type(err).__name__}: "
-                       f"{getattr(err, 'msg', err)}") from None
+        raise KeyError(
+            f"config key 'tools': tool '{spec}': {path}{line}: {type(err).__name__}: {getattr(err, 'msg', err)}"
+        ) from None
     marker = f"@@schema-{secrets.token_hex(8)}@@"
-    result = run_in_sandbox(source + "\n" + SCHEMA, stdin=json.dumps({"function": function, "marker": marker}),
-                            timeout_s=SCHEMA_TIMEOUT_S, cpu_s=int(SCHEMA_TIMEOUT_S), memory_mb=2048, backend="bwrap")
+    result = run_in_sandbox(
+        source + "\n" + SCHEMA,
+        stdin=json.dumps({"function": function, "marker": marker}),
+        timeout_s=SCHEMA_TIMEOUT_S,
+        cpu_s=int(SCHEMA_TIMEOUT_S),
+        memory_mb=2048,
+        backend="bwrap",
+    )
     lines = [line for line in result.stdout.splitlines() if line.startswith(marker)]
     if result.infra_error or not result.ok or not lines:
         errors = [line for line in result.stderr.strip().splitlines() if line.strip()]
         why = result.infra_error or result.killed_reason or (errors[-1] if errors else f"exit code {result.exit_code}")
         raise KeyError(f"config key 'tools': tool '{spec}': running {path} in the sandbox failed: {why}")
-    found = json.loads(lines[-1][len(marker):])
+    found = json.loads(lines[-1][len(marker) :])
     if "error" in found:
         raise KeyError(f"config key 'tools': tool '{spec}': {found['error']}")
     schema: dict[str, Any] = found["schema"]
@@ -97,8 +106,14 @@ class SandboxedFileTool:
     def __call__(self, arguments: dict) -> tuple[str, str | None]:
         marker = f"@@result-{secrets.token_hex(8)}@@"
         request = json.dumps({"function": self.function, "arguments": arguments, "marker": marker})
-        result = run_in_sandbox(self.source + "\n" + CALL, stdin=request, timeout_s=self.timeout_s,
-                                cpu_s=max(1, int(self.timeout_s) + 1), memory_mb=self.memory_mb, backend=self.backend)
+        result = run_in_sandbox(
+            self.source + "\n" + CALL,
+            stdin=request,
+            timeout_s=self.timeout_s,
+            cpu_s=max(1, int(self.timeout_s) + 1),
+            memory_mb=self.memory_mb,
+            backend=self.backend,
+        )
         if result.infra_error:
             return "Error: the tool could not start", "sandbox"
         if result.timed_out:
@@ -107,7 +122,7 @@ class SandboxedFileTool:
         if not result.ok or not lines:
             errors = [line for line in result.stderr.strip().splitlines() if line.strip()]
             return "Error: " + (errors[-1] if errors else f"exit code {result.exit_code}"), "raised"
-        value = safe_json_loads(lines[-1][len(marker):])
+        value = safe_json_loads(lines[-1][len(marker) :])
         if isinstance(value, JsonRejected) or not isinstance(value, str):
             return f"Error: the tool's result could not be read ({getattr(value, 'reason', 'not a string')})", "raised"
         return value, None

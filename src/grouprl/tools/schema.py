@@ -24,8 +24,13 @@ from typing import Any, Callable
 
 # JSON schema type -> the Python values a JSON decoder produces for it.
 _JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
-    "array": (list,), "object": (dict,), "null": (type(None),),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
 }
 
 
@@ -57,13 +62,16 @@ class Tool:
     def check_arguments(self, arguments: Any) -> dict[str, Any]:
         """The arguments, or :class:`ToolArgumentError` saying what is wrong with them."""
         if not isinstance(arguments, dict):
-            raise ToolArgumentError(f"tool '{self.name}': arguments must be a JSON object, got "
-                                    f"{type(arguments).__name__}")
+            raise ToolArgumentError(
+                f"tool '{self.name}': arguments must be a JSON object, got {type(arguments).__name__}"
+            )
         properties = self.parameters.get("properties", {})
         unknown = sorted(set(arguments) - set(properties))
         if unknown:
-            raise ToolArgumentError(f"tool '{self.name}': unknown argument '{unknown[0]}'; it takes: "
-                                    f"{', '.join(properties) or 'no arguments'}")
+            raise ToolArgumentError(
+                f"tool '{self.name}': unknown argument '{unknown[0]}'; it takes: "
+                f"{', '.join(properties) or 'no arguments'}"
+            )
         missing = [name for name in self.parameters.get("required", []) if name not in arguments]
         if missing:
             raise ToolArgumentError(f"tool '{self.name}': missing required argument '{missing[0]}'")
@@ -77,8 +85,10 @@ class Tool:
             allowed = tuple(t for k in kinds for t in _JSON_TYPES.get(k, (object,)))
             # bool is an int in Python, never in JSON
             if not isinstance(value, allowed) or (isinstance(value, bool) and "boolean" not in kinds):
-                raise ToolArgumentError(f"tool '{self.name}': argument '{name}' must be {' or '.join(kinds)}, "
-                                        f"got {_json_kind(value)} {str(value)[:40]!r}")
+                raise ToolArgumentError(
+                    f"tool '{self.name}': argument '{name}' must be {' or '.join(kinds)}, "
+                    f"got {_json_kind(value)} {str(value)[:40]!r}"
+                )
         return arguments
 
 
@@ -101,15 +111,22 @@ def tool_schema(fn: Callable[..., Any], name: str | None = None) -> dict[str, An
     try:
         schema = get_json_schema(fn)
     except Exception as err:  # noqa: BLE001 - transformers' DocstringParsingException / TypeHintParsingException
-        raise ValueError(f"tool '{name or getattr(fn, '__name__', fn)}': no schema from its signature and "
-                         f"docstring ({type(err).__name__}: {err})") from None
+        raise ValueError(
+            f"tool '{name or getattr(fn, '__name__', fn)}': no schema from its signature and "
+            f"docstring ({type(err).__name__}: {err})"
+        ) from None
     schema["function"].pop("return", None)  # templates show the call's parameters, not its return type
     if name:
         schema["function"]["name"] = name
     return schema
 
 
-def make_tool(fn: Callable[..., Any], name: str | None = None, sandboxed: bool = False, stateful: bool = False,
-              source: str = "builtin") -> Tool:
+def make_tool(
+    fn: Callable[..., Any],
+    name: str | None = None,
+    sandboxed: bool = False,
+    stateful: bool = False,
+    source: str = "builtin",
+) -> Tool:
     schema = tool_schema(fn, name)
     return Tool(schema["function"]["name"], fn, schema, sandboxed, stateful, source)

@@ -10,15 +10,36 @@ import re
 from grouprl.cli import main
 from grouprl.observe.dashboard.page import SCRIPTS
 
-HOSTILE = ["{{scripts}}", "{{data}}", "{{title}}", "{{styles}}", "{{ scripts }}", "{{scripts}}{{data}}",
-           "</script><script>alert(1)</script>", "<!-- {{data}}", "\u2028\u2029", "${x} `y` \\u003c", "{{unknown}}"]
+HOSTILE = [
+    "{{scripts}}",
+    "{{data}}",
+    "{{title}}",
+    "{{styles}}",
+    "{{ scripts }}",
+    "{{scripts}}{{data}}",
+    "</script><script>alert(1)</script>",
+    "<!-- {{data}}",
+    "\u2028\u2029",
+    "${x} `y` \\u003c",
+    "{{unknown}}",
+]
 
 
 def _run_folder(root, name):
     run = root / name
     (run / "rollouts").mkdir(parents=True)
-    rows = [{"step": 1, "prompt_id": "p0", "group": 0, "prompt": f"q {i}", "completion": text, "reward": 1.0,
-             "advantage": 0.0} for i, text in enumerate(HOSTILE)]
+    rows = [
+        {
+            "step": 1,
+            "prompt_id": "p0",
+            "group": 0,
+            "prompt": f"q {i}",
+            "completion": text,
+            "reward": 1.0,
+            "advantage": 0.0,
+        }
+        for i, text in enumerate(HOSTILE)
+    ]
     (run / "rollouts" / "rollouts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 1.0, "note": "{{scripts}}"}) + "\n")
     (run / "config.json").write_text(json.dumps({"logging": {"run_name": "{{data}}"}}))

@@ -21,11 +21,25 @@ def step_block(step: int, pad: int = 600) -> bytes:
     rows = []
     for g in range(GROUPS):
         for e in range(K):
-            rows.append({"step": step, "prompt_id": f"p{g:04d}", "group": g,
-                         "prompt": f"<|im_start|>user\nquestion {g}<|im_end|>\n" + "x" * pad,
-                         "completion": f"answer {g}-{e}", "prediction": str(e), "ground_truth": "3",
-                         "reward": e / K, "rewards": {"accuracy": e / K}, "correct": e == 3, "advantage": e / K - 0.4,
-                         "truncated": False, "reward_errors": [], "reward_reasons": {}, "episode_length": 1})
+            rows.append(
+                {
+                    "step": step,
+                    "prompt_id": f"p{g:04d}",
+                    "group": g,
+                    "prompt": f"<|im_start|>user\nquestion {g}<|im_end|>\n" + "x" * pad,
+                    "completion": f"answer {g}-{e}",
+                    "prediction": str(e),
+                    "ground_truth": "3",
+                    "reward": e / K,
+                    "rewards": {"accuracy": e / K},
+                    "correct": e == 3,
+                    "advantage": e / K - 0.4,
+                    "truncated": False,
+                    "reward_errors": [],
+                    "reward_reasons": {},
+                    "episode_length": 1,
+                }
+            )
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
 
 
@@ -117,6 +131,7 @@ def test_search_stops_early_and_continues(big_log):
 def test_server_pages_a_large_run(big_log):
     server = DashboardServer([str(big_log.parent.parent)], port=0).start()
     try:
+
         def get(path):
             with urllib.request.urlopen(server.url + path, timeout=60) as res:
                 return json.loads(res.read())
@@ -127,7 +142,11 @@ def test_server_pages_a_large_run(big_log):
         rows = get("api/run/0/rollouts?step=240")
         assert time.perf_counter() - started < 5 and len(rows) == GROUPS * K
         assert get("api/run/0/search?q=answer%207-7&limit=1")["hits"][0] == {
-            "step": 1, "group": 7, "prompt_id": "p0007", "snippet": "completion: …answer 7-7…"}
+            "step": 1,
+            "group": 7,
+            "prompt_id": "p0007",
+            "snippet": "completion: …answer 7-7…",
+        }
         with pytest.raises(urllib.error.HTTPError) as err:
             get("api/run/0/rollouts?step=abc")
         assert err.value.code == 400 and "must be an integer" in json.loads(err.value.read())["error"]
@@ -140,7 +159,7 @@ def test_step_written_twice_in_a_row_keeps_the_later_one(tmp_path):
     after the first attempt; the group ids starting over tell the two apart."""
     path = tmp_path / "rollouts.jsonl"
     again = step_block(2, pad=0).replace(b'"completion": "answer', b'"completion": "again')
-    path.write_bytes(step_block(1, pad=0) + step_block(2, pad=0)[: 100 * 150] .rsplit(b"\n", 1)[0] + b"\n" + again)
+    path.write_bytes(step_block(1, pad=0) + step_block(2, pad=0)[: 100 * 150].rsplit(b"\n", 1)[0] + b"\n" + again)
     index = RolloutIndex(path)
     assert index.steps() == [(1, GROUPS * K), (2, GROUPS * K)]
     assert all(r["completion"].startswith("again") for r in index.records(2))

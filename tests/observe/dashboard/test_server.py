@@ -12,23 +12,32 @@ import pytest
 
 from grouprl.observe.dashboard.server import DashboardServer
 
-BAD = [b'{"step": 1, "prompt_id": "p0", "group": 0, "completion": "needle torn',
-       b'{"step": 1, "prompt_id": "p0", "group": 1, "completion": "needle \xff\xfe"}',
-       b'{"step": 1, "group": 2, "completion": "needle", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}",
-       b'["needle", {"step": 1}]', b'"needle"', b"needle plain text"]
+BAD = [
+    b'{"step": 1, "prompt_id": "p0", "group": 0, "completion": "needle torn',
+    b'{"step": 1, "prompt_id": "p0", "group": 1, "completion": "needle \xff\xfe"}',
+    b'{"step": 1, "group": 2, "completion": "needle", "x": ' + b"[" * 100000 + b"]" * 100000 + b"}",
+    b'["needle", {"step": 1}]',
+    b'"needle"',
+    b"needle plain text",
+]
 
 
 def _row(step, group, text):
-    return json.dumps({"step": step, "prompt_id": f"p{group}", "group": group, "prompt": "q",
-                       "completion": text, "reward": 0.5}).encode()
+    return json.dumps(
+        {"step": step, "prompt_id": f"p{group}", "group": group, "prompt": "q", "completion": text, "reward": 0.5}
+    ).encode()
 
 
 @pytest.fixture()
 def server(tmp_path):
     run = tmp_path / "run"
     (run / "rollouts").mkdir(parents=True)
-    lines = [_row(1, 0, "a needle here"), *BAD, _row(2, 0, "another needle"),
-             b'{"step": 3.0, "prompt_id": "p5", "group": 5, "completion": "needle from pandas"}']
+    lines = [
+        _row(1, 0, "a needle here"),
+        *BAD,
+        _row(2, 0, "another needle"),
+        b'{"step": 3.0, "prompt_id": "p5", "group": 5, "completion": "needle from pandas"}',
+    ]
     (run / "rollouts" / "rollouts.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     (run / "metrics.jsonl").write_bytes(b'{"step": 1, "reward": 0.5}\n\xff\xfe broken\n{"step": 2, "reward": 1}\n')
     srv = DashboardServer([str(run)], port=0).start()
@@ -49,8 +58,20 @@ def test_search_skips_and_counts_corrupt_lines(server):
     assert found["next_step"] is None
 
 
-@pytest.mark.parametrize("route", ["overview", "metrics", "steps", "rollouts?step=1", "rollouts?step=3",
-                                   "trajectories?step=1", "eval", "search?q=%FF", "search?q=" + "x" * 5000])
+@pytest.mark.parametrize(
+    "route",
+    [
+        "overview",
+        "metrics",
+        "steps",
+        "rollouts?step=1",
+        "rollouts?step=3",
+        "trajectories?step=1",
+        "eval",
+        "search?q=%FF",
+        "search?q=" + "x" * 5000,
+    ],
+)
 def test_every_route_answers(server, route):
     status, body = _get(server, f"/api/run/0/{route}")
     assert status == 200 and body is not None

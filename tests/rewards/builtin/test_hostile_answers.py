@@ -18,27 +18,59 @@ from grouprl.rewards.registry import REWARDS, is_typed
 
 DIGITS = "1234567890"
 HOSTILE = [
-    "Final: " + "9" * 29,                       # one past Decimal's default 28-digit context
-    "Final: " + "1" * 5000,                     # past int()'s 4300-digit limit
+    "Final: " + "9" * 29,  # one past Decimal's default 28-digit context
+    "Final: " + "1" * 5000,  # past int()'s 4300-digit limit
     "Final: -" + "0" * 3000 + "." + "0" * 3000,
     "Final: 1," + ",".join(["000"] * 2000),
-    "7" * 200_000,                              # a bare digit run
+    "7" * 200_000,  # a bare digit run
     "<answer>" + "3" * 6000 + "</answer><opinion>up</opinion>",
     "<answer>option " + "0" * 50 + "2</answer>",
-    "Final: ١٢٣", "Final: １２", "Final: ²", "<answer>٣</answer>", "<answer>²</answer>", "३४",
-    "\\boxed{" + "9" * 5000 + "}", "The answer is " + "8" * 5000, "\\boxed{1e99999999}",
-    "\\boxed{9^{9^{9}}}", "\\boxed{10^{10^{10}}}", "\\boxed{\\frac{1}{0}}", "\\boxed{" * 3000,
-    "[" * 100_000, "{\"a\": " * 50_000, "{\"x\": " + "1" * 5000 + "}", "```json\n" + "[" * 5000 + "\n```",
-    "<think>" * 10_000, "\x00\ud800\udfff\U0010ffff" * 100, "\u2028Final: 5\u2029", "\r\n" * 1000 + "Final: 3",
-    "NaN", "inf", "Final: 1e400", "-" * 10_000, "",
+    "Final: ١٢٣",
+    "Final: １２",
+    "Final: ²",
+    "<answer>٣</answer>",
+    "<answer>²</answer>",
+    "३४",
+    "\\boxed{" + "9" * 5000 + "}",
+    "The answer is " + "8" * 5000,
+    "\\boxed{1e99999999}",
+    "\\boxed{9^{9^{9}}}",
+    "\\boxed{10^{10^{10}}}",
+    "\\boxed{\\frac{1}{0}}",
+    "\\boxed{" * 3000,
+    "[" * 100_000,
+    '{"a": ' * 50_000,
+    '{"x": ' + "1" * 5000 + "}",
+    "```json\n" + "[" * 5000 + "\n```",
+    "<think>" * 10_000,
+    "\x00\ud800\udfff\U0010ffff" * 100,
+    "\u2028Final: 5\u2029",
+    "\r\n" * 1000 + "Final: 3",
+    "NaN",
+    "inf",
+    "Final: 1e400",
+    "-" * 10_000,
+    "",
 ]
-GOLD = {"gsm8k_final": "18", "arithmetic_exact": "42", "arithmetic_digits": "42", "slate_accuracy": "4",
-        "slate_click": "4", "slate_opinion": "4", "json_schema": None, "tool_call_match": '[{"name": "f"}]',
-        "code_execution": None}
-KWARGS = {"slate_accuracy": {"n_options": 5, "opinion_label": "increase"}, "slate_opinion": {"opinion_label": "increase"},
-          "json_schema": {"schema": {"type": "object", "properties": {"x": {"type": "integer"}}}},
-          "math_accuracy": {"timeout_seconds": 1}, "cosine_length": {"timeout_seconds": 1},
-          "soft_overlong": {"max_completion_len": 100, "cache_len": 10}}
+GOLD = {
+    "gsm8k_final": "18",
+    "arithmetic_exact": "42",
+    "arithmetic_digits": "42",
+    "slate_accuracy": "4",
+    "slate_click": "4",
+    "slate_opinion": "4",
+    "json_schema": None,
+    "tool_call_match": '[{"name": "f"}]',
+    "code_execution": None,
+}
+KWARGS = {
+    "slate_accuracy": {"n_options": 5, "opinion_label": "increase"},
+    "slate_opinion": {"opinion_label": "increase"},
+    "json_schema": {"schema": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+    "math_accuracy": {"timeout_seconds": 1},
+    "cosine_length": {"timeout_seconds": 1},
+    "soft_overlong": {"max_completion_len": 100, "cache_len": 10},
+}
 SKIP = {"code_execution"}  # its hostile programs are the sandbox's tests
 
 
@@ -82,9 +114,22 @@ def test_math_accuracy_finishes_within_its_budget_off_the_main_thread():
     fn = REWARDS["math_accuracy"]
     out: list = []
     start = time.monotonic()
-    worker = threading.Thread(target=lambda: out.append(_scores("math_accuracy", fn, [
-        "\\boxed{9^{9^{9}}}", "\\boxed{10^{10^{10}}}", "\\boxed{2^{2^{2^{2^{2^{2}}}}}}", "\\boxed{99999999!}",
-        "\\boxed{18}"])), daemon=True)
+    worker = threading.Thread(
+        target=lambda: out.append(
+            _scores(
+                "math_accuracy",
+                fn,
+                [
+                    "\\boxed{9^{9^{9}}}",
+                    "\\boxed{10^{10^{10}}}",
+                    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+                    "\\boxed{99999999!}",
+                    "\\boxed{18}",
+                ],
+            )
+        ),
+        daemon=True,
+    )
     worker.start()
     worker.join(60)
     assert not worker.is_alive(), "math_accuracy hung past its budget"

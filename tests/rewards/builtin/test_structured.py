@@ -11,9 +11,11 @@ from grouprl.rewards.builtin.structured import BUILTIN_STRUCTURED, code_executio
 
 
 def convo(completion: str, **assistant_fields) -> list[dict]:
-    return [{"role": "system", "content": "You are a helpful assistant."},
-            {"role": "user", "content": "Please answer."},
-            {"role": "assistant", "content": completion, **assistant_fields}]
+    return [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Please answer."},
+        {"role": "assistant", "content": completion, **assistant_fields},
+    ]
 
 
 # --------------------------------------------------------------------------- json_schema
@@ -53,8 +55,9 @@ def test_json_schema_valid_fenced_block_with_schema_kwarg():
 
 
 def test_json_schema_whole_text_with_schema_as_ground_truth_json_string():
-    r = json_schema(convo('{"name": "Grace Hopper", "age": 85}'), ground_truth=json.dumps(PERSON_SCHEMA),
-                    unrelated_field="ignored")
+    r = json_schema(
+        convo('{"name": "Grace Hopper", "age": 85}'), ground_truth=json.dumps(PERSON_SCHEMA), unrelated_field="ignored"
+    )
     assert r.score == 1.0
 
 
@@ -90,10 +93,16 @@ EXPECTED_CALLS = [
 def test_tool_calls_exact_match_from_message_tool_calls_openai_shape():
     # OpenAI shape, arguments as a JSON string with a different key order.
     calls = [
-        {"id": "call_1", "type": "function",
-         "function": {"name": "get_time", "arguments": '{"timezone": "Europe/Paris"}'}},
-        {"id": "call_2", "type": "function",
-         "function": {"name": "get_weather", "arguments": '{"unit": "celsius", "city": "Paris"}'}},
+        {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "get_time", "arguments": '{"timezone": "Europe/Paris"}'},
+        },
+        {
+            "id": "call_2",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"unit": "celsius", "city": "Paris"}'},
+        },
     ]
     r = tool_call_match(convo("", tool_calls=calls), ground_truth=json.dumps(EXPECTED_CALLS))
     assert r.score == 1.0 and r.reason
@@ -189,8 +198,9 @@ def test_code_execution_two_of_three_and_json_string_cases():
 
 def test_code_execution_assert_cases_from_kwarg():
     completion = "```python\ndef add(a, b):\n    return a + b\n```"
-    r = code_execution(convo(completion), test_cases=["assert add(1, 2) == 3", "assert add(-1, 1) == 0",
-                                                      "assert add(2, 2) == 5"])
+    r = code_execution(
+        convo(completion), test_cases=["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) == 5"]
+    )
     assert r.score == pytest.approx(2 / 3)
     assert "AssertionError" in r.reason
 

@@ -8,8 +8,16 @@ import re
 import pytest
 
 from grouprl.rewards.builtin.text import (
-    BUILTIN_TEXT, cosine_length, format_reward, length_reward, math_accuracy, reasoning_steps,
-    repetition_penalty, soft_overlong, tag_count, with_options,
+    BUILTIN_TEXT,
+    cosine_length,
+    format_reward,
+    length_reward,
+    math_accuracy,
+    reasoning_steps,
+    repetition_penalty,
+    soft_overlong,
+    tag_count,
+    with_options,
 )
 from grouprl.rewards.kit import score_batch
 
@@ -19,10 +27,7 @@ R1_CORRECT = (  # think/answer format, LaTeX fraction in \boxed{}
     "<think>\nStep 1: the whole pie is 1.\nStep 2: one half is eaten, so 1 - 1/2 = 1/2 is left.\n</think>\n"
     "<answer>\n$\\boxed{\\frac{1}{2}}$\n</answer>"
 )
-R1_WRONG = (
-    "<think>\nThe pie has three pieces, one is left.\n</think>\n"
-    "<answer>\n$\\boxed{\\frac{1}{3}}$\n</answer>"
-)
+R1_WRONG = "<think>\nThe pie has three pieces, one is left.\n</think>\n<answer>\n$\\boxed{\\frac{1}{3}}$\n</answer>"
 LATEX_SQRT = "We solve $x^2 = 2$ with $x > 0$, so $x = \\sqrt{2}$. The final answer is $\\boxed{\\sqrt{2}}$."
 PLAIN = "She sold 48 in April and 24 in May, 48 + 24 = 72. The final answer is 72"
 
@@ -33,15 +38,19 @@ def conv(completion: str) -> list[dict[str, str]]:
 
 # --- math_accuracy -------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("completion, gold, expected", [
-    (R1_CORRECT, "0.5", 1.0),                 # \frac{1}{2} == 0.5
-    (R1_CORRECT, "$\\frac{1}{2}$", 1.0),      # LaTeX gold
-    (R1_WRONG, "0.5", 0.0),                   # 1/3 != 1/2
-    (LATEX_SQRT, "\\sqrt{2}", 1.0),           # bare LaTeX gold, retried inside $..$
-    (LATEX_SQRT, "1.5", 0.0),
-    (PLAIN, "Natalia sold 48/2 = 24 clips in May.\n#### 72", 1.0),  # GSM8K gold: the part after ####
-    (PLAIN, 72, 1.0),                         # numeric gold
-])
+
+@pytest.mark.parametrize(
+    "completion, gold, expected",
+    [
+        (R1_CORRECT, "0.5", 1.0),  # \frac{1}{2} == 0.5
+        (R1_CORRECT, "$\\frac{1}{2}$", 1.0),  # LaTeX gold
+        (R1_WRONG, "0.5", 0.0),  # 1/3 != 1/2
+        (LATEX_SQRT, "\\sqrt{2}", 1.0),  # bare LaTeX gold, retried inside $..$
+        (LATEX_SQRT, "1.5", 0.0),
+        (PLAIN, "Natalia sold 48/2 = 24 clips in May.\n#### 72", 1.0),  # GSM8K gold: the part after ####
+        (PLAIN, 72, 1.0),  # numeric gold
+    ],
+)
 def test_math_accuracy_values(completion, gold, expected):
     result = math_accuracy(conv(completion), ground_truth=gold)
     assert result.is_score_valid and result.score == expected
@@ -62,12 +71,13 @@ def test_math_accuracy_no_answer_is_zero_and_unparsable_gold_is_no_opinion():
 
 # --- format / tag_count / reasoning_steps --------------------------------------------------------
 
+
 def test_format_default_and_custom_pattern():
     assert format_reward(conv(R1_CORRECT)).score == 1.0
     assert format_reward(conv("<think>short</think><answer>4</answer>\n")).score == 1.0  # \s* may be empty
-    assert format_reward(conv("<answer>4</answer>")).score == 0.0                        # no think block
-    assert format_reward(conv(R1_CORRECT + "\nHope this helps!")).score == 0.0           # text after </answer>
-    assert format_reward(conv("Sure! " + R1_CORRECT)).score == 0.0                      # text before <think>
+    assert format_reward(conv("<answer>4</answer>")).score == 0.0  # no think block
+    assert format_reward(conv(R1_CORRECT + "\nHope this helps!")).score == 0.0  # text after </answer>
+    assert format_reward(conv("Sure! " + R1_CORRECT)).score == 0.0  # text before <think>
     custom = format_reward(conv("Reasoning...\nFinal: 72"), pattern=r".*^Final: \d+$", flags=re.S | re.M)
     assert custom.score == 1.0 and custom.metrics["full_match"].score == 1.0 and custom.reason
 
@@ -103,10 +113,12 @@ def test_reasoning_steps_counts_markers():
 
 # --- length (Kimi 1.5), batch ---------------------------------------------------------------------
 
+
 def test_length_groups_with_given_correctness():
     completions = ["a" * 10, "a" * 20, "a" * 40, "b" * 15, "c" * 15]
-    out = length_reward([conv(c) for c in completions], group_ids=["g", "g", "g", "h", "h"],
-                        correct=[True, True, False, True, False])
+    out = length_reward(
+        [conv(c) for c in completions], group_ids=["g", "g", "g", "h", "h"], correct=[True, True, False, True, False]
+    )
     # group g: min 10, max 40
     #   10 correct: 0.5 - 0/30 = 0.5
     #   20 correct: 0.5 - 10/30 = 0.1667
@@ -137,6 +149,7 @@ def test_length_correctness_from_math_verify_and_token_lengths():
 
 # --- cosine_length --------------------------------------------------------------------------------
 
+
 def test_cosine_length_schedule():
     # r = lo + 0.5 * (hi - lo) * (1 + cos(pi * L / 1000))
     # correct (lo, hi) = (0.5, 1.0): L=0 -> 1.0, L=500 -> 0.5 + 0.25 * 1 = 0.75, L=1000 -> 0.5
@@ -164,6 +177,7 @@ def test_cosine_length_correctness_from_gold():
 
 # --- repetition_penalty / soft_overlong -----------------------------------------------------------
 
+
 def test_repetition_penalty():
     # 6 words, 4 trigrams, all unique -> 0
     assert repetition_penalty(conv("the cat sat on the mat")).score == 0.0
@@ -188,10 +202,10 @@ def test_repetition_penalty():
 def test_soft_overlong():
     opts = {"max_completion_len": 100, "cache_len": 20}  # free up to 80, linear penalty on (80, 100]
     assert soft_overlong(conv("x" * 80), **opts).score == 0.0
-    assert soft_overlong(conv("x" * 81), **opts).score == pytest.approx(-1 / 20)   # (80 - 81) / 20
-    assert soft_overlong(conv("x" * 90), **opts).score == pytest.approx(-0.5)      # (80 - 90) / 20
-    assert soft_overlong(conv("x" * 100), **opts).score == pytest.approx(-1.0)     # (80 - 100) / 20
-    assert soft_overlong(conv("x" * 101), **opts).score == -1.0                    # over L_max
+    assert soft_overlong(conv("x" * 81), **opts).score == pytest.approx(-1 / 20)  # (80 - 81) / 20
+    assert soft_overlong(conv("x" * 90), **opts).score == pytest.approx(-0.5)  # (80 - 90) / 20
+    assert soft_overlong(conv("x" * 100), **opts).score == pytest.approx(-1.0)  # (80 - 100) / 20
+    assert soft_overlong(conv("x" * 101), **opts).score == -1.0  # over L_max
     # token count given: 95 -> (80 - 95) / 20 = -0.75
     assert soft_overlong(conv("short"), completion_length=95, **opts).score == pytest.approx(-0.75)
     # DAPO defaults 20480 / 4096: 5000 characters are free
@@ -204,17 +218,21 @@ def test_soft_overlong():
 
 C0 = R1_CORRECT
 C1 = "It is $\\boxed{3}$. It is $\\boxed{3}$."
-TRL_KWARGS = {"ground_truth": ["0.5", "0.5"], "lengths": [0, 1000], "completion_length": [18432, 10],
-              "difficulty": ["easy", "hard"]}
+TRL_KWARGS = {
+    "ground_truth": ["0.5", "0.5"],
+    "lengths": [0, 1000],
+    "completion_length": [18432, 10],
+    "difficulty": ["easy", "hard"],
+}
 EXPECTED_TRL = {
     "math_accuracy": [1.0, 0.0],
     "format": [1.0, 0.0],
     "tag_count": [1.0, 0.0],
-    "reasoning_steps": [2 / 3, 0.0],            # "Step 1:", "Step 2:" -> 2/3
-    "length": [0.5, -0.5],                      # lengths 0 (correct) and 1000 (wrong): 0.5, min(0, -0.5)
-    "cosine_length": [1.0, -0.5],               # correct at L=0 -> 1.0; wrong at L=max_len -> -0.5
-    "repetition_penalty": [0.0, -0.25],         # C1: 6 words, 4 trigrams, 3 unique -> -(1 - 3/4)
-    "soft_overlong": [-0.5, 0.0],               # (16384 - 18432) / 4096 = -0.5; 10 tokens free
+    "reasoning_steps": [2 / 3, 0.0],  # "Step 1:", "Step 2:" -> 2/3
+    "length": [0.5, -0.5],  # lengths 0 (correct) and 1000 (wrong): 0.5, min(0, -0.5)
+    "cosine_length": [1.0, -0.5],  # correct at L=0 -> 1.0; wrong at L=max_len -> -0.5
+    "repetition_penalty": [0.0, -0.25],  # C1: 6 words, 4 trigrams, 3 unique -> -(1 - 3/4)
+    "soft_overlong": [-0.5, 0.0],  # (16384 - 18432) / 4096 = -0.5; 10 tokens free
 }
 
 

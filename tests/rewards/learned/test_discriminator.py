@@ -31,8 +31,14 @@ def disc_dir(rows, tmp_path_factory):
 
 
 def episode(row, completion, group=0, index=0) -> Episode:
-    step = Step(prompt_text=row["question"], prompt_ids=[], action_text=completion, action_ids=[], truncated=False,
-                anchor_state=None)
+    step = Step(
+        prompt_text=row["question"],
+        prompt_ids=[],
+        action_text=completion,
+        action_ids=[],
+        truncated=False,
+        anchor_state=None,
+    )
     return Episode(group_id=group, index_in_group=index, row=row, steps=[step])
 
 
@@ -46,9 +52,13 @@ def wrong(row) -> int:
 
 def test_positives_and_negatives(rows):
     r0, r1 = rows[0], rows[1]
-    eps = [episode(r0, answer(r0["gold_index"])), episode(r0, answer(wrong(r0)), index=1),
-           episode(r0, "<answer>99</answer>", index=2), episode(r0, "no tags", index=3),
-           episode(r1, answer(wrong(r1)), group=1)]
+    eps = [
+        episode(r0, answer(r0["gold_index"])),
+        episode(r0, answer(wrong(r0)), index=1),
+        episode(r0, "<answer>99</answer>", index=2),
+        episode(r0, "no tags", index=3),
+        episode(r1, answer(wrong(r1)), group=1),
+    ]
     examples = build_examples(eps)
     pos = [e for e in examples if e.label == 1]
     neg = [e for e in examples if e.label == 0]
@@ -75,8 +85,7 @@ def test_bare_numbers_follow_the_accuracy_reward_setting(rows, disc_dir, monkeyp
     r = rows[0]
     bare = [episode(r, str(wrong(r))), episode(r, str(r["gold_index"]), index=1)]
     off = build_discriminator(GrailConfig(gail_device="cpu"), model=str(disc_dir))
-    on = build_discriminator(GrailConfig(gail_device="cpu", pureacc_allow_bare_number=True),
-                             model=str(disc_dir))
+    on = build_discriminator(GrailConfig(gail_device="cpu", pureacc_allow_bare_number=True), model=str(disc_dir))
     assert off.score(bare) == [0.0, 0.0] and all(s > 0 for s in on.score(bare))
     assert [e.label for e in build_examples(bare, allow_bare_number=True)] == [1, 0]
     assert [e.label for e in build_examples(bare, allow_bare_number=False)] == [1]
@@ -155,9 +164,11 @@ def test_word_tokenizer_round_trips_chat_prompts(rows):
     from grouprl.policy.tiny_words import build_word_tokenizer
 
     tok = build_word_tokenizer(SYSTEM_PROMPT + "".join(r["question"] + r["gold_completion"] for r in rows))
-    chat = tok.apply_chat_template([{"role": "system", "content": SYSTEM_PROMPT},
-                                    {"role": "user", "content": rows[0]["question"]}], add_generation_prompt=True,
-                                   tokenize=False)
+    chat = tok.apply_chat_template(
+        [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": rows[0]["question"]}],
+        add_generation_prompt=True,
+        tokenize=False,
+    )
     ids = tok(chat)["input_ids"]
     assert tok.decode(ids) == chat
     assert len(ids) < len(chat) / 3  # words, not characters

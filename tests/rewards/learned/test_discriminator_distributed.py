@@ -27,7 +27,7 @@ def _worker(rank: int, port: int, disc_dir: str, rows: list, out: str) -> None:
     try:
         torch.set_num_threads(1)
         disc = GailDiscriminator(disc_dir, learning_rate=1e-2, device="cpu", seed=0)
-        mine = rows[rank * 4:(rank + 1) * 4]  # each process its own batch
+        mine = rows[rank * 4 : (rank + 1) * 4]  # each process its own batch
         metrics = disc.update([episode(r, answer(wrong(r)), group=g) for g, r in enumerate(mine)])
         torch.save({"model": disc.model.state_dict(), "metrics": metrics}, f"{out}/rank{rank}.pt")
     finally:
@@ -36,8 +36,9 @@ def _worker(rank: int, port: int, disc_dir: str, rows: list, out: str) -> None:
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built in")
 def test_discriminator_copies_stay_identical_across_processes(rows, disc_dir, tmp_path):
-    mp.start_processes(_worker, args=(_free_port(), str(disc_dir), rows[:8], str(tmp_path)), nprocs=2,
-                       start_method="fork")  # fork: no second import of torch and transformers
+    mp.start_processes(
+        _worker, args=(_free_port(), str(disc_dir), rows[:8], str(tmp_path)), nprocs=2, start_method="fork"
+    )  # fork: no second import of torch and transformers
     a, b = (torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in (0, 1))
     assert a["metrics"]["disc/positives"] == 8 == b["metrics"]["disc/positives"]  # both saw all 8 rows
     assert all(torch.equal(v, b["model"][k]) for k, v in a["model"].items())

@@ -20,17 +20,34 @@ def batch(step: int) -> list[Episode]:
         a, b = (i + step) % 4, (i * 3 + step) % 2
         question = f"{a}+{5 - a}"
         ep = Episode(group_id=i // 4, index_in_group=i % 4, row={"question": question, "ground_truth": "5"})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text="5" if b else "9", action_ids=[2],
-                             truncated=False, anchor_state=None, messages=[{"role": "user", "content": question}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text="5" if b else "9",
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": question}],
+            )
+        )
         out.append(ep)
     return out
 
 
 def distill_scorer(student, base_url, run_dir, **options) -> Scorer:
-    opts = {"student": str(student), "device": "cpu", "judge": {"base_url": base_url, "model": "grader",
-                                                                 "retries": 1, "backoff_seconds": 0.05},
-            "judge_steps": 3, "sample_fraction": 0.5, "sample_decay": 0.5, "min_fraction": 0.125,
-            "learning_rate": 3e-3, "updates_per_step": 8, **options}
+    opts = {
+        "student": str(student),
+        "device": "cpu",
+        "judge": {"base_url": base_url, "model": "grader", "retries": 1, "backoff_seconds": 0.05},
+        "judge_steps": 3,
+        "sample_fraction": 0.5,
+        "sample_decay": 0.5,
+        "min_fraction": 0.125,
+        "learning_rate": 3e-3,
+        "updates_per_step": 8,
+        **options,
+    }
     return Scorer(["distilled_judge"], [1.0], reward_kwargs={"distilled_judge": opts}, run_dir=str(run_dir))
 
 
@@ -42,8 +59,9 @@ def test_student_learns_the_judge_then_the_judge_is_sampled(tiny_arithmetic_dir,
         scores = scorer.score(eps)
         rows.append(scores.metrics)
         if step < 3:  # judge phase: the reward is the judge's verdict
-            assert [v.parts["distilled_judge"] for v in scores.verdicts] == [float(ep.steps[0].action_text == "5")
-                                                                            for ep in eps]
+            assert [v.parts["distilled_judge"] for v in scores.verdicts] == [
+                float(ep.steps[0].action_text == "5") for ep in eps
+            ]
     assert [r["distill/judged"] for r in rows] == [16, 16, 16, 8, 4, 2, 2]  # 1, 1, 1, 1/2, 1/4, then min 1/8
     assert [r["distilled_judge/requests"] for r in rows] == [16, 16, 16, 8, 4, 2, 2]
     assert rows[-1]["distill/agreement"] == 1.0 and rows[0]["distill/student_loss"] > rows[-1]["distill/student_loss"]
@@ -61,7 +79,8 @@ def test_student_learns_the_judge_then_the_judge_is_sampled(tiny_arithmetic_dir,
         again = batch(9)
         again_verdicts = fresh.score(again).verdicts
     assert [v.parts["distilled_judge"] for v in again_verdicts] == pytest.approx(
-        [v.parts["distilled_judge"] for v in verdicts], abs=1e-6)
+        [v.parts["distilled_judge"] for v in verdicts], abs=1e-6
+    )
     assert fresh.learned[0].step == 7 and fresh.learned[0].fraction() == 0.125
 
 

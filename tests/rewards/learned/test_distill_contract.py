@@ -18,16 +18,30 @@ def batch(n: int, failing: set[int]) -> list[Episode]:
     out = []
     for i in range(n):
         ep = Episode(group_id=i // 4, index_in_group=i % 4, row={"question": "2+3", "ground_truth": "5"})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text="FAIL" if i in failing else "5",
-                             action_ids=[2], truncated=False, anchor_state=None,
-                             messages=[{"role": "user", "content": "2+3"}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text="FAIL" if i in failing else "5",
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": "2+3"}],
+            )
+        )
         out.append(ep)
     return out
 
 
 def scorer(student, base_url, run_dir, **options) -> Scorer:
-    opts = {"student": str(student), "device": "cpu", "updates_per_step": 1, "max_judge_error_fraction": 0.1,
-            "judge": {"base_url": base_url, "model": "fail_marked", "retries": 0, "template": TEMPLATE}, **options}
+    opts = {
+        "student": str(student),
+        "device": "cpu",
+        "updates_per_step": 1,
+        "max_judge_error_fraction": 0.1,
+        "judge": {"base_url": base_url, "model": "fail_marked", "retries": 0, "template": TEMPLATE},
+        **options,
+    }
     return Scorer(["distilled_judge"], [1.0], reward_kwargs={"distilled_judge": opts}, run_dir=str(run_dir))
 
 
@@ -35,15 +49,17 @@ def test_the_error_fraction_is_a_share_of_the_batch(tiny_arithmetic_dir, tmp_pat
     with HostileServer() as server:
         # 2 of 20 completions (10 % of the batch) get no verdict; the judge sees 10 % of each batch: a sample
         # holding one of them is half its sample in error, yet the batch is within the 10 % it may lose.
-        sampled = scorer(tiny_arithmetic_dir, server.base_url, tmp_path / "a", judge_steps=0, sample_fraction=0.1,
-                         min_fraction=0.1)
+        sampled = scorer(
+            tiny_arithmetic_dir, server.base_url, tmp_path / "a", judge_steps=0, sample_fraction=0.1, min_fraction=0.1
+        )
         errors = 0
         for _ in range(12):
             errors += sampled.score(batch(20, {3, 11})).metrics["distill/judge_errors"]
         assert errors > 0  # the sample did hit them
         # More than 10 % of the batch failing stops the run, sampled or not.
-        judged_half = scorer(tiny_arithmetic_dir, server.base_url, tmp_path / "b", judge_steps=0,
-                             sample_fraction=0.5, min_fraction=0.5)
+        judged_half = scorer(
+            tiny_arithmetic_dir, server.base_url, tmp_path / "b", judge_steps=0, sample_fraction=0.5, min_fraction=0.5
+        )
         with pytest.raises(RewardFailure, match="max_judge_error_fraction=0.1 of the batch's 20"):
             judged_half.score(batch(20, set(range(20))))
 

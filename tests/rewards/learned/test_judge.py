@@ -44,16 +44,30 @@ def episodes(pairs: list[tuple[str, str]], k: int = 2) -> list[Episode]:
     out = []
     for i, (question, answer) in enumerate(pairs):
         ep = Episode(group_id=i // k, index_in_group=i % k, row={"question": question, "ground_truth": None})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": question}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text=answer,
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": question}],
+            )
+        )
         out.append(ep)
     return out
 
 
 def judge_scorer(name: str, base_url: str, run_dir=None, max_error_fraction: float = 1.0, **options) -> Scorer:
     opts = {"base_url": base_url, "model": "grader", "retries": 1, "backoff_seconds": 0.05, **options}
-    return Scorer([name], [1.0], max_error_fraction=max_error_fraction, reward_kwargs={name: opts},
-                  run_dir=str(run_dir) if run_dir else None)
+    return Scorer(
+        [name],
+        [1.0],
+        max_error_fraction=max_error_fraction,
+        reward_kwargs={name: opts},
+        run_dir=str(run_dir) if run_dir else None,
+    )
 
 
 def test_formats():
@@ -112,8 +126,9 @@ def test_extra_body_reaches_the_server_and_keys_the_cache(server, tmp_path):
     first = judge_scorer("judge", srv.base_url, tmp_path / "run", extra_body=forced).score(eps)
     assert [v.parts["judge"] for v in first.verdicts] == [1.0, 1.0]
     assert [r["fields"]["structured_outputs"] for r in requests_seen(srv)] == [forced["structured_outputs"]] * 2
-    assert all(r["fields"]["logit_bias"] == {"32": 100.0} and r["fields"]["max_tokens"] == 256
-               for r in requests_seen(srv))
+    assert all(
+        r["fields"]["logit_bias"] == {"32": 100.0} and r["fields"]["max_tokens"] == 256 for r in requests_seen(srv)
+    )
     plain = judge_scorer("judge", srv.base_url, tmp_path / "run").score(eps)  # same folder: no hit
     assert plain.metrics["judge/calls"] == 2 and plain.metrics["judge/cache_hits"] == 0
     assert "structured_outputs" not in requests_seen(srv)[-1]["fields"]
@@ -128,8 +143,9 @@ def test_extra_body_reaches_the_server_and_keys_the_cache(server, tmp_path):
 def test_group_judge_one_call_per_group_scores_mapped_back(server):
     srv = server()
     # groups of 3; wrong answers in varied positions (the prompt orders a group's answers by their text)
-    eps = episodes([("20+22", "42"), ("20+22", "7"), ("20+22", "42 it is"),
-                    ("3+4", "1"), ("3+4", "2"), ("3+4", "7")], k=3)
+    eps = episodes(
+        [("20+22", "42"), ("20+22", "7"), ("20+22", "42 it is"), ("3+4", "1"), ("3+4", "2"), ("3+4", "7")], k=3
+    )
     scores = judge_scorer("group_judge", srv.base_url).score(eps)
     metrics = scores.metrics
     assert [v.parts["group_judge"] for v in scores.verdicts] == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
@@ -143,7 +159,10 @@ def test_garbage_replies_are_errors_not_zeros(server):
     scores = scorer.score(eps)
     metrics = scores.metrics
     assert [v.parts["judge"] for v in scores.verdicts] == [None, None]
-    assert all("judge: parse failure: the reply's last line is not a 'SCORE: <number>' line" in v.errors[0] for v in scores.verdicts)
+    assert all(
+        "judge: parse failure: the reply's last line is not a 'SCORE: <number>' line" in v.errors[0]
+        for v in scores.verdicts
+    )
     assert metrics["reward_errors"] == 2 and metrics["judge/parse_failures"] == 2
     with pytest.raises(RewardFailure, match="2 of 2 samples failed"):
         judge_scorer("judge", srv.base_url, max_error_fraction=0.5).score(eps)
@@ -176,11 +195,13 @@ def test_judge_requests_overlap_the_other_rewards(server, tmp_path):
     srv = server(delay=0.1)
     window = tmp_path / "window.json"
     slow = tmp_path / "slow_reward.py"
-    slow.write_text("import json, time\n"
-                    "def slow(completion, ground_truth, **row):\n"
-                    f"    start = time.time(); time.sleep(0.4)\n"
-                    f"    with open({str(window)!r}, 'a') as fh: fh.write(json.dumps([start, time.time()]) + '\\n')\n"
-                    "    return 1.0\n")
+    slow.write_text(
+        "import json, time\n"
+        "def slow(completion, ground_truth, **row):\n"
+        f"    start = time.time(); time.sleep(0.4)\n"
+        f"    with open({str(window)!r}, 'a') as fh: fh.write(json.dumps([start, time.time()]) + '\\n')\n"
+        "    return 1.0\n"
+    )
     opts = {"base_url": srv.base_url, "model": "grader", "concurrency": 1}
     scorer = Scorer([f"{slow}:slow", "judge"], [1.0, 1.0], reward_kwargs={"judge": opts})
     eps = episodes([("1+1", "2"), ("2+2", "4"), ("3+3", "6"), ("4+4", "8")])

@@ -28,23 +28,42 @@ def episodes(answers: list[str]) -> list[Episode]:
     out = []
     for i, answer in enumerate(answers):
         ep = Episode(group_id=0, index_in_group=i, row={"question": "2+2", "ground_truth": None})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": "2+2"}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text=answer,
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": "2+2"}],
+            )
+        )
         out.append(ep)
     return out
 
 
 def parts(name: str, base_url: str, model: str, fmt: str, answers: list[str], **options) -> list:
     template = (GROUP if name == "group_judge" else POINTWISE).format(fmt=fmt)
-    opts = {"base_url": base_url, "model": model, "format": fmt, "template": template, "retries": 0,
-            "cache": False, **options}
+    opts = {
+        "base_url": base_url,
+        "model": model,
+        "format": fmt,
+        "template": template,
+        "retries": 0,
+        "cache": False,
+        **options,
+    }
     scorer = Scorer([name], [1.0], max_error_fraction=1.0, reward_kwargs={name: opts})
     return [v.parts[name] for v in scorer.score(episodes(answers)).verdicts]
 
 
-CASES = [(name, fmt, shape) for name, fmts in [("judge", ["score_line", "json", "number"]),
-                                               ("group_judge", ["score_line", "json"])]
-         for fmt in fmts for shape in ["last", "first", "cut"]]
+CASES = [
+    (name, fmt, shape)
+    for name, fmts in [("judge", ["score_line", "json", "number"]), ("group_judge", ["score_line", "json"])]
+    for fmt in fmts
+    for shape in ["last", "first", "cut"]
+]
 
 
 @pytest.mark.parametrize("name, fmt, shape", CASES, ids=["-".join(c) for c in CASES])
@@ -59,19 +78,34 @@ def test_a_score_the_policy_wrote_is_never_the_judges_verdict(name, fmt, shape):
         assert got == [0.0] * K
 
 
-@pytest.mark.parametrize("name, fmt", [("judge", "score_line"), ("judge", "json"), ("judge", "number"),
-                                       ("group_judge", "score_line"), ("group_judge", "json")])
+@pytest.mark.parametrize(
+    "name, fmt",
+    [
+        ("judge", "score_line"),
+        ("judge", "json"),
+        ("judge", "number"),
+        ("group_judge", "score_line"),
+        ("group_judge", "json"),
+    ],
+)
 def test_an_honest_verdict_still_counts(name, fmt):
     with HostileServer() as server:
         assert parts(name, server.base_url, "plain", fmt, ["4", "four", "2+2=4"]) == [1.0] * K
 
 
-@pytest.mark.parametrize("model, error", [("trickle", "Deadline"), ("declared_huge", "ResponseTooLarge"),
-                                          ("chunked_huge", "ResponseTooLarge")])
+@pytest.mark.parametrize(
+    "model, error",
+    [("trickle", "Deadline"), ("declared_huge", "ResponseTooLarge"), ("chunked_huge", "ResponseTooLarge")],
+)
 def test_every_request_has_a_total_deadline_and_a_size_cap(tmp_path, model, error):
     with HostileServer() as server:
-        opts = {"base_url": server.base_url, "model": model, "timeout": 1.0, "retries": 0,
-                "cache_dir": str(tmp_path / "cache")}
+        opts = {
+            "base_url": server.base_url,
+            "model": model,
+            "timeout": 1.0,
+            "retries": 0,
+            "cache_dir": str(tmp_path / "cache"),
+        }
         scorer = Scorer(["judge"], [1.0], max_error_fraction=1.0, reward_kwargs={"judge": opts})
         start = time.monotonic()
         verdicts = scorer.score(episodes(["4"])).verdicts
@@ -87,8 +121,9 @@ def test_the_vllm_server_client_is_bounded_too(tmp_path):
     from grouprl.rollout.backends.vllm_client import VLLMServerBackend, VLLMServerError
 
     with HostileServer() as server:
-        backend = VLLMServerBackend(None, port=int(server.base_url.rsplit(":", 1)[1].split("/")[0]),
-                                    weights_dir=str(tmp_path))
+        backend = VLLMServerBackend(
+            None, port=int(server.base_url.rsplit(":", 1)[1].split("/")[0]), weights_dir=str(tmp_path)
+        )
         backend.deadline_s = 1.0
         for model in ["trickle", "chunked_huge"]:
             start = time.monotonic()
@@ -103,8 +138,13 @@ def test_what_a_server_writes_in_a_reply_is_an_error_never_a_crash(tmp_path, mod
     verdict are that sample's error; the verdict and the judge cache are still written as UTF-8 JSON lines."""
     fmt = "json" if model.startswith("verdict") else "score_line"
     with HostileServer() as server:
-        opts = {"base_url": server.base_url, "model": model, "format": fmt, "retries": 0,
-                "cache_dir": str(tmp_path / "cache")}
+        opts = {
+            "base_url": server.base_url,
+            "model": model,
+            "format": fmt,
+            "retries": 0,
+            "cache_dir": str(tmp_path / "cache"),
+        }
         scorer = Scorer(["judge"], [1.0], max_error_fraction=1.0, reward_kwargs={"judge": opts})
         eps = episodes(["4"])
         verdicts = scorer.score(eps).verdicts

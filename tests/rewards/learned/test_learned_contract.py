@@ -21,8 +21,14 @@ class Learned:
     """A learned reward whose score() returns what the test gives it (or sleeps, or raises)."""
 
     def __init__(self, values=None, sleep: float = 0.0, error: Exception | None = None):
-        self.name, self.frozen, self.values, self.sleep, self.error, self.updates = "critic", False, values, sleep, \
-            error, 0
+        self.name, self.frozen, self.values, self.sleep, self.error, self.updates = (
+            "critic",
+            False,
+            values,
+            sleep,
+            error,
+            0,
+        )
 
     def score(self, episodes):
         if self.sleep:
@@ -57,7 +63,13 @@ def score(plain_reward, learned, **kw):
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
 def test_a_non_finite_learned_score_is_a_counted_error(plain_reward, bad):
-    scores = score(plain_reward, Learned([0.2, bad, 0.4, None], ), mixer=LearnableMixer())
+    scores = score(
+        plain_reward,
+        Learned(
+            [0.2, bad, 0.4, None],
+        ),
+        mixer=LearnableMixer(),
+    )
     assert scores.metrics["reward_errors"] == 1.0 and scores.metrics["reward_error_fraction"] == 0.25
     assert "critic" in scores.verdicts[1].errors[0] and "non-finite" in scores.verdicts[1].errors[0]
     assert not scores.verdicts[3].errors  # None: no opinion, no error
@@ -86,11 +98,14 @@ def test_a_hang_has_the_reward_timeout_budget(plain_reward):
     assert scores.metrics["reward_errors"] == 4.0 and "critic" in scores.verdicts[0].errors[0]
 
 
-@pytest.mark.parametrize("values, said", [
-    ([0.1, 0.2], "returned 2 scores for 4 episodes"),
-    ({"a": 1}, "returned dict; expected a list of 4 floats"),
-    ([0.1, "high", 0.2, 0.3], "returned str 'high' for episode 1; expected a float or None"),
-])
+@pytest.mark.parametrize(
+    "values, said",
+    [
+        ([0.1, 0.2], "returned 2 scores for 4 episodes"),
+        ({"a": 1}, "returned dict; expected a list of 4 floats"),
+        ([0.1, "high", 0.2, 0.3], "returned str 'high' for episode 1; expected a float or None"),
+    ],
+)
 def test_a_wrong_count_or_type_is_one_line(plain_reward, values, said):
     with pytest.raises(LearnedRewardError) as info:
         score(plain_reward, Learned(values))

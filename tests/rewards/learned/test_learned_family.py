@@ -23,8 +23,17 @@ def episodes(answers: list[str]) -> list[Episode]:
     out = []
     for i, answer in enumerate(answers):
         ep = Episode(group_id=0, index_in_group=i, row={"question": "5+7", "ground_truth": "12"})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": "5+7"}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text=answer,
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": "5+7"}],
+            )
+        )
         out.append(ep)
     return out
 
@@ -41,7 +50,7 @@ def test_named_in_rewards_it_learns_online_and_mixes_with_the_fixed_reward():
     assert metrics["novelty/distinct_answers"] == 2
     second = episodes(["12", "14"])
     v = scorer.score(second).verdicts  # "12" was given twice before: bonus 1/sqrt(3)
-    assert v[0].parts["novelty"] == pytest.approx(1 / 3 ** 0.5)
+    assert v[0].parts["novelty"] == pytest.approx(1 / 3**0.5)
     assert v[1].parts["novelty"] == pytest.approx(1.0)
     # Frozen in evaluation: scored, never updated.
     state = scorer.state_dict()
@@ -64,8 +73,10 @@ def test_a_factory_may_bring_its_mixer():
 
 def test_a_factory_returning_something_else_is_one_line(tmp_path):
     path = tmp_path / "bad.py"
-    path.write_text("from grouprl.rewards.learned.model_rewards import learned_reward\n"
-                    "@learned_reward\ndef make(**options):\n    return 3\n")
+    path.write_text(
+        "from grouprl.rewards.learned.model_rewards import learned_reward\n"
+        "@learned_reward\ndef make(**options):\n    return 3\n"
+    )
     with pytest.raises(ConfigError, match=r"the @learned_reward factory returned int; expected a LearnedReward"):
         Scorer([f"{path}:make"], [1.0])
 
@@ -73,8 +84,19 @@ def test_a_factory_returning_something_else_is_one_line(tmp_path):
 def test_recipe_run_checkpoints_and_resumes_the_learned_state(tiny_arithmetic_dir, tmp_path):
     recipe = yaml.safe_load((REPO / "examples" / "learned_rewards" / "config_novelty.yaml").read_text())
     recipe["rewards"][1]["name"] = NOVELTY  # the example names it relative to the repository root
-    recipe.update({"max_steps": 2, "batch_size": 2, "num_generations": 4, "max_new_tokens": 4, "n_eval": 0,
-                   "n_train": 20, "save_steps": 1, "seed": 3, "output_dir": str(tmp_path / "run")})
+    recipe.update(
+        {
+            "max_steps": 2,
+            "batch_size": 2,
+            "num_generations": 4,
+            "max_new_tokens": 4,
+            "n_eval": 0,
+            "n_train": 20,
+            "save_steps": 1,
+            "seed": 3,
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
     cfg = tmp_path / "novelty.yaml"
     cfg.write_text(yaml.safe_dump(recipe))
     assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir)]) == 0
@@ -83,23 +105,46 @@ def test_recipe_run_checkpoints_and_resumes_the_learned_state(tiny_arithmetic_di
     saved = torch.load(tmp_path / "run" / "checkpoint-2" / "learned_rewards.pt", weights_only=False)
     counts = saved["learned_rewards"]["learned"]["novelty"]["counts"]
     assert sum(counts.values()) == 2 * 2 * 4  # two steps of 8 episodes, each counted once
-    assert main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir), "--max_steps", "3",
-                 "--resume_from_checkpoint", str(tmp_path / "run" / "checkpoint-2")]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--config",
+                str(cfg),
+                "--model_name_or_path",
+                str(tiny_arithmetic_dir),
+                "--max_steps",
+                "3",
+                "--resume_from_checkpoint",
+                str(tmp_path / "run" / "checkpoint-2"),
+            ]
+        )
+        == 0
+    )
     resumed = torch.load(tmp_path / "run" / "checkpoint-3" / "learned_rewards.pt", weights_only=False)
     assert sum(resumed["learned_rewards"]["learned"]["novelty"]["counts"].values()) == 3 * 2 * 4
 
 
-def test_a_learned_reward_under_sandbox_user_rewards_is_refused_before_training(tiny_arithmetic_dir, tmp_path,
-                                                                               capsys):
+def test_a_learned_reward_under_sandbox_user_rewards_is_refused_before_training(tiny_arithmetic_dir, tmp_path, capsys):
     """The sandbox never imports a reward file into the trainer, and a learned reward keeps and trains state
     there: the file is probed in the sandbox, and the run stops before training, in one line."""
     path = tmp_path / "learned.py"
-    path.write_text("from grouprl.rewards.learned.model_rewards import learned_reward\n"
-                    "@learned_reward\ndef make(**options):\n    raise AssertionError('never called')\n")
+    path.write_text(
+        "from grouprl.rewards.learned.model_rewards import learned_reward\n"
+        "@learned_reward\ndef make(**options):\n    raise AssertionError('never called')\n"
+    )
     cfg = tmp_path / "r.yaml"
-    cfg.write_text(yaml.safe_dump({"rewards": ["arithmetic_exact", {"name": f"{path}:make", "weight": 0.5}],
-                                   "sandbox_user_rewards": True, "n_eval": 0, "max_steps": 1,
-                                   "output_dir": str(tmp_path / "run")}))
+    cfg.write_text(
+        yaml.safe_dump(
+            {
+                "rewards": ["arithmetic_exact", {"name": f"{path}:make", "weight": 0.5}],
+                "sandbox_user_rewards": True,
+                "n_eval": 0,
+                "max_steps": 1,
+                "output_dir": str(tmp_path / "run"),
+            }
+        )
+    )
     code = main(["train", "--config", str(cfg), "--model_name_or_path", str(tiny_arithmetic_dir)])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1, err

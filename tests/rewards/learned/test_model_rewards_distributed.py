@@ -31,16 +31,24 @@ REPO = Path(__file__).resolve().parents[3]
 NOVELTY = f"{REPO}/examples/learned_rewards/novelty.py:make_reward"
 # 16 answers to one question, 4 groups of 4; the halves share answers, so what one process learns
 # changes the other's next scores (the novelty counts) and some judge requests are asked on both.
-ANSWERS = ["7", "8", "7", "17", "6", "7", "70", "8",
-           "7", "9", "17", "7", "8", "77", "7", "1"]
+ANSWERS = ["7", "8", "7", "17", "6", "7", "70", "8", "7", "9", "17", "7", "8", "77", "7", "1"]
 
 
 def batch() -> list[Episode]:
     out = []
     for i, answer in enumerate(ANSWERS):
         ep = Episode(group_id=i // 4, index_in_group=i % 4, row={"question": "3+4", "ground_truth": "7"})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": "3+4"}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text=answer,
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": "3+4"}],
+            )
+        )
         out.append(ep)
     return out
 
@@ -52,21 +60,34 @@ def scorer(rm_dir: str, base_url: str, run_dir: str) -> Scorer:
 
 def distilled(rm_dir: str, base_url: str, run_dir: str) -> Scorer:
     """Judge distillation: the classifier as the student, the judge on every completion (judge_steps)."""
-    options = {"student": rm_dir, "device": "cpu", "judge_steps": 5, "learning_rate": 1e-2, "updates_per_step": 2,
-               "judge": {"base_url": base_url, "model": "grader", "concurrency": 4, "timeout": 10, "retries": 1}}
+    options = {
+        "student": rm_dir,
+        "device": "cpu",
+        "judge_steps": 5,
+        "learning_rate": 1e-2,
+        "updates_per_step": 2,
+        "judge": {"base_url": base_url, "model": "grader", "concurrency": 4, "timeout": 10, "retries": 1},
+    }
     return Scorer(["distilled_judge"], [1.0], reward_kwargs={"distilled_judge": options}, run_dir=run_dir)
 
 
 def student_after_two_steps(scorer: Scorer, episodes: list[Episode]) -> dict:
     scores = [scorer.score(episodes).episode.tolist() for _ in range(2)]
-    return {"scores": scores, "student": {k: v.clone() for k, v in scorer.learned[0].student.model.state_dict().items()}}
+    return {
+        "scores": scores,
+        "student": {k: v.clone() for k, v in scorer.learned[0].student.model.state_dict().items()},
+    }
 
 
 def summary(scores, live: Scorer, rm_dir: str) -> dict:
-    return {"episode": scores.episode.tolist(), "judge": [p.score for p in scores.parts["judge"]],
-            "rm": [p.score for p in scores.parts[rm_dir]],
-            "calls": scores.metrics["judge/calls"], "hits": scores.metrics["judge/cache_hits"],
-            "counts": live.learned[0].state_dict()["counts"]}
+    return {
+        "episode": scores.episode.tolist(),
+        "judge": [p.score for p in scores.parts["judge"]],
+        "rm": [p.score for p in scores.parts[rm_dir]],
+        "calls": scores.metrics["judge/calls"],
+        "hits": scores.metrics["judge/cache_hits"],
+        "counts": live.learned[0].state_dict()["counts"],
+    }
 
 
 def _free_port() -> int:
@@ -89,8 +110,10 @@ def _worker(rank: int, port: int, rm_dir: str, base_url: str, run_dir: str, out:
         other = slice((1 - rank) * 8, (2 - rank) * 8)
         later = scorer(rm_dir, base_url, run_dir).score(batch()[other]).metrics
         Path(f"{out}/rank{rank}.json").write_text(json.dumps({"steps": steps, "later": later}))
-        torch.save(student_after_two_steps(distilled(rm_dir, base_url, f"{run_dir}_distill"), batch()[mine]),
-                   f"{out}/distill{rank}.pt")
+        torch.save(
+            student_after_two_steps(distilled(rm_dir, base_url, f"{run_dir}_distill"), batch()[mine]),
+            f"{out}/distill{rank}.pt",
+        )
     finally:
         dist.destroy_process_group()
 
@@ -99,8 +122,12 @@ def _worker(rank: int, port: int, rm_dir: str, base_url: str, run_dir: str, out:
 def test_two_processes_score_like_one_and_keep_learned_state_identical(grader, tmp_path):  # noqa: F811
     rm_dir = str(save_classifier(tmp_path / "rm"))
     run_dir = tmp_path / "run"
-    mp.start_processes(_worker, args=(_free_port(), rm_dir, grader.base_url, str(run_dir), str(tmp_path)),
-                       nprocs=2, start_method="fork")  # fork: no second import of torch and transformers
+    mp.start_processes(
+        _worker,
+        args=(_free_port(), rm_dir, grader.base_url, str(run_dir), str(tmp_path)),
+        nprocs=2,
+        start_method="fork",
+    )  # fork: no second import of torch and transformers
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     # One process over the whole batch, twice (its own cache folder): the reference.
     alone = scorer(rm_dir, grader.base_url, str(tmp_path / "alone"))
@@ -133,8 +160,11 @@ def test_two_processes_score_like_one_and_keep_learned_state_identical(grader, t
         assert ranks[r]["later"]["judge/calls"] == 0 and ranks[r]["later"]["judge/cache_hits"] == len(set(other))
 
 
-def test_two_process_training_run_with_a_judge_a_reward_model_and_a_learned_reward(tiny_arithmetic_dir, grader,  # noqa: F811
-                                                                                   tmp_path):
+def test_two_process_training_run_with_a_judge_a_reward_model_and_a_learned_reward(
+    tiny_arithmetic_dir,
+    grader,  # noqa: F811
+    tmp_path,
+):
     """The same three rewards in a real ``torchrun`` training run (2 processes, one group of 4 each a step):
     the same completion gets the same judge and reward-model score on either process, each process's judge
     answers are in its own cache file, and the checkpointed learned state counts both processes' episodes."""
@@ -144,13 +174,35 @@ def test_two_process_training_run_with_a_judge_a_reward_model_and_a_learned_rewa
 
     rm_dir = str(save_classifier(tmp_path / "rm"))
     judge = {"base_url": grader.base_url, "model": "grader", "concurrency": 4, "timeout": 10, "retries": 1}
-    recipe = {"rewards": [{"name": "judge", "options": judge}, rm_dir, {"name": NOVELTY, "weight": 0.5}],
-              "batch_size": 2, "num_generations": 4, "max_new_tokens": 4, "n_eval": 0, "n_train": 40,
-              "device": "cpu", "seed": 3, "learning_rate": 1e-3, "save_steps": 2, "max_steps": 2,
-              "output_dir": str(tmp_path / "run")}
+    recipe = {
+        "rewards": [{"name": "judge", "options": judge}, rm_dir, {"name": NOVELTY, "weight": 0.5}],
+        "batch_size": 2,
+        "num_generations": 4,
+        "max_new_tokens": 4,
+        "n_eval": 0,
+        "n_train": 40,
+        "device": "cpu",
+        "seed": 3,
+        "learning_rate": 1e-3,
+        "save_steps": 2,
+        "max_steps": 2,
+        "output_dir": str(tmp_path / "run"),
+    }
     (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
-    torchrun(["-m", "grouprl.cli", "train", "--config", str(tmp_path / "r.yaml"), "--model_name_or_path",
-              str(tiny_arithmetic_dir)], nproc=2, timeout=400, cwd=tmp_path)
+    torchrun(
+        [
+            "-m",
+            "grouprl.cli",
+            "train",
+            "--config",
+            str(tmp_path / "r.yaml"),
+            "--model_name_or_path",
+            str(tiny_arithmetic_dir),
+        ],
+        nproc=2,
+        timeout=400,
+        cwd=tmp_path,
+    )
     run = tmp_path / "run"
     rollouts = [json.loads(line) for line in (run / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     assert len(rollouts) == 16 and all(r["reward_errors"] == [] for r in rollouts)
@@ -158,8 +210,9 @@ def test_two_process_training_run_with_a_judge_a_reward_model_and_a_learned_rewa
     for r in rollouts:  # a deterministic reward: one score per (prompt, completion), whichever process asked
         scores = (r["rewards"]["judge"], r["rewards"][rm_dir])
         assert seen.setdefault((r["prompt"], r["completion"]), scores) == scores
-    cached = [(run / "judge_cache" / "judge" / f"responses.rank{rank}.jsonl").read_text().splitlines()
-              for rank in (0, 1)]
+    cached = [
+        (run / "judge_cache" / "judge" / f"responses.rank{rank}.jsonl").read_text().splitlines() for rank in (0, 1)
+    ]
     assert all(cached) and sum(map(len, cached)) == len(seen)  # each asked by the process that rolled it out, once
     state = torch.load(run / "checkpoint-2" / "learned_rewards.pt", weights_only=False)
     assert sum(state["learned_rewards"]["learned"]["novelty"]["counts"].values()) == 16  # both processes' episodes

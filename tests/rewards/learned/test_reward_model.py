@@ -30,9 +30,18 @@ def save_classifier(out: Path, num_labels: int = 1, labels: list[str] | None = N
     tok = build_tokenizer(CORPUS)
     tok.chat_template = RM_TEMPLATE
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         num_labels=num_labels, pad_token_id=tok.pad_token_id, attention_dropout=dropout)
+    config = Qwen2Config(
+        vocab_size=len(tok),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        num_labels=num_labels,
+        pad_token_id=tok.pad_token_id,
+        attention_dropout=dropout,
+    )
     if labels:
         config.id2label = dict(enumerate(labels))
         config.label2id = {n: i for i, n in enumerate(labels)}
@@ -53,8 +62,17 @@ def episodes(answers: list[str], question: str = "3+4=?") -> list[Episode]:
     out = []
     for i, answer in enumerate(answers):
         ep = Episode(group_id=i // 2, index_in_group=i % 2, row={"question": question, "ground_truth": "7"})
-        ep.steps.append(Step(prompt_text="p", prompt_ids=[1], action_text=answer, action_ids=[2], truncated=False,
-                             anchor_state=None, messages=[{"role": "user", "content": question}]))
+        ep.steps.append(
+            Step(
+                prompt_text="p",
+                prompt_ids=[1],
+                action_text=answer,
+                action_ids=[2],
+                truncated=False,
+                anchor_state=None,
+                messages=[{"role": "user", "content": question}],
+            )
+        )
         out.append(ep)
     return out
 
@@ -82,8 +100,9 @@ def test_batched_scores_through_the_models_own_template_equal_one_by_one(rm_dir)
     eps = episodes(answers)
     scores = scorer.score(eps)
     got = [v.parts[str(rm_dir)] for v in scores.verdicts]
-    want = [one_by_one(rm_dir, [{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}])
-            for a in answers]
+    want = [
+        one_by_one(rm_dir, [{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}]) for a in answers
+    ]
     # Right padding in batches of 2, read at the last real token: the same logits as unpadded, one by one.
     assert got == pytest.approx(want, abs=1e-5)
     assert len(set(round(g, 4) for g in got)) == len(got)  # the head separates the inputs
@@ -109,21 +128,28 @@ def test_multi_label_head_needs_a_label_and_reads_it(tmp_path):
     with pytest.raises(ConfigError, match="option 'label' is 'happy'"):
         Scorer([str(path)], [1.0], reward_kwargs={str(path): {"label": "happy"}})
     eps = episodes(["7", "8"])
-    raw = SequenceClassifier(str(path)).logits([[{"role": "user", "content": "3+4=?"},
-                                                 {"role": "assistant", "content": a}] for a in ["7", "8"]])[0]
-    for options, want in [({"label": "positive"}, raw[:, 2]), ({"label": 0}, raw[:, 0]),
-                          ({"label": "positive", "normalize": "softmax"}, torch.softmax(raw, -1)[:, 2])]:
+    raw = SequenceClassifier(str(path)).logits(
+        [[{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}] for a in ["7", "8"]]
+    )[0]
+    for options, want in [
+        ({"label": "positive"}, raw[:, 2]),
+        ({"label": 0}, raw[:, 0]),
+        ({"label": "positive", "normalize": "softmax"}, torch.softmax(raw, -1)[:, 2]),
+    ]:
         verdicts = Scorer([str(path)], [1.0], reward_kwargs={str(path): options}).score(eps).verdicts
         assert [v.parts[str(path)] for v in verdicts] == pytest.approx(want.tolist(), abs=1e-5)
 
 
 def test_normalisations(rm_dir):
     eps = episodes(["7", "8", "abc"])
-    raw = [one_by_one(rm_dir, [{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}])
-           for a in ["7", "8", "abc"]]
+    raw = [
+        one_by_one(rm_dir, [{"role": "user", "content": "3+4=?"}, {"role": "assistant", "content": a}])
+        for a in ["7", "8", "abc"]
+    ]
     verdicts = Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): {"normalize": "sigmoid"}}).score(eps).verdicts
-    assert [v.parts[str(rm_dir)] for v in verdicts] == pytest.approx(torch.sigmoid(torch.tensor(raw)).tolist(),
-                                                                          abs=1e-5)
+    assert [v.parts[str(rm_dir)] for v in verdicts] == pytest.approx(
+        torch.sigmoid(torch.tensor(raw)).tolist(), abs=1e-5
+    )
     opts = {"normalize": "standard", "mean": 0.5, "std": 2.0}
     verdicts = Scorer([str(rm_dir)], [1.0], reward_kwargs={str(rm_dir): opts}).score(eps).verdicts
     assert [v.parts[str(rm_dir)] for v in verdicts] == pytest.approx([(r - 0.5) / 2 for r in raw], abs=1e-5)

@@ -21,8 +21,10 @@ pytestmark = pytest.mark.usefixtures("bwrap")  # conftest: skip where bubblewrap
 
 
 def score(body: str, tests=TESTS, **kw):
-    messages = [Message(role="user", content="write square"),
-                Message(role="assistant", content=f"```python\n{body}\n```")]
+    messages = [
+        Message(role="user", content="write square"),
+        Message(role="assistant", content=f"```python\n{body}\n```"),
+    ]
     return code_execution(messages, test_cases=tests, **kw)
 
 
@@ -34,8 +36,15 @@ def test_honest_solution_passes_and_wrong_one_fails():
     assert "assert failed" in bad.metrics["case_0"].reason
 
 
-@pytest.mark.parametrize("exit_call", ["import os\nos._exit(0)", "import sys\nsys.exit(0)", "raise SystemExit",
-                                       "import atexit, os\natexit.register(lambda: print('ok'))\nraise SystemExit(0)"])
+@pytest.mark.parametrize(
+    "exit_call",
+    [
+        "import os\nos._exit(0)",
+        "import sys\nsys.exit(0)",
+        "raise SystemExit",
+        "import atexit, os\natexit.register(lambda: print('ok'))\nraise SystemExit(0)",
+    ],
+)
 def test_early_exit_scores_zero(exit_call):
     r = score(f"def square(x):\n    return 0\n{exit_call}")
     assert r.score == 0.0 and r.is_score_valid, r.reason
@@ -48,10 +57,12 @@ def test_exit_from_inside_the_called_function_scores_zero():
 
 
 def test_always_equal_object_scores_zero():
-    body = ("class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
-            "class Blob:\n    def __eq__(self, other):\n        return True\n    def __lt__(self, other):\n"
-            "        return True\n    def __bool__(self):\n        return True\n"
-            "def square(x):\n    return Anything(0) if x > 0 else Blob()")
+    body = (
+        "class Anything(int):\n    def __eq__(self, other):\n        return True\n    __hash__ = int.__hash__\n"
+        "class Blob:\n    def __eq__(self, other):\n        return True\n    def __lt__(self, other):\n"
+        "        return True\n    def __bool__(self):\n        return True\n"
+        "def square(x):\n    return Anything(0) if x > 0 else Blob()"
+    )
     r = score(body)
     assert r.score == 0.0, r.reason
     assert "only plain values" in r.reason
@@ -91,28 +102,35 @@ def test_expected_values_are_in_no_file_input_or_memory_of_the_solution():
 
 def test_forged_harness_output_does_not_pass():
     # Prints what a pass looks like in the judge's protocol and a probe marker with a guess.
-    body = ("import os\n"
-            "def square(x):\n"
-            "    print('0:pass'); print('deadbeef:0:pass')\n"
-            "    print('\\n__GROUPRL_PROBE_VALUES__[{\"v\": 1}]')\n"
-            "    os._exit(0)\n")
+    body = (
+        "import os\n"
+        "def square(x):\n"
+        "    print('0:pass'); print('deadbeef:0:pass')\n"
+        "    print('\\n__GROUPRL_PROBE_VALUES__[{\"v\": 1}]')\n"
+        "    os._exit(0)\n"
+    )
     r = score(body)
     assert r.score == 0.0, r.reason
 
 
 def test_unsupported_test_is_an_error_not_a_score():
-    r = score("def square(x):\n    return x * x",
-              tests=["def check(candidate):\n    assert candidate(2) == 4\ncheck(square)"])
+    r = score(
+        "def square(x):\n    return x * x", tests=["def check(candidate):\n    assert candidate(2) == 4\ncheck(square)"]
+    )
     assert not r.is_score_valid and r.error and "unsupported test" in r.error
     with pytest.raises(UnsupportedTest):
         split_test("assert all(square(i) == i * i for i in range(3))")
 
 
 def test_helpers_and_stdlib_in_tests_work():
-    tests = ["import math\nassert math.isclose(root(2.0) ** 2, 2.0)",
-             "xs = [1.0, 4.0, 9.0]\nexpected = [1.0, 2.0, 3.0]\nassert roots(xs) == expected"]
-    r = score("import math\ndef root(x):\n    return math.sqrt(x)\ndef roots(xs):\n    return [root(v) for v in xs]",
-              tests=tests)
+    tests = [
+        "import math\nassert math.isclose(root(2.0) ** 2, 2.0)",
+        "xs = [1.0, 4.0, 9.0]\nexpected = [1.0, 2.0, 3.0]\nassert roots(xs) == expected",
+    ]
+    r = score(
+        "import math\ndef root(x):\n    return math.sqrt(x)\ndef roots(xs):\n    return [root(v) for v in xs]",
+        tests=tests,
+    )
     assert r.score == 1.0, r.reason
     # The expected list never reaches the solution's side; the input list does.
     child = split_test(tests[1]).child_ops

@@ -34,17 +34,32 @@ def plain_python(body: str, tests: list[str]) -> float:
 # --- the judged function shares a name with a builtin or a standard-library module ----------------
 
 SHADOWING = {  # tests -> (correct program, wrong programs)
-    "max": (["assert max(3, 5) == 5", "assert max(-1, -7) == -1"],
-            "def max(a, b):\n    return a if a > b else b",
-            ["", "def max(a, b):\n    return a", "pass", "if False:\n    def max(a, b):\n        return 0",
-             "def maximum(a, b):\n    return a if a > b else b"]),
-    "abs": (["assert abs(-3) == 3", "assert abs(4) == 4"],
-            "def abs(x):\n    return -x if x < 0 else x",
-            ["", "def abs(x):\n    return x", "import builtins\nx = 1"]),
-    "sorted": (["assert sorted([3, 1, 2]) == [1, 2, 3]", "assert sorted([]) == []"],
-               "def sorted(xs):\n    out = list(xs)\n    out.sort()\n    return out",
-               ["", "def sorted(xs):\n    return xs"]),
-    "calendar": (["assert calendar(2) == 4"], "def calendar(n):\n    return 2 * n", ["", "def calendar(n):\n    return n"]),
+    "max": (
+        ["assert max(3, 5) == 5", "assert max(-1, -7) == -1"],
+        "def max(a, b):\n    return a if a > b else b",
+        [
+            "",
+            "def max(a, b):\n    return a",
+            "pass",
+            "if False:\n    def max(a, b):\n        return 0",
+            "def maximum(a, b):\n    return a if a > b else b",
+        ],
+    ),
+    "abs": (
+        ["assert abs(-3) == 3", "assert abs(4) == 4"],
+        "def abs(x):\n    return -x if x < 0 else x",
+        ["", "def abs(x):\n    return x", "import builtins\nx = 1"],
+    ),
+    "sorted": (
+        ["assert sorted([3, 1, 2]) == [1, 2, 3]", "assert sorted([]) == []"],
+        "def sorted(xs):\n    out = list(xs)\n    out.sort()\n    return out",
+        ["", "def sorted(xs):\n    return xs"],
+    ),
+    "calendar": (
+        ["assert calendar(2) == 4"],
+        "def calendar(n):\n    return 2 * n",
+        ["", "def calendar(n):\n    return n"],
+    ),
     "math": (["assert math(3) == 9"], "def math(x):\n    return x * x", ["", "import math"]),
     "random": (["assert random([1, 2]) == 2"], "def random(xs):\n    return xs[-1]", ["", "import random"]),
 }
@@ -71,27 +86,51 @@ def test_a_test_that_calls_nothing_of_the_solution_judges_nothing():
 # --- idiomatic standard-library values --------------------------------------------------------------
 
 IDIOMATIC = [
-    ("from collections import Counter\ndef count(s):\n    return Counter(s)",
-     ["assert count('aab') == {'a': 2, 'b': 1}", "assert count('aab') == Counter({'a': 2, 'b': 1})",
-      "assert count('aab').most_common(1) == [('a', 2)]", "assert count('')['z'] == 0"]),
-    ("import collections\ndef groups(xs):\n    d = collections.defaultdict(list)\n    for x in xs:\n"
-     "        d[x % 2].append(x)\n    return d",
-     ["assert groups([1, 2, 3]) == {1: [1, 3], 0: [2]}", "assert groups([2])[0] == [2]"]),
-    ("from collections import namedtuple\nPoint = namedtuple('Point', 'x y')\ndef point(a, b):\n    return Point(a, b)",
-     ["assert point(1, 2) == (1, 2)", "assert point(1, 2).y == 2", "p = point(3, 4)\nassert p.x + p.y == 7"]),
-    ("def evens(n):\n    for i in range(n):\n        if i % 2 == 0:\n            yield i",
-     ["assert list(evens(5)) == [0, 2, 4]", "assert sum(evens(5)) == 6", "assert next(evens(5)) == 0"]),
+    (
+        "from collections import Counter\ndef count(s):\n    return Counter(s)",
+        [
+            "assert count('aab') == {'a': 2, 'b': 1}",
+            "assert count('aab') == Counter({'a': 2, 'b': 1})",
+            "assert count('aab').most_common(1) == [('a', 2)]",
+            "assert count('')['z'] == 0",
+        ],
+    ),
+    (
+        "import collections\ndef groups(xs):\n    d = collections.defaultdict(list)\n    for x in xs:\n"
+        "        d[x % 2].append(x)\n    return d",
+        ["assert groups([1, 2, 3]) == {1: [1, 3], 0: [2]}", "assert groups([2])[0] == [2]"],
+    ),
+    (
+        "from collections import namedtuple\nPoint = namedtuple('Point', 'x y')\ndef point(a, b):\n    return Point(a, b)",
+        ["assert point(1, 2) == (1, 2)", "assert point(1, 2).y == 2", "p = point(3, 4)\nassert p.x + p.y == 7"],
+    ),
+    (
+        "def evens(n):\n    for i in range(n):\n        if i % 2 == 0:\n            yield i",
+        ["assert list(evens(5)) == [0, 2, 4]", "assert sum(evens(5)) == 6", "assert next(evens(5)) == 0"],
+    ),
     ("def upto(n):\n    return range(n)", ["assert list(upto(3)) == [0, 1, 2]", "assert upto(3) == range(3)"]),
     ("def pairs(d):\n    return d.items()", ["assert sorted(pairs({'b': 1, 'a': 2})) == [('a', 2), ('b', 1)]"]),
     ("def squares(xs):\n    return map(lambda v: v * v, xs)", ["assert list(squares([1, 2])) == [1, 4]"]),
-    ("from collections import deque\ndef last(xs, k):\n    return deque(xs, maxlen=k)", ["assert list(last([1, 2, 3], 2)) == [2, 3]"]),
-    ("from fractions import Fraction\ndef half(x):\n    return Fraction(x, 2)", ["assert half(1) == Fraction(1, 2)",
-                                                                                "assert half(3) == 1.5"]),
-    ("from decimal import Decimal\ndef cents(x):\n    return Decimal(x) / 100", ["assert cents(150) == Decimal('1.5')"]),
-    ("import datetime\ndef next_day(d):\n    return d + datetime.timedelta(days=1)",
-     ["import datetime\nassert next_day(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)"]),
-    ("def fact(n):\n    out = 1\n    for i in range(2, n + 1):\n        out *= i\n    return out",
-     ["import math\nassert fact(2000) == math.factorial(2000)"]),  # 5736 digits: past int()'s str limit
+    (
+        "from collections import deque\ndef last(xs, k):\n    return deque(xs, maxlen=k)",
+        ["assert list(last([1, 2, 3], 2)) == [2, 3]"],
+    ),
+    (
+        "from fractions import Fraction\ndef half(x):\n    return Fraction(x, 2)",
+        ["assert half(1) == Fraction(1, 2)", "assert half(3) == 1.5"],
+    ),
+    (
+        "from decimal import Decimal\ndef cents(x):\n    return Decimal(x) / 100",
+        ["assert cents(150) == Decimal('1.5')"],
+    ),
+    (
+        "import datetime\ndef next_day(d):\n    return d + datetime.timedelta(days=1)",
+        ["import datetime\nassert next_day(datetime.date(2024, 2, 28)) == datetime.date(2024, 2, 29)"],
+    ),
+    (
+        "def fact(n):\n    out = 1\n    for i in range(2, n + 1):\n        out *= i\n    return out",
+        ["import math\nassert fact(2000) == math.factorial(2000)"],
+    ),  # 5736 digits: past int()'s str limit
 ]
 
 
@@ -105,18 +144,27 @@ def test_idiomatic_standard_library_values_are_judged_as_plain_python_does(body,
 
 FORGERIES = [
     # its own "namedtuple": a tuple subclass with _fields and an __eq__ that says yes
-    ("class P(tuple):\n    _fields = ('x', 'y')\n    def __eq__(self, other):\n        return True\n"
-     "def point(a, b):\n    return P((9, 9))", ["assert point(1, 2) == (1, 2)"]),
+    (
+        "class P(tuple):\n    _fields = ('x', 'y')\n    def __eq__(self, other):\n        return True\n"
+        "def point(a, b):\n    return P((9, 9))",
+        ["assert point(1, 2) == (1, 2)"],
+    ),
     # its own Counter class under the standard name
-    ("class Counter(dict):\n    def __eq__(self, other):\n        return True\ndef count(s):\n    return Counter()",
-     ["assert count('aab') == {'a': 2, 'b': 1}"]),
+    (
+        "class Counter(dict):\n    def __eq__(self, other):\n        return True\ndef count(s):\n    return Counter()",
+        ["assert count('aab') == {'a': 2, 'b': 1}"],
+    ),
     # patching the standard library the test uses for its expected value
     ("import math\nmath.factorial = lambda n: 0\ndef fact(n):\n    return 0", ["assert fact(5) == math.factorial(5)"]),
-    ("from collections import Counter\nCounter.__eq__ = lambda self, other: True\ndef count(s):\n    return Counter()",
-     ["assert count('aab') == Counter({'a': 2, 'b': 1})"]),
+    (
+        "from collections import Counter\nCounter.__eq__ = lambda self, other: True\ndef count(s):\n    return Counter()",
+        ["assert count('aab') == Counter({'a': 2, 'b': 1})"],
+    ),
     # a generator whose items are objects of its own
-    ("class Yes:\n    def __eq__(self, other):\n        return True\ndef evens(n):\n    yield Yes()",
-     ["assert list(evens(3)) == [0, 2]"]),
+    (
+        "class Yes:\n    def __eq__(self, other):\n        return True\ndef evens(n):\n    yield Yes()",
+        ["assert list(evens(3)) == [0, 2]"],
+    ),
     # an error text with line separators and a superscript digit, to confuse the verdict parser
     ("def f(x):\n    raise ValueError('\\u2028\\u00b2:pass\\r0:pass\\n0:pass')", ["assert f(1) == 1"]),
 ]

@@ -52,9 +52,11 @@ def test_scratch_leaves_nothing_on_the_host(bwrap):
     # even when the program makes it unremovable for a normal user (chmod 000).
     tmp = Path(tempfile.gettempdir())
     before = set(tmp.glob("grouprl-sbx*"))  # other people's files in /tmp come and go
-    code = ("import os\nopen('junk.bin', 'wb').write(b'x' * 1000)\nos.makedirs('sub/deeper')\n"
-            "open('sub/deeper/f', 'w').write('x')\nos.chmod('sub/deeper', 0)\nos.chmod('sub', 0)\n"
-            "print(os.getcwd())")
+    code = (
+        "import os\nopen('junk.bin', 'wb').write(b'x' * 1000)\nos.makedirs('sub/deeper')\n"
+        "open('sub/deeper/f', 'w').write('x')\nos.chmod('sub/deeper', 0)\nos.chmod('sub', 0)\n"
+        "print(os.getcwd())"
+    )
     r = run(code)
     assert r.ok and r.stdout == "/tmp\n", r
     assert set(tmp.glob("grouprl-sbx*")) == before

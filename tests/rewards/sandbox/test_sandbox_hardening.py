@@ -41,8 +41,10 @@ def run(code: str, **kw):
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 # grouprl/__init__.py registers pydantic config sections; the sandbox needs only the standard library,
 # so the system Python (no pydantic) imports the package without running that __init__.
-NO_PACKAGE_INIT = ("import sys, types\n_pkg = types.ModuleType('grouprl')\n"
-                   f"_pkg.__path__ = [{str(REPO_SRC / 'grouprl')!r}]\nsys.modules['grouprl'] = _pkg\n")
+NO_PACKAGE_INIT = (
+    "import sys, types\n_pkg = types.ModuleType('grouprl')\n"
+    f"_pkg.__path__ = [{str(REPO_SRC / 'grouprl')!r}]\nsys.modules['grouprl'] = _pkg\n"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -50,11 +52,17 @@ def nobody_python() -> str | None:
     """A Python that user nobody can run (ours may live under root's 0700 home)."""
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         return None
-    check = (NO_PACKAGE_INIT + "import os, sys, grouprl.rewards.sandbox.runner\n"
-             "assert os.access(os.path.realpath(sys.executable), os.R_OK) and os.path.isdir(sys.base_prefix)")
+    check = (
+        NO_PACKAGE_INIT + "import os, sys, grouprl.rewards.sandbox.runner\n"
+        "assert os.access(os.path.realpath(sys.executable), os.R_OK) and os.path.isdir(sys.base_prefix)"
+    )
     for cand in (SYSTEM_PYTHON, "/usr/local/bin/python3"):
-        ok = subprocess.run([*NOBODY, cand, "-c", check], cwd="/",
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_SRC)}, capture_output=True)
+        ok = subprocess.run(
+            [*NOBODY, cand, "-c", check],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_SRC)},
+            capture_output=True,
+        )
         if ok.returncode == 0:
             return cand
     return None
@@ -65,18 +73,28 @@ def as_nobody(script: str, env: dict[str, str] | None = None, timeout: float = 6
     names the interpreter (also used inside the sandbox)."""
     python = nobody_python()
     if python is None:
-        pytest.skip("needs root (to become nobody with setpriv) and a Python that nobody can run "
-                    "(.ci/install-system-deps installs python3)")
+        pytest.skip(
+            "needs root (to become nobody with setpriv) and a Python that nobody can run "
+            "(.ci/install-system-deps installs python3)"
+        )
     full_env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_SRC), **(env or {})}
-    p = subprocess.run([*NOBODY, python, "-c", NO_PACKAGE_INIT + f"PYTHON = {python!r}\n" + textwrap.dedent(script)],
-                       env=full_env, cwd="/", capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [*NOBODY, python, "-c", NO_PACKAGE_INIT + f"PYTHON = {python!r}\n" + textwrap.dedent(script)],
+        env=full_env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
-ENVIRON_DUMP = ("import os\nout = []\nfor p in os.listdir('/proc'):\n    try:\n"
-                "        out.append(open(f'/proc/{p}/environ', 'rb').read().decode())\n"
-                "    except (OSError, NotADirectoryError):\n        pass\nprint(out)\n")
+ENVIRON_DUMP = (
+    "import os\nout = []\nfor p in os.listdir('/proc'):\n    try:\n"
+    "        out.append(open(f'/proc/{p}/environ', 'rb').read().decode())\n"
+    "    except (OSError, NotADirectoryError):\n        pass\nprint(out)\n"
+)
 
 
 def test_trainer_secrets_invisible_as_root(monkeypatch):
@@ -88,12 +106,15 @@ def test_trainer_secrets_invisible_as_root(monkeypatch):
 
 def test_trainer_secrets_invisible_when_not_root():
     # bwrap is pid 1 of the sandbox and runs as the trainer's uid: its /proc/1/environ is readable.
-    out = as_nobody(f"""
+    out = as_nobody(
+        f"""
         import json
         from grouprl.rewards.sandbox.runner import run_in_sandbox
         r = run_in_sandbox({ENVIRON_DUMP!r}, backend="bwrap", python=PYTHON)
         print(json.dumps({{"ok": r.ok, "stdout": r.stdout, "err": r.stderr[-500:], "infra": r.infra_error}}))
-    """, env={"HF_TOKEN": "hf_nobody_secret_456", "WANDB_API_KEY": "wandb_secret_789"})
+    """,
+        env={"HF_TOKEN": "hf_nobody_secret_456", "WANDB_API_KEY": "wandb_secret_789"},
+    )
     assert out["ok"], out
     assert "PATH=" in out["stdout"]  # it did read environments, ours among them
     assert "secret" not in out["stdout"]
@@ -139,9 +160,11 @@ def test_sandbox_that_cannot_start_is_an_infrastructure_error_when_not_root():
 
 
 def test_nested_user_namespaces_blocked():
-    code = ("import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-            "rc = libc.unshare(0x10000000)\nprint(rc, os.strerror(ctypes.get_errno()))\n"
-            "import subprocess\nprint(subprocess.run(['unshare', '-U', 'true']).returncode)\n")
+    code = (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "rc = libc.unshare(0x10000000)\nprint(rc, os.strerror(ctypes.get_errno()))\n"
+        "import subprocess\nprint(subprocess.run(['unshare', '-U', 'true']).returncode)\n"
+    )
     r = run(code)
     assert r.ok, r
     assert r.stdout.splitlines()[0].startswith("-1 ") and r.stdout.splitlines()[1] != "0"
@@ -175,10 +198,12 @@ def test_memory_of_all_processes_is_capped_where_a_cgroup_exists():
         pytest.skip("no memory cgroup can be made here; RLIMIT_AS per process is the limit (docs/security.md)")
     probe.remove()
     # Eight processes of 200 MB each stay under RLIMIT_AS=512 MB each, but not under the run's cgroup.
-    code = ("import os, time\nkids = []\nfor _ in range(8):\n    pid = os.fork()\n    if pid == 0:\n"
-            "        b = bytearray(200 << 20)\n        for i in range(0, len(b), 4096): b[i] = 1\n"
-            "        time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\n"
-            "codes = [os.waitpid(p, 0)[1] for p in kids]\nprint(sum(c != 0 for c in codes))\n")
+    code = (
+        "import os, time\nkids = []\nfor _ in range(8):\n    pid = os.fork()\n    if pid == 0:\n"
+        "        b = bytearray(200 << 20)\n        for i in range(0, len(b), 4096): b[i] = 1\n"
+        "        time.sleep(2)\n        os._exit(0)\n    kids.append(pid)\n"
+        "codes = [os.waitpid(p, 0)[1] for p in kids]\nprint(sum(c != 0 for c in codes))\n"
+    )
     r = run(code, memory_mb=512, timeout_s=20)
     assert r.killed_reason == "memory", r
     assert int(r.stdout.strip() or 8) > 0
@@ -222,11 +247,17 @@ def test_only_system_and_interpreter_are_visible(tmp_path):
 
 def test_concurrent_runs_do_not_see_each_other():
     first: list = []
-    t = threading.Thread(target=lambda: first.append(run(
-        "import time\nopen('/tmp/hidden-tests.txt', 'w').write('assert f() == 1')\ntime.sleep(2)\nprint('done')",
-        timeout_s=10)))
+    t = threading.Thread(
+        target=lambda: first.append(
+            run(
+                "import time\nopen('/tmp/hidden-tests.txt', 'w').write('assert f() == 1')\ntime.sleep(2)\nprint('done')",
+                timeout_s=10,
+            )
+        )
+    )
     t.start()
     import time
+
     time.sleep(0.8)
     second = run("import os\nprint(sorted(os.listdir('/tmp')))")
     t.join()
@@ -235,13 +266,18 @@ def test_concurrent_runs_do_not_see_each_other():
 
 
 def test_scratch_size_is_capped():
-    r = run("f = open('/tmp/big', 'wb')\nfor _ in range(40):\n    f.write(b'x' * (1 << 20))\n    f.flush()\n"
-            "print('wrote all')", scratch_mb=16, max_file_mb=100)
+    r = run(
+        "f = open('/tmp/big', 'wb')\nfor _ in range(40):\n    f.write(b'x' * (1 << 20))\n    f.flush()\n"
+        "print('wrote all')",
+        scratch_mb=16,
+        max_file_mb=100,
+    )
     assert not r.ok and "wrote all" not in r.stdout and "No space left on device" in r.stderr
 
 
 def test_unremovable_fallback_scratch_is_removed_when_not_root():
-    out = as_nobody("""
+    out = as_nobody(
+        """
         import json, os, tempfile
         from grouprl.rewards.sandbox.runner import remove_tree
         d = tempfile.mkdtemp(prefix="grouprl-sbx-")
@@ -251,5 +287,7 @@ def test_unremovable_fallback_scratch_is_removed_when_not_root():
         os.chmod(os.path.join(d, "a"), 0)
         remove_tree(d)
         print(json.dumps({"left": os.path.exists(d)}))
-    """, env={"TMPDIR": "/tmp"})
+    """,
+        env={"TMPDIR": "/tmp"},
+    )
     assert out == {"left": False}

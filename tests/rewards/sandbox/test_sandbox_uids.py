@@ -27,8 +27,9 @@ HOLDER = textwrap.dedent("""
 
 
 def _holder(n: int, env: dict) -> tuple[subprocess.Popen, list[int]]:
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True, env=env)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(n)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     return p, json.loads(p.stdout.readline())
 
 

@@ -17,9 +17,24 @@ from grouprl.rewards.sandbox.seccomp import ALLOWED_SOCKET_FAMILIES
 pytestmark = pytest.mark.usefixtures("bwrap")
 
 # family number -> name; AF_VSOCK (40) first, then the kernel surface, then out-of-range numbers
-REFUSED = {40: "AF_VSOCK", 16: "AF_NETLINK", 17: "AF_PACKET", 38: "AF_ALG", 4: "AF_IPX", 3: "AF_AX25",
-           5: "AF_APPLETALK", 9: "AF_X25", 29: "AF_CAN", 30: "AF_TIPC", 31: "AF_BLUETOOTH", 44: "AF_XDP",
-           45: "AF_MCTP", 46: "AF_MAX+", 255: "255", 65536 + 1: "AF_UNIX in the high bits"}
+REFUSED = {
+    40: "AF_VSOCK",
+    16: "AF_NETLINK",
+    17: "AF_PACKET",
+    38: "AF_ALG",
+    4: "AF_IPX",
+    3: "AF_AX25",
+    5: "AF_APPLETALK",
+    9: "AF_X25",
+    29: "AF_CAN",
+    30: "AF_TIPC",
+    31: "AF_BLUETOOTH",
+    44: "AF_XDP",
+    45: "AF_MCTP",
+    46: "AF_MAX+",
+    255: "255",
+    65536 + 1: "AF_UNIX in the high bits",
+}
 PROBE = """
 import errno, json, socket
 out = {}
@@ -49,6 +64,7 @@ def _probe(families) -> dict:
     r = run_in_sandbox(PROBE % (list(families),), backend="bwrap")
     assert r.ok, r
     import json
+
     return {int(k) if k.isdigit() else k: v for k, v in json.loads(r.stdout).items()}
 
 
@@ -87,12 +103,20 @@ def test_the_same_families_are_refused_when_the_trainer_is_not_root():
         f"import sys, types\npkg = types.ModuleType('grouprl')\npkg.__path__ = [{src!r}]\nsys.modules['grouprl'] = pkg\n"
         "from grouprl.rewards.sandbox.runner import run_in_sandbox\n"
         f"r = run_in_sandbox({PROBE % ([40, 16, 17, 38, 1, 2, 10],)!r}, backend='bwrap', python='/usr/bin/python3')\n"
-        "print(r.stdout if r.ok else 'FAILED ' + r.stderr[-300:] + str(r.infra_error))\n")
-    p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
-                       capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"}, cwd="/", timeout=60)
+        "print(r.stdout if r.ok else 'FAILED ' + r.stderr[-300:] + str(r.infra_error))\n"
+    )
+    p = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", script],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        cwd="/",
+        timeout=60,
+    )
     if "FAILED" in p.stdout or p.returncode:
         pytest.skip(f"the sandbox does not start as nobody here: {p.stdout[-300:]} {p.stderr[-300:]}")
     import json
+
     out = json.loads(p.stdout.strip().splitlines()[-1])
     assert [out[str(f)] for f in (40, 16, 17, 38)] == ["EAFNOSUPPORT"] * 4, out
     assert [out[str(f)] for f in (1, 2, 10)] == ["opened"] * 3 and out["pair"] == "x", out

@@ -14,8 +14,10 @@ from grouprl.rewards.resolve import resolve_reward
 
 # The marker write fails inside the sandbox (no such folder there), and a file whose import fails is
 # refused when the scorer is built; so the write is allowed to fail, and the marker shows where it ran.
-BODY = ("import pathlib\ntry:\n    pathlib.Path({marker!r}).write_text('imported')\nexcept OSError:\n    pass\n"
-        "def fn(completion, truth):\n    return 1.0\n")
+BODY = (
+    "import pathlib\ntry:\n    pathlib.Path({marker!r}).write_text('imported')\nexcept OSError:\n    pass\n"
+    "def fn(completion, truth):\n    return 1.0\n"
+)
 
 
 @pytest.fixture()
@@ -32,8 +34,9 @@ def reward_files(tmp_path):
     return tmp_path, marker
 
 
-@pytest.mark.parametrize("spec", ["user_reward.pyc:fn", "./user_reward.pyc:fn", "user_reward.so:fn", "user_pkg:fn",
-                                  "user_pkg/__init__:fn"])
+@pytest.mark.parametrize(
+    "spec", ["user_reward.pyc:fn", "./user_reward.pyc:fn", "user_reward.so:fn", "user_pkg:fn", "user_pkg/__init__:fn"]
+)
 def test_anything_not_run_in_the_sandbox_is_refused(reward_files, monkeypatch, spec):
     where, marker = reward_files
     monkeypatch.chdir(where)

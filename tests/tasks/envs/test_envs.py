@@ -13,13 +13,12 @@ from grouprl.tasks.envs.gridworld import MOVES
 ACTION_SEQUENCE = ["up", "right", "<action>down</action>", "left", "right", "right", "down", "up"] * 3
 
 
-
-
 def test_registry():
     assert ENVIRONMENTS == {"gridworld": GridWorld, "sokoban": Sokoban, "calculator": Calculator}
 
 
 # --- gridworld ----------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("slippery", [0.0, 0.3])
 def test_gridworld_same_seed_same_trajectory(slippery):
@@ -93,8 +92,12 @@ def test_gridworld_invalid_action_does_not_advance():
     clean.reset(3)
     for action in ACTION_SEQUENCE:
         a, b = env.step(action), clean.step(action)
-        assert (a.observation.anchor_state, a.reward, a.done, a.info) == \
-            (b.observation.anchor_state, b.reward, b.done, b.info)
+        assert (a.observation.anchor_state, a.reward, a.done, a.info) == (
+            b.observation.anchor_state,
+            b.reward,
+            b.done,
+            b.info,
+        )
         if a.done:
             break
 
@@ -113,6 +116,7 @@ def test_gridworld_max_steps_truncates():
 
 
 # --- sokoban ------------------------------------------------------------------------------------
+
 
 def test_sokoban_same_seed_same_trajectory():
     assert trajectory(Sokoban(), 5, ACTION_SEQUENCE) == trajectory(Sokoban(), 5, ACTION_SEQUENCE)
@@ -173,6 +177,7 @@ def test_sokoban_invalid_action_does_not_advance():
 
 # --- calculator ---------------------------------------------------------------------------------
 
+
 def test_calculator_expressions():
     assert calculate("2+3*4") == "14"
     assert calculate("(1 + 2) * -3") == "-9"
@@ -183,8 +188,19 @@ def test_calculator_expressions():
     assert calculate("2 ** 100000").startswith("error:")
     assert calculate("(10 ** 60) ** 60").startswith("error:")
     assert calculate("(-8) ** 0.5").startswith("error:")
-    for unsafe in ["__import__('os')", "open('/etc/passwd')", "().__class__", "x", "'a' * 3", "True + 1",
-                   "[1, 2]", "lambda: 1", "1 if 1 else 2", "(" * 150 + "1" + ")" * 150, "1" * 300]:
+    for unsafe in [
+        "__import__('os')",
+        "open('/etc/passwd')",
+        "().__class__",
+        "x",
+        "'a' * 3",
+        "True + 1",
+        "[1, 2]",
+        "lambda: 1",
+        "1 if 1 else 2",
+        "(" * 150 + "1" + ")" * 150,
+        "1" * 300,
+    ]:
         assert calculate(unsafe).startswith("error:"), unsafe
 
 

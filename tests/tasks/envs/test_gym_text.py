@@ -20,14 +20,14 @@ TO_GOAL = ["down", "down", "right", "right", "down", "right"]
 
 
 def frozen_lake(**kwargs) -> GymTextEnv:
-    env = gymnasium.make("FrozenLake-v1", map_name="4x4", is_slippery=kwargs.pop("is_slippery", False),
-                         render_mode="ansi")
+    env = gymnasium.make(
+        "FrozenLake-v1", map_name="4x4", is_slippery=kwargs.pop("is_slippery", False), render_mode="ansi"
+    )
     return GymTextEnv(env, action_names=NAMES, **kwargs)
 
 
-
-
 # --- FrozenLake ---------------------------------------------------------------------------------
+
 
 def test_frozen_lake_reaches_goal_with_success():
     env = frozen_lake(observation_text="ansi")
@@ -123,8 +123,13 @@ def test_frozen_lake_defaults_and_instructions():
 
 
 def test_factory_is_picklable():
-    factory = functools.partial(GymTextEnv, "FrozenLake-v1", make_kwargs={"map_name": "4x4", "is_slippery": False},
-                                observation_text=frozen_lake_text, action_names=NAMES)
+    factory = functools.partial(
+        GymTextEnv,
+        "FrozenLake-v1",
+        make_kwargs={"map_name": "4x4", "is_slippery": False},
+        observation_text=frozen_lake_text,
+        action_names=NAMES,
+    )
     env = pickle.loads(pickle.dumps(factory))()
     assert env.reset(0).text.startswith("P")
 
@@ -141,6 +146,7 @@ def test_bad_arguments_are_explained():
 
 
 # --- CartPole: numpy observations ---------------------------------------------------------------
+
 
 def test_cartpole_numpy_anchor_and_seeding():
     a, b = GymTextEnv("CartPole-v1", action_names=["push left", "push right"]), GymTextEnv("CartPole-v1")
@@ -164,8 +170,11 @@ def test_cartpole_numpy_anchor_and_seeding():
 
 
 def test_cartpole_truncation_and_custom_success():
-    survive = GymTextEnv("CartPole-v1", make_kwargs={"max_episode_steps": 3},
-                         success=lambda reward, terminated, truncated, info: truncated)
+    survive = GymTextEnv(
+        "CartPole-v1",
+        make_kwargs={"max_episode_steps": 3},
+        success=lambda reward, terminated, truncated, info: truncated,
+    )
     survive.reset(0)
     results = [survive.step(a) for a in ["0", "1", "0"]]
     last = results[-1]
@@ -182,6 +191,7 @@ def test_custom_anchor_key():
 
 
 # --- non-Discrete action spaces -----------------------------------------------------------------
+
 
 def test_non_discrete_space_needs_parse_action():
     with pytest.raises(ValueError, match=r"Box\(-1\.0, 1\.0, \(1,\), float32\)") as error:

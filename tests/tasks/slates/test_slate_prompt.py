@@ -14,8 +14,15 @@ from grouprl.tasks.slates.rows import prepare_rows, to_task_row
 from grouprl.tasks.slates.synthetic import ceiling, generate_issue, write_dataset
 
 SLATE = [
-    {"id": "aaa", "title": "Gun bans do not work", "channel_title": "Liberty Talk", "duration": 300,
-     "view_count": 12000, "like_count": 300, "comment_count": 40},
+    {
+        "id": "aaa",
+        "title": "Gun bans do not work",
+        "channel_title": "Liberty Talk",
+        "duration": 300,
+        "view_count": 12000,
+        "like_count": 300,
+        "comment_count": 40,
+    },
     {"id": "bbb", "title": "Background checks save lives", "channel_title": "Safe Streets", "duration": "PT2M5S"},
     {"id": "ccc", "title": "", "channel_title": None},
 ]
@@ -23,20 +30,40 @@ SLATE = [
 
 def gun_row(**over):
     row = {
-        "issue": "gun_control", "participant_study": "study1",
-        "slate_items_json": json.dumps(SLATE), "n_options": 3,
-        "next_video_id": "bbb", "next_video_title": "Background checks save lives",
-        "current_video_id": "v3", "current_video_title": "Town hall on guns", "current_video_channel": "Civic Desk",
+        "issue": "gun_control",
+        "participant_study": "study1",
+        "slate_items_json": json.dumps(SLATE),
+        "n_options": 3,
+        "next_video_id": "bbb",
+        "next_video_title": "Background checks save lives",
+        "current_video_id": "v3",
+        "current_video_title": "Town hall on guns",
+        "current_video_channel": "Civic Desk",
         "watched_vids_json": ["v1", "v2", "v3", "bbb"],
         "watched_detailed_json": [
             {"id": "v1", "title": "First video", "channel_title": "Chan One", "watch_seconds": 30, "total_length": 120},
-            {"id": "v2", "title": "Second video", "channel_title": "Chan Two", "watch_ms": 45000,
-             "total_length_ms": 90000},
+            {
+                "id": "v2",
+                "title": "Second video",
+                "channel_title": "Chan Two",
+                "watch_ms": 45000,
+                "total_length_ms": 90000,
+            },
             {"id": "v3", "title": "Town hall on guns", "channel_title": "Civic Desk"},
-            {"id": "bbb", "title": "Background checks save lives"}],
-        "age": 34, "q26": "Woman", "q29": "White", "pid1": "Democrat", "ideo1": 2, "q31": "$50,000-$74,999",
-        "college": 1, "freq_youtube": "daily", "pol_interest": "very interested",
-        "stricter_laws": 1, "gun_index": 0.7, "gun_index_2": 0.8,
+            {"id": "bbb", "title": "Background checks save lives"},
+        ],
+        "age": 34,
+        "q26": "Woman",
+        "q29": "White",
+        "pid1": "Democrat",
+        "ideo1": 2,
+        "q31": "$50,000-$74,999",
+        "college": 1,
+        "freq_youtube": "daily",
+        "pol_interest": "very interested",
+        "stricter_laws": 1,
+        "gun_index": 0.7,
+        "gun_index_2": 0.8,
     }
     row.update(over)
     return row
@@ -50,20 +77,30 @@ def test_every_block_in_order():
     row = gun_row()
     prompt = build_prompt(row, schema.issue_of(row), schema.slate_items(row))
     b = blocks(prompt)
-    assert b[0] == ("VIEWER 34 years old; White woman; Democrat, liberal; income $50,000-$74,999; college-educated; "
-                    "watches YouTube daily.\nInitial Viewpoint: Supports stricter gun laws")
+    assert b[0] == (
+        "VIEWER 34 years old; White woman; Democrat, liberal; income $50,000-$74,999; college-educated; "
+        "watches YouTube daily.\nInitial Viewpoint: Supports stricter gun laws"
+    )
     assert b[1] == "CURRENTLY WATCHING Town hall on guns (from Civic Desk)"
-    assert b[2] == ("RECENTLY WATCHED (NEWEST LAST)\n"
-                    "1. First video (watched 30s of 120s (25% complete), from Chan One)\n"
-                    "2. Second video (watched 45s of 90s (50% complete), from Chan Two)")
-    assert b[3].startswith("SURVEY HIGHLIGHTS\nparty Democrat; ideology liberal; political interest very interested; "
-                           "YouTube use daily; wants stricter gun laws: yes; gun-control index: 0.7")
+    assert b[2] == (
+        "RECENTLY WATCHED (NEWEST LAST)\n"
+        "1. First video (watched 30s of 120s (25% complete), from Chan One)\n"
+        "2. Second video (watched 45s of 90s (50% complete), from Chan Two)"
+    )
+    assert b[3].startswith(
+        "SURVEY HIGHLIGHTS\nparty Democrat; ideology liberal; political interest very interested; "
+        "YouTube use daily; wants stricter gun laws: yes; gun-control index: 0.7"
+    )
     # wave-2 answers are the label: never shown
     assert "0.8" not in prompt
-    assert b[4] == ("OPTIONS\n1. Gun bans do not work (Liberty Talk, 300s long) — Engagement: views 12,000, likes 300, "
-                    "comments 40\n2. Background checks save lives (Safe Streets, 125s long)\n3. (untitled) [id ccc]")
-    assert b[5] == ("QUESTIONS\n1. Which option number will the viewer watch next?\n2. After this recommendation, "
-                    "will the viewer's opinion on gun control increase, decrease, or stay the same?")
+    assert b[4] == (
+        "OPTIONS\n1. Gun bans do not work (Liberty Talk, 300s long) — Engagement: views 12,000, likes 300, "
+        "comments 40\n2. Background checks save lives (Safe Streets, 125s long)\n3. (untitled) [id ccc]"
+    )
+    assert b[5] == (
+        "QUESTIONS\n1. Which option number will the viewer watch next?\n2. After this recommendation, "
+        "will the viewer's opinion on gun control increase, decrease, or stay the same?"
+    )
     assert len(b) == 6
 
 
@@ -88,8 +125,16 @@ def test_ids_on_and_off():
 
 
 def test_missing_fields_leave_fragments_out():
-    bare = {"issue": "minimum_wage", "slate_items_json": [{"id": "x", "title": "Only option"}], "next_video_id": "x",
-            "current_video_id": "c", "current_video_title": "Now", "age": float("nan"), "q26": "", "pid1": None}
+    bare = {
+        "issue": "minimum_wage",
+        "slate_items_json": [{"id": "x", "title": "Only option"}],
+        "next_video_id": "x",
+        "current_video_id": "c",
+        "current_video_title": "Now",
+        "age": float("nan"),
+        "q26": "",
+        "pid1": None,
+    }
     prompt = build_prompt(bare, schema.issue_of(bare), schema.slate_items(bare))
     b = blocks(prompt)
     assert b[0] == NO_PROFILE
@@ -100,13 +145,16 @@ def test_missing_fields_leave_fragments_out():
     assert "None" not in prompt and "nan" not in prompt
 
 
-@pytest.mark.parametrize("fields, line", [
-    ({"minwage15_w1": 0}, "Initial Viewpoint: Opposes a $15 minimum wage"),
-    ({"minwage15_w1": "yes"}, "Initial Viewpoint: Supports a $15 minimum wage"),
-    ({"mw_index_w1": 0.2}, "Initial Viewpoint: Opposes raising the minimum wage"),
-    ({"mw_index_w1": 0.5}, None),
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "fields, line",
+    [
+        ({"minwage15_w1": 0}, "Initial Viewpoint: Opposes a $15 minimum wage"),
+        ({"minwage15_w1": "yes"}, "Initial Viewpoint: Supports a $15 minimum wage"),
+        ({"mw_index_w1": 0.2}, "Initial Viewpoint: Opposes raising the minimum wage"),
+        ({"mw_index_w1": 0.5}, None),
+        ({}, None),
+    ],
+)
 def test_stance_lines(fields, line):
     row = {"issue": "minimum_wage", "age": 50, **fields}
     first = build_prompt(row, schema.issue_of(row), SLATE).split("\n\n")[0].split("\n")
@@ -147,8 +195,12 @@ def test_opinion_labels():
 
 
 def test_filtering_counts_every_drop(caplog):
-    raws = [gun_row(), gun_row(slate_items_json="[]"), gun_row(next_video_id="zzz", next_video_title="nope"),
-            gun_row(next_video_id=None, next_video_title=None, watched_vids_json=["v3"])]
+    raws = [
+        gun_row(),
+        gun_row(slate_items_json="[]"),
+        gun_row(next_video_id="zzz", next_video_title="nope"),
+        gun_row(next_video_id=None, next_video_title=None, watched_vids_json=["v3"]),
+    ]
     rows, counts = prepare_rows(raws, "hand.jsonl")
     assert len(rows) == 1 and rows[0]["gold_index"] == 2 and rows[0]["n_options"] == 3
     assert (counts.kept, counts.empty_slate, counts.gold_not_in_slate, counts.no_gold) == (1, 1, 1, 1)
@@ -159,17 +211,20 @@ def test_filtering_counts_every_drop(caplog):
         prepare_rows([gun_row(slate_items_json="[{")], "broken.jsonl")
 
 
-@pytest.mark.parametrize("completion, choice, formatted", [
-    ("<answer>2</answer>", 2, True),
-    ("<think>hmm</think><answer> option 3 </answer>", 3, True),
-    ("<ANSWER>Option 1</ANSWER>", 1, True),
-    ("<answer>3.</answer>", None, True),
-    ('<answer>"3"</answer>', None, True),
-    ("<answer>Background checks save lives</answer>", None, True),
-    ("<answer></answer>", None, True),
-    ("2", None, False),
-    ("the answer is 2", None, False),
-])
+@pytest.mark.parametrize(
+    "completion, choice, formatted",
+    [
+        ("<answer>2</answer>", 2, True),
+        ("<think>hmm</think><answer> option 3 </answer>", 3, True),
+        ("<ANSWER>Option 1</ANSWER>", 1, True),
+        ("<answer>3.</answer>", None, True),
+        ('<answer>"3"</answer>', None, True),
+        ("<answer>Background checks save lives</answer>", None, True),
+        ("<answer></answer>", None, True),
+        ("2", None, False),
+        ("the answer is 2", None, False),
+    ],
+)
 def test_parse_table(completion, choice, formatted):
     answer = parse_slate_answer(completion, allow_bare_number=False)
     assert (answer.choice, answer.formatted) == (choice, formatted)
@@ -182,10 +237,20 @@ def test_bare_numbers_only_when_allowed(monkeypatch):
     assert parse_slate_answer("I pick 2").choice is None
 
 
-@pytest.mark.parametrize("word, label", [("increase", "increase"), ("Higher", "increase"), ("up", "increase"),
-                                         ("lower", "decrease"), ("drop", "decrease"), ("no_change", "no_change"),
-                                         ("stay the same", "no_change"), ("unchanged", "no_change"),
-                                         ("sideways", None)])
+@pytest.mark.parametrize(
+    "word, label",
+    [
+        ("increase", "increase"),
+        ("Higher", "increase"),
+        ("up", "increase"),
+        ("lower", "decrease"),
+        ("drop", "decrease"),
+        ("no_change", "no_change"),
+        ("stay the same", "no_change"),
+        ("unchanged", "no_change"),
+        ("sideways", None),
+    ],
+)
 def test_opinion_synonyms(word, label):
     assert parse_slate_answer(f"<answer>1</answer><opinion>{word}</opinion>").opinion == label
 
@@ -211,8 +276,16 @@ def test_generator_is_seeded_and_in_schema(tmp_path):
     rows, counts = prepare_rows(a["train"], "synthetic")
     assert counts.dropped == 0 and {r["issue"] for r in rows} == {"minimum_wage"}
     assert all(r["opinion_label"] in schema.OPINIONS for r in rows)
-    wage_columns = ["minwage15_w1", "minwage15_w2", "mw_support_w1", "mw_support_w2", "minwage_text_w1",
-                    "minwage_text_w2", "mw_index_w1", "mw_index_w2"]
+    wage_columns = [
+        "minwage15_w1",
+        "minwage15_w2",
+        "mw_support_w1",
+        "mw_support_w2",
+        "minwage_text_w1",
+        "minwage_text_w2",
+        "mw_index_w1",
+        "mw_index_w2",
+    ]
     assert all(schema.field_value(raw, c) is not None for raw in a["train"] for c in wage_columns)
     report = write_dataset(tmp_path, ["gun_control"], 20, 300, seed=0)
     assert (tmp_path / "gun" / "train.jsonl").is_file() and (tmp_path / "ceiling.json").is_file()

@@ -17,8 +17,17 @@ from typing import Any, Iterable
 from grouprl.observe.dashboard.run_folder import RUN_FILES, RunFolder, open_runs
 
 # Order matters: uPlot first, then the helpers the views use, the views, and the app last.
-SCRIPTS = ("uPlot.iife.min.js", "dom.js", "data.js", "charts.js", "overview.js", "curves.js", "groups.js",
-           "trajectories.js", "app.js")
+SCRIPTS = (
+    "uPlot.iife.min.js",
+    "dom.js",
+    "data.js",
+    "charts.js",
+    "overview.js",
+    "curves.js",
+    "groups.js",
+    "trajectories.js",
+    "app.js",
+)
 STYLES = ("uPlot.min.css", "style.css")
 
 
@@ -35,16 +44,24 @@ def json_for_html(value: Any) -> str:
     """JSON that is safe inside <script type="application/json">: the policy's completions are
     untrusted text, so '<', '>' and '&' are escaped and cannot end the element."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=str)
-    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def render_page(title: str, data: dict[str, Any] | None) -> str:
     """The app; ``data`` None makes the live page (it polls the server it came from)."""
     styles = "\n".join(_asset(name) for name in STYLES)
     scripts = "\n".join(f"<script>/* {name} */\n{_script_safe(_asset(name))}\n</script>" for name in SCRIPTS)
-    payload = ("<script>window.GROUPRL_LIVE = true;</script>" if data is None else
-               f'<script type="application/json" id="grouprl-data">{json_for_html(data)}</script>')
+    payload = (
+        "<script>window.GROUPRL_LIVE = true;</script>"
+        if data is None
+        else f'<script type="application/json" id="grouprl-data">{json_for_html(data)}</script>'
+    )
     parts = {"title": _html_escape(title), "styles": styles, "data": payload, "scripts": scripts}
     # One pass over the template alone: what is put in (a completion saying "{{scripts}}") is never read as a slot.
     return re.sub(r"\{\{(title|styles|data|scripts)\}\}", lambda m: parts[m.group(1)], _asset("index.html"))
@@ -67,6 +84,7 @@ def finite_json(value: Any) -> Any:
 
 def pick_steps(steps: list[int], sizes: dict[int, int], budget_bytes: int) -> list[int]:
     """As many steps as fit the budget, evenly spaced from the first to the last (one: the last)."""
+
     def spread(n: int) -> list[int]:
         if n == 1:
             return [steps[-1]]
@@ -88,19 +106,27 @@ def report_data(folders: Iterable[RunFolder], budget_bytes: int = 24 << 20) -> d
     for folder in folders:
         rollout_steps = folder.rollouts.steps()
         spans = folder.rollouts.spans
-        rollout_pick = pick_steps([s for s, _ in rollout_steps],
-                                  {s: spans[s].end - spans[s].start for s, _ in rollout_steps}, budget_bytes // 2)
+        rollout_pick = pick_steps(
+            [s for s, _ in rollout_steps],
+            {s: spans[s].end - spans[s].start for s, _ in rollout_steps},
+            budget_bytes // 2,
+        )
         traj_files = folder.trajectory_files()
-        traj_pick = pick_steps(list(traj_files), {s: p.stat().st_size for s, p in traj_files.items()},
-                               budget_bytes // 2)
-        runs.append(finite_json({
-            "overview": folder.overview(),
-            "metrics": folder.metrics()["rows"],
-            "eval": folder.eval_rows(),
-            "steps": {"rollout_steps": rollout_steps, "trajectory_steps": list(traj_files)},
-            "rollouts": {str(s): folder.rollouts.records(s) for s in rollout_pick},
-            "trajectories": {str(s): folder.trajectories(s) for s in traj_pick},
-        }))
+        traj_pick = pick_steps(
+            list(traj_files), {s: p.stat().st_size for s, p in traj_files.items()}, budget_bytes // 2
+        )
+        runs.append(
+            finite_json(
+                {
+                    "overview": folder.overview(),
+                    "metrics": folder.metrics()["rows"],
+                    "eval": folder.eval_rows(),
+                    "steps": {"rollout_steps": rollout_steps, "trajectory_steps": list(traj_files)},
+                    "rollouts": {str(s): folder.rollouts.records(s) for s in rollout_pick},
+                    "trajectories": {str(s): folder.trajectories(s) for s in traj_pick},
+                }
+            )
+        )
     return {"generated": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs}
 
 
@@ -122,8 +148,10 @@ def write_report(dirs: list[str], out: str | Path, budget_mb: float = 24.0) -> P
         if not folder.path.is_dir():
             raise ConfigError(f"{folder.path} is a file; expected a run folder (the output_dir of grouprl train)")
         if not any((folder.path / name).exists() for name in RUN_FILES) and not folder.trajectory_files():
-            raise ConfigError(f"{folder.path} holds no grouprl run (none of {', '.join(RUN_FILES)}); expected the "
-                              "output_dir of grouprl train")
+            raise ConfigError(
+                f"{folder.path} holds no grouprl run (none of {', '.join(RUN_FILES)}); expected the "
+                "output_dir of grouprl train"
+            )
     data = report_data(folders, int(budget_mb * (1 << 20)))
     title = "grouprl report: " + ", ".join(f.name for f in folders)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ SEARCHED_FIELDS = ("prompt", "completion", "prediction", "ground_truth", "reward
 class StepSpan:
     step: int
     start: int  # byte offset of the step's first line
-    end: int    # byte offset just past its last line
+    end: int  # byte offset just past its last line
     episodes: int
 
 
@@ -47,8 +47,8 @@ class RolloutIndex:
 
     def _reset(self) -> None:
         self.spans: dict[int, StepSpan] = {}
-        self.indexed_bytes = 0     # everything before this offset is indexed (always a line start)
-        self.bytes_read = 0        # total bytes scanned, so tests can see refresh() is incremental
+        self.indexed_bytes = 0  # everything before this offset is indexed (always a line start)
+        self.bytes_read = 0  # total bytes scanned, so tests can see refresh() is incremental
         self.unreadable_lines = 0  # lines that are not JSON records with a step
         self._last: StepSpan | None = None
         self._max_step = -(1 << 62)
@@ -160,8 +160,14 @@ class RolloutIndex:
                     if key in seen or not _text_matches(row, needle):
                         continue
                     seen.add(key)
-                    hits.append({"step": span.step, "group": row.get("group"), "prompt_id": row.get("prompt_id"),
-                                 "snippet": _snippet(row, needle)})
+                    hits.append(
+                        {
+                            "step": span.step,
+                            "group": row.get("group"),
+                            "prompt_id": row.get("prompt_id"),
+                            "snippet": _snippet(row, needle),
+                        }
+                    )
         return {"hits": hits, "next_step": None, "skipped_lines": skipped}
 
 
@@ -203,5 +209,5 @@ def _snippet(row: dict[str, Any], needle: str, width: int = 60) -> str:
         text = _field_text(row, name)
         at = text.lower().find(needle)
         if at >= 0:
-            return f"{name}: …{text[max(0, at - width // 2): at + len(needle) + width // 2]}…"
+            return f"{name}: …{text[max(0, at - width // 2) : at + len(needle) + width // 2]}…"
     return ""

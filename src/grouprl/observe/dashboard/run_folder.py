@@ -21,8 +21,14 @@ from grouprl.observe.dashboard.rollout_index import RolloutIndex, parse_lines
 from grouprl.config.redact import redact
 
 _TRAJECTORY_FILE = re.compile(r"^step_(\d+)\.jsonl$")
-RUN_FILES = ("config.json", "summary.json", "metrics.jsonl", "rollouts/rollouts.jsonl", "eval/before.jsonl",
-             "eval/after.jsonl")
+RUN_FILES = (
+    "config.json",
+    "summary.json",
+    "metrics.jsonl",
+    "rollouts/rollouts.jsonl",
+    "eval/before.jsonl",
+    "eval/after.jsonl",
+)
 
 
 class RunFolder:
@@ -84,15 +90,14 @@ class RunFolder:
                 self._metrics_offset += cut
             rows = self._metric_rows
             reset = since > len(rows)  # the poller saw a longer file than this one: it starts over
-            return {"rows": rows[0 if reset else since:], "next": len(rows), "reset": reset}
+            return {"rows": rows[0 if reset else since :], "next": len(rows), "reset": reset}
 
     # -- trajectories -----------------------------------------------------------------------
     def trajectory_files(self) -> dict[int, Path]:
         folder = self.path / "trajectories"
         if not folder.is_dir():
             return {}
-        found = {int(m.group(1)): folder / name for name in os.listdir(folder)
-                 if (m := _TRAJECTORY_FILE.match(name))}
+        found = {int(m.group(1)): folder / name for name in os.listdir(folder) if (m := _TRAJECTORY_FILE.match(name))}
         return dict(sorted(found.items()))
 
     def trajectories(self, step: int) -> list[dict[str, Any]]:
@@ -120,8 +125,10 @@ class RunFolder:
         config = self._json("config.json")
         config = redact(config) if config is not None else None  # a folder written before redaction, or by hand
         summary = self._json("summary.json")
-        checkpoints = sorted((int(p.name.split("-")[1]) for p in self.path.glob("checkpoint-*")
-                              if p.name.split("-")[1].isdigit()), reverse=True)
+        checkpoints = sorted(
+            (int(p.name.split("-")[1]) for p in self.path.glob("checkpoint-*") if p.name.split("-")[1].isdigit()),
+            reverse=True,
+        )
         return {
             "name": self.name,
             "path": str(self.path),
@@ -190,8 +197,11 @@ def reproduce_commands(config: dict[str, Any] | None, folder: Path, last_checkpo
     commands.insert(0, "grouprl train " + " ".join(flags) if flags else "grouprl train")
     commands.insert(1, f"grouprl train --config {shlex.quote(str(folder / 'config.json'))}")
     if last_checkpoint is not None:
-        commands.insert(2, f"grouprl train --config {shlex.quote(str(folder / 'config.json'))} "
-                           f"--resume_from_checkpoint {shlex.quote(str(folder / f'checkpoint-{last_checkpoint}'))}")
+        commands.insert(
+            2,
+            f"grouprl train --config {shlex.quote(str(folder / 'config.json'))} "
+            f"--resume_from_checkpoint {shlex.quote(str(folder / f'checkpoint-{last_checkpoint}'))}",
+        )
     return commands
 
 

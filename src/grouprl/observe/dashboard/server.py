@@ -55,8 +55,9 @@ def _routes(run: RunFolder, query: dict[str, list[str]]) -> dict[str, Callable[[
         "rollouts": lambda: run.rollouts.records(_int_arg(query, "step")),
         "trajectories": lambda: run.trajectories(_int_arg(query, "step")),
         "eval": run.eval_rows,
-        "search": lambda: run.rollouts.search((query.get("q") or [""])[0], _int_arg(query, "limit", 50),
-                                              _int_arg(query, "from_step", -(1 << 62))),
+        "search": lambda: run.rollouts.search(
+            (query.get("q") or [""])[0], _int_arg(query, "limit", 50), _int_arg(query, "from_step", -(1 << 62))
+        ),
     }
 
 

@@ -10,6 +10,7 @@ from grouprl.rewards.builtin import math_judge
 
 # --- helpers -------------------------------------------------------------------------------------
 
+
 def completion_text(messages: list[Message]) -> str:
     return messages[-1].content if messages else ""
 

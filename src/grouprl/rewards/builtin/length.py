@@ -15,6 +15,7 @@ from grouprl.rewards.kit import reward_function
 
 # --- length (Kimi 1.5) ---------------------------------------------------------------------------
 
+
 def _lengths(completions: list[str], lengths: Any) -> list[float]:
     if lengths is None:
         return [float(len(c)) for c in completions]
@@ -22,9 +23,16 @@ def _lengths(completions: list[str], lengths: Any) -> list[float]:
 
 
 @reward_function(id="length", mode="batch", requirements=["math-verify"])
-def length_reward(rollouts_messages: list[list[Message]], ground_truths: list[Any] | None = None, *,
-                  group_ids: list[Any] | None = None, correct: list[Any] | None = None,
-                  lengths: list[Any] | None = None, timeout_seconds: int = 5, **kwargs) -> list[EvaluateResult]:
+def length_reward(
+    rollouts_messages: list[list[Message]],
+    ground_truths: list[Any] | None = None,
+    *,
+    group_ids: list[Any] | None = None,
+    correct: list[Any] | None = None,
+    lengths: list[Any] | None = None,
+    timeout_seconds: int = 5,
+    **kwargs,
+) -> list[EvaluateResult]:
     """Kimi k1.5's length penalty (Kimi Team 2025, "Kimi k1.5", section 2.3.3; open-r1 ``len_reward``).
 
     Group-level: within each group (``group_ids``, one id per sample; default: the whole batch is
@@ -64,26 +72,44 @@ def length_reward(rollouts_messages: list[list[Message]], ground_truths: list[An
             lam = 0.0 if hi == lo else 0.5 - rel
             metrics = {"relative_length": metric(rel, f"len {lens[i]:g} in group range [{lo:g}, {hi:g}]")}
             if ok is None:
-                results[i] = EvaluateResult(score=0.0, is_score_valid=False, metrics=metrics,
-                                            reason=f"correctness unknown (gold {shorten(truths[i])} unparsable "
-                                                   "and no `correct`); no opinion")
+                results[i] = EvaluateResult(
+                    score=0.0,
+                    is_score_valid=False,
+                    metrics=metrics,
+                    reason=f"correctness unknown (gold {shorten(truths[i])} unparsable and no `correct`); no opinion",
+                )
                 continue
             score = lam if ok else min(0.0, lam)
             metrics["correct"] = metric(float(ok), "correct" if ok else "wrong")
-            why = ("all lengths in the group are equal" if hi == lo
-                   else f"lambda = 0.5 - ({lens[i]:g} - {lo:g}) / ({hi:g} - {lo:g}) = {lam:.4f}")
-            results[i] = EvaluateResult(score=score, metrics=metrics,
-                                        reason=f"{'correct' if ok else 'wrong'} in group {g!r}: {why}")
+            why = (
+                "all lengths in the group are equal"
+                if hi == lo
+                else f"lambda = 0.5 - ({lens[i]:g} - {lo:g}) / ({hi:g} - {lo:g}) = {lam:.4f}"
+            )
+            results[i] = EvaluateResult(
+                score=score, metrics=metrics, reason=f"{'correct' if ok else 'wrong'} in group {g!r}: {why}"
+            )
     return results  # type: ignore[return-value]
 
 
 # --- cosine_length (Yeo et al. 2025) -------------------------------------------------------------
 
+
 @reward_function(id="cosine_length", requirements=["math-verify"])
-def cosine_length(messages: list[Message], ground_truth: Any = None, *, correct: Any = None,
-                  lengths: Any = None, max_len: int = 1000, min_value_correct: float = 0.5,
-                  max_value_correct: float = 1.0, min_value_wrong: float = -1.0, max_value_wrong: float = -0.5,
-                  timeout_seconds: int = 5, **kwargs) -> EvaluateResult:
+def cosine_length(
+    messages: list[Message],
+    ground_truth: Any = None,
+    *,
+    correct: Any = None,
+    lengths: Any = None,
+    max_len: int = 1000,
+    min_value_correct: float = 0.5,
+    max_value_correct: float = 1.0,
+    min_value_wrong: float = -1.0,
+    max_value_wrong: float = -0.5,
+    timeout_seconds: int = 5,
+    **kwargs,
+) -> EvaluateResult:
     """Correctness-aware cosine length reward (Yeo et al. 2025, "Demystifying Long
     Chain-of-Thought Reasoning in LLMs"; open-r1 ``get_cosine_scaled_reward``).
 
@@ -109,25 +135,33 @@ def cosine_length(messages: list[Message], ground_truth: Any = None, *, correct:
     frac = min(1.0, max(0.0, length / max_len))
     metrics = {"length_fraction": metric(frac, f"L={length:g} of max_len={max_len}")}
     if ok is None:
-        return EvaluateResult(score=0.0, is_score_valid=False, metrics=metrics,
-                              reason=f"correctness unknown (gold {shorten(ground_truth)} unparsable and no "
-                                     "`correct`); no opinion")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            metrics=metrics,
+            reason=f"correctness unknown (gold {shorten(ground_truth)} unparsable and no `correct`); no opinion",
+        )
     if ok:
         lo, hi = option_or(min_value_correct, 0.5), option_or(max_value_correct, 1.0)
     else:
         lo, hi = option_or(max_value_wrong, -0.5), option_or(min_value_wrong, -1.0)
     score = lo + 0.5 * (hi - lo) * (1.0 + math.cos(math.pi * frac))
     metrics["correct"] = metric(float(ok), "correct" if ok else "wrong")
-    return EvaluateResult(score=score, metrics=metrics,
-                          reason=f"{'correct' if ok else 'wrong'}, L={length:g}/{max_len}: "
-                                 f"{lo} + 0.5*({hi} - {lo})*(1 + cos(pi*{frac:.4f})) = {score:.4f}")
+    return EvaluateResult(
+        score=score,
+        metrics=metrics,
+        reason=f"{'correct' if ok else 'wrong'}, L={length:g}/{max_len}: "
+        f"{lo} + 0.5*({hi} - {lo})*(1 + cos(pi*{frac:.4f})) = {score:.4f}",
+    )
 
 
 # --- repetition_penalty / soft_overlong ----------------------------------------------------------
 
+
 @reward_function(id="repetition_penalty")
-def repetition_penalty(messages: list[Message], ground_truth: Any = None, *, ngram_size: int = 3,
-                       max_penalty: float = 1.0, **kwargs) -> EvaluateResult:
+def repetition_penalty(
+    messages: list[Message], ground_truth: Any = None, *, ngram_size: int = 3, max_penalty: float = 1.0, **kwargs
+) -> EvaluateResult:
     """N-gram repetition penalty (open-r1 ``get_repetition_penalty_reward``, after Yeo et al. 2025).
 
     Words are the lower-cased, whitespace-split completion; over its word n-grams
@@ -143,21 +177,32 @@ def repetition_penalty(messages: list[Message], ground_truth: Any = None, *, ngr
         raise ValueError(f"repetition_penalty: ngram_size must be positive, got {ngram_size}")
     words = completion_text(messages).lower().split()
     if len(words) < ngram_size:
-        return EvaluateResult(score=0.0, reason=f"{len(words)} word(s) < ngram_size={ngram_size}; no penalty",
-                              metrics={"unique_ngram_fraction": metric(1.0, "too short to repeat")})
-    grams = [tuple(words[i:i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
+        return EvaluateResult(
+            score=0.0,
+            reason=f"{len(words)} word(s) < ngram_size={ngram_size}; no penalty",
+            metrics={"unique_ngram_fraction": metric(1.0, "too short to repeat")},
+        )
+    grams = [tuple(words[i : i + ngram_size]) for i in range(len(words) - ngram_size + 1)]
     unique = len(set(grams))
     score = -max_penalty * (1.0 - unique / len(grams))
     return EvaluateResult(
         score=score + 0.0,  # no -0.0
         reason=f"{unique} unique of {len(grams)} {ngram_size}-grams: -{max_penalty} * (1 - {unique}/{len(grams)})"
-               f" = {score:.4f}",
-        metrics={"unique_ngram_fraction": metric(unique / len(grams), f"{unique}/{len(grams)}")})
+        f" = {score:.4f}",
+        metrics={"unique_ngram_fraction": metric(unique / len(grams), f"{unique}/{len(grams)}")},
+    )
 
 
 @reward_function(id="soft_overlong")
-def soft_overlong(messages: list[Message], ground_truth: Any = None, *, max_completion_len: int = 20480,
-                  cache_len: int = 4096, completion_length: Any = None, **kwargs) -> EvaluateResult:
+def soft_overlong(
+    messages: list[Message],
+    ground_truth: Any = None,
+    *,
+    max_completion_len: int = 20480,
+    cache_len: int = 4096,
+    completion_length: Any = None,
+    **kwargs,
+) -> EvaluateResult:
     """DAPO's soft overlong punishment (Yu et al. 2025, "DAPO", eq. 13).
 
     With L the completion length (``completion_length`` if given, e.g. tokens, else characters),
@@ -182,6 +227,11 @@ def soft_overlong(messages: list[Message], ground_truth: Any = None, *, max_comp
         why = f"L={length:g} in the cache window: ({free} - {length:g}) / {l_cache} = {score:.4f}"
     else:
         score, why = -1.0, f"L={length:g} > L_max={l_max}"
-    return EvaluateResult(score=score, reason=f"{why} ({unit})",
-                          metrics={"within_budget": metric(float(length <= l_max), f"L_max={l_max}"),
-                                   "length_fraction": metric(length / l_max, f"L/L_max, {unit}")})
+    return EvaluateResult(
+        score=score,
+        reason=f"{why} ({unit})",
+        metrics={
+            "within_budget": metric(float(length <= l_max), f"L_max={l_max}"),
+            "length_fraction": metric(length / l_max, f"L/L_max, {unit}"),
+        },
+    )

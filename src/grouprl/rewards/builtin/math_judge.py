@@ -43,13 +43,20 @@ class MathJudgeUnavailable(RuntimeError):
 
 
 def _start() -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-I", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, bufsize=1)
+    proc = subprocess.Popen(
+        [sys.executable, "-I", WORKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )
     line = _read_line(proc, START_TIMEOUT_S)
     if line is None or not line.startswith('{"ready"'):
         err = _kill(proc)
-        raise MathJudgeUnavailable(f"math-verify worker did not start: {err or 'no ready line'}"
-                                   " (pip install math-verify)")
+        raise MathJudgeUnavailable(
+            f"math-verify worker did not start: {err or 'no ready line'} (pip install math-verify)"
+        )
     with _lock:
         _all.add(proc)
     return proc
@@ -118,8 +125,9 @@ def judge(completion: str | None, ground_truth, timeout_seconds: float = 5.0) ->
     line = _read_line(proc, budget)
     if line is None:
         _kill(proc)
-        return MathVerdict(None, None, False, f"math-verify did not finish within {budget:g}s (killed; "
-                                              "scored as not correct)")
+        return MathVerdict(
+            None, None, False, f"math-verify did not finish within {budget:g}s (killed; scored as not correct)"
+        )
     with _lock:
         _idle.append(proc)
     out = json.loads(line)
@@ -131,4 +139,3 @@ def judge(completion: str | None, ground_truth, timeout_seconds: float = 5.0) ->
 def gold_parses(ground_truth, timeout_seconds: float = 5.0) -> bool:
     """Whether math-verify finds an answer in ``ground_truth`` (a gold row is usable)."""
     return judge(None, ground_truth, timeout_seconds).gold is not None
-

@@ -18,9 +18,12 @@ def _answer_config():
     # anchors), plus plain expressions so "the answer is 0.5" also parses.
     return [
         LatexExtractionConfig(
-            normalization_config=NormalizationConfig(nits=False, malformed_operators=False, basic_latex=True,
-                                                     boxed="all", units=True),
-            boxed_match_priority=0, try_extract_without_anchor=False),
+            normalization_config=NormalizationConfig(
+                nits=False, malformed_operators=False, basic_latex=True, boxed="all", units=True
+            ),
+            boxed_match_priority=0,
+            try_extract_without_anchor=False,
+        ),
         ExprExtractionConfig(),
     ]
 
@@ -52,8 +55,9 @@ def judge(request: dict) -> dict:
     completion = request.get("completion")
     if completion is None or not completion.strip():
         return out
-    answer = parse(completion, extraction_config=_answer_config(), extraction_mode="first_match",
-                   parsing_timeout=timeout)
+    answer = parse(
+        completion, extraction_config=_answer_config(), extraction_mode="first_match", parsing_timeout=timeout
+    )
     if answer:
         out["answer"] = str(answer[-1])[:200]
         out["correct"] = bool(verify(gold, answer, timeout_seconds=timeout))

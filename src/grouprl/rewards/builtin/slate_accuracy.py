@@ -24,12 +24,59 @@ OPINION = re.compile(r"<opinion>(.*?)</opinion>", re.IGNORECASE | re.DOTALL)
 INDEX_ONLY = re.compile(r"^(?:option\s*)?([0-9]+)$", re.IGNORECASE)
 MAX_INDEX_DIGITS = 9  # longer digit runs are a number no slate has: parsed, out of range (never int())
 SYNONYMS = {
-    "increase": {"increase", "increased", "increases", "increasing", "higher", "rise", "rises", "rose", "up", "more",
-                 "grow", "grows", "stronger", "strengthen", "strengthened"},
-    "decrease": {"decrease", "decreased", "decreases", "decreasing", "lower", "drop", "drops", "dropped", "down",
-                 "less", "fall", "falls", "fell", "decline", "declined", "weaker", "weaken", "weakened"},
-    "no_change": {"no_change", "no change", "nochange", "same", "stay the same", "stays the same", "unchanged",
-                  "steady", "stable", "none", "neutral", "remain", "remains the same", "no-change"},
+    "increase": {
+        "increase",
+        "increased",
+        "increases",
+        "increasing",
+        "higher",
+        "rise",
+        "rises",
+        "rose",
+        "up",
+        "more",
+        "grow",
+        "grows",
+        "stronger",
+        "strengthen",
+        "strengthened",
+    },
+    "decrease": {
+        "decrease",
+        "decreased",
+        "decreases",
+        "decreasing",
+        "lower",
+        "drop",
+        "drops",
+        "dropped",
+        "down",
+        "less",
+        "fall",
+        "falls",
+        "fell",
+        "decline",
+        "declined",
+        "weaker",
+        "weaken",
+        "weakened",
+    },
+    "no_change": {
+        "no_change",
+        "no change",
+        "nochange",
+        "same",
+        "stay the same",
+        "stays the same",
+        "unchanged",
+        "steady",
+        "stable",
+        "none",
+        "neutral",
+        "remain",
+        "remains the same",
+        "no-change",
+    },
 }
 WORD_TO_OPINION = {w: label for label, words in SYNONYMS.items() for w in words}
 
@@ -84,8 +131,14 @@ def _gold(ground_truth) -> int:
         raise ValueError(f"slate_accuracy: ground truth {ground_truth!r} is not an option number") from None
 
 
-def slate_accuracy(completion: str, ground_truth, n_options: int | None = None, opinion_label: str | None = None,
-                   allow_bare_number: bool | None = None, **_: object) -> float:
+def slate_accuracy(
+    completion: str,
+    ground_truth,
+    n_options: int | None = None,
+    opinion_label: str | None = None,
+    allow_bare_number: bool | None = None,
+    **_: object,
+) -> float:
     """Mean over the labelled parts of: chosen option == gold index, opinion == label."""
     answer = parse_slate_answer(completion, allow_bare_number)
     parts = [float(answer.in_range(n_options) and answer.choice == _gold(ground_truth))]
@@ -96,8 +149,9 @@ def slate_accuracy(completion: str, ground_truth, n_options: int | None = None, 
     return sum(parts) / len(parts)
 
 
-def slate_click(completion: str, ground_truth, n_options: int | None = None, allow_bare_number: bool | None = None,
-                **_: object) -> float:
+def slate_click(
+    completion: str, ground_truth, n_options: int | None = None, allow_bare_number: bool | None = None, **_: object
+) -> float:
     """1.0 when the chosen option is the clicked one (next-click accuracy), else 0.0."""
     answer = parse_slate_answer(completion, allow_bare_number)
     return float(answer.in_range(n_options) and answer.choice == _gold(ground_truth))

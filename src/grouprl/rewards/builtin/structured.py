@@ -20,8 +20,14 @@ from grouprl.rewards.sandbox import code_harness
 from grouprl.rewards.sandbox.runner import run_in_sandbox, run_many
 from grouprl.safe_text import JsonRejected, safe_json_loads
 
-__all__ = ["json_schema", "tool_call_match", "code_execution", "BUILTIN_STRUCTURED",
-           "extract_json", "extract_python_block"]
+__all__ = [
+    "json_schema",
+    "tool_call_match",
+    "code_execution",
+    "BUILTIN_STRUCTURED",
+    "extract_json",
+    "extract_python_block",
+]
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[^\n]*\n(.*?)```", re.DOTALL)  # what _fenced_blocks finds
 _LANG = re.compile(r"[ \t]*([A-Za-z0-9_+-]*)")
@@ -48,7 +54,7 @@ def _fenced_blocks(text: str) -> list[tuple[str, str]]:
         if end < 0:
             return blocks
         lang = _LANG.match(text, start + 3, eol)  # it always matches (perhaps nothing)
-        blocks.append(((lang.group(1) if lang else "").lower(), text[eol + 1:end]))
+        blocks.append(((lang.group(1) if lang else "").lower(), text[eol + 1 : end]))
         pos = end + 3
 
 
@@ -115,8 +121,12 @@ def json_schema(messages: list[Message], ground_truth: Any = None, schema: Any =
 
     raw_schema = schema if schema is not None else ground_truth
     if raw_schema is None:
-        return EvaluateResult(score=0.0, is_score_valid=False, reason="no schema (pass schema= or ground_truth)",
-                              error="json_schema: no schema given")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason="no schema (pass schema= or ground_truth)",
+            error="json_schema: no schema given",
+        )
     try:
         sch = _maybe_json(raw_schema)
         if not isinstance(sch, (dict, bool)):
@@ -125,29 +135,42 @@ def json_schema(messages: list[Message], ground_truth: Any = None, schema: Any =
         validator_cls.check_schema(sch)
     except (ValueError, jsonschema.SchemaError) as err:
         msg = getattr(err, "message", None) or str(err)
-        return EvaluateResult(score=0.0, is_score_valid=False, reason=f"invalid schema: {_short(msg)}",
-                              error=f"json_schema: invalid schema: {_short(msg)}")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason=f"invalid schema: {_short(msg)}",
+            error=f"json_schema: invalid schema: {_short(msg)}",
+        )
     try:
         value = extract_json(_completion(messages))
     except ValueError as err:
-        return EvaluateResult(score=0.0, reason=f"unparsable JSON: {err}",
-                              metrics={"parsed": MetricResult(score=0.0, reason=str(err))})
+        return EvaluateResult(
+            score=0.0, reason=f"unparsable JSON: {err}", metrics={"parsed": MetricResult(score=0.0, reason=str(err))}
+        )
     try:
         errors = sorted(validator_cls(sch).iter_errors(value), key=lambda e: list(e.path))
     except RecursionError:
-        return EvaluateResult(score=0.0, reason="JSON nested too deeply to validate",
-                              metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=0.0)})
+        return EvaluateResult(
+            score=0.0,
+            reason="JSON nested too deeply to validate",
+            metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=0.0)},
+        )
     if not errors:
-        return EvaluateResult(score=1.0, reason="JSON is valid against the schema",
-                              metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=1.0)})
+        return EvaluateResult(
+            score=1.0,
+            reason="JSON is valid against the schema",
+            metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=1.0)},
+        )
     best = jsonschema.exceptions.best_match(errors)
     where = "/".join(str(p) for p in best.absolute_path) or "<root>"
     reason = f"schema validation failed at {where}: {_short(best.message)}"
     if len(errors) > 1:
         reason += f" (+{len(errors) - 1} more error{'s' if len(errors) > 2 else ''})"
-    return EvaluateResult(score=0.0, reason=reason,
-                          metrics={"parsed": MetricResult(score=1.0),
-                                   "valid": MetricResult(score=0.0, reason=reason)})
+    return EvaluateResult(
+        score=0.0,
+        reason=reason,
+        metrics={"parsed": MetricResult(score=1.0), "valid": MetricResult(score=0.0, reason=reason)},
+    )
 
 
 # --------------------------------------------------------------------------- tool_call_match
@@ -194,8 +217,7 @@ def _jaccard(a: Counter, b: Counter) -> float:
 
 
 @reward_function
-def tool_call_match(messages: list[Message], ground_truth: Any = None, mode: str = "exact",
-                    **kwargs) -> EvaluateResult:
+def tool_call_match(messages: list[Message], ground_truth: Any = None, mode: str = "exact", **kwargs) -> EvaluateResult:
     """Compare the completion's tool calls with the expected ones in ``ground_truth``.
 
     Calls come from ``messages[-1].tool_calls`` if present, else from JSON in the completion (a
@@ -206,16 +228,28 @@ def tool_call_match(messages: list[Message], ground_truth: Any = None, mode: str
     ``name_jaccard`` metric is the same over names only. Unparsable calls score 0.0.
     """
     if mode not in ("exact", "jaccard"):
-        return EvaluateResult(score=0.0, is_score_valid=False, reason=f"unknown mode {mode!r}",
-                              error=f"tool_call_match: mode must be 'exact' or 'jaccard', got {mode!r}")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason=f"unknown mode {mode!r}",
+            error=f"tool_call_match: mode must be 'exact' or 'jaccard', got {mode!r}",
+        )
     if ground_truth is None:
-        return EvaluateResult(score=0.0, is_score_valid=False, reason="no expected tool calls (ground_truth)",
-                              error="tool_call_match: no ground_truth")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason="no expected tool calls (ground_truth)",
+            error="tool_call_match: no ground_truth",
+        )
     try:
         expected = _normalize_calls(_maybe_json(ground_truth), "ground_truth")
     except (ValueError, json.JSONDecodeError) as err:
-        return EvaluateResult(score=0.0, is_score_valid=False, reason=f"bad ground_truth: {err}",
-                              error=f"tool_call_match: bad ground_truth: {err}")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason=f"bad ground_truth: {err}",
+            error=f"tool_call_match: bad ground_truth: {err}",
+        )
     last = messages[-1] if messages else None
     try:
         if last is not None and last.tool_calls:
@@ -232,20 +266,26 @@ def tool_call_match(messages: list[Message], ground_truth: Any = None, mode: str
     score = exact if mode == "exact" else pair_j
     missing = sorted(n for n, _ in (b - a).elements())
     extra = sorted(n for n, _ in (a - b).elements())
-    reason = (f"{mode}: {score:.3f} ({sum((a & b).values())} of {len(expected)} expected call(s) matched, "
-              f"{len(actual)} made)")
+    reason = (
+        f"{mode}: {score:.3f} ({sum((a & b).values())} of {len(expected)} expected call(s) matched, {len(actual)} made)"
+    )
     if missing:
         reason += f"; missing/wrong: {', '.join(missing)}"
     if extra:
         reason += f"; unexpected/wrong: {', '.join(extra)}"
-    return EvaluateResult(score=score, reason=reason, metrics={
-        "exact_match": MetricResult(score=exact),
-        "pair_jaccard": MetricResult(score=pair_j),
-        "name_jaccard": MetricResult(score=name_j, reason="Jaccard over tool names only"),
-    })
+    return EvaluateResult(
+        score=score,
+        reason=reason,
+        metrics={
+            "exact_match": MetricResult(score=exact),
+            "pair_jaccard": MetricResult(score=pair_j),
+            "name_jaccard": MetricResult(score=name_j, reason="Jaccard over tool names only"),
+        },
+    )
 
 
 # --------------------------------------------------------------------------- code_execution
+
 
 def _norm_out(text: str) -> str:
     return "\n".join(line.rstrip() for line in str(text).strip().splitlines())
@@ -275,8 +315,9 @@ def _assert_verdicts(splits: dict, results: list, limits: dict) -> dict:
     order = sorted(splits)
     values = [code_harness.probe_values(results[i].stdout) for i in order]
     secret = secrets.token_hex(16)
-    judge = run_in_sandbox(code_harness.JUDGE_PROGRAM, stdin=code_harness.judge_stdin([splits[i] for i in order],
-                                                                                     secret, values), **limits)
+    judge = run_in_sandbox(
+        code_harness.JUDGE_PROGRAM, stdin=code_harness.judge_stdin([splits[i] for i in order], secret, values), **limits
+    )
     if judge.infra_error:
         return {"judge": judge}
     found = code_harness.judge_verdicts(judge.stdout, secret, len(order))
@@ -287,9 +328,17 @@ def _assert_verdicts(splits: dict, results: list, limits: dict) -> dict:
 
 
 @reward_function
-def code_execution(messages: list[Message], ground_truth: Any = None, test_cases: Any = None,
-                   workers: int = 4, timeout: float = 5.0, binary: bool = False, threshold: float = 1.0,
-                   memory_mb: int = 512, **kwargs) -> EvaluateResult:
+def code_execution(
+    messages: list[Message],
+    ground_truth: Any = None,
+    test_cases: Any = None,
+    workers: int = 4,
+    timeout: float = 5.0,
+    binary: bool = False,
+    threshold: float = 1.0,
+    memory_mb: int = 512,
+    **kwargs,
+) -> EvaluateResult:
     """Fraction of test cases passed by the last ```python block of the completion, run in the sandbox.
 
     Test cases are the ``test_cases`` keyword, else ``ground_truth`` (a list or a JSON string of
@@ -314,22 +363,35 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
             if not (isinstance(c, str) or (isinstance(c, dict) and "output" in c)):
                 raise ValueError(f"test case {i} must be an assert string or {{'input', 'output'}}")
     except (ValueError, json.JSONDecodeError) as err:
-        return EvaluateResult(score=0.0, is_score_valid=False, reason=f"bad test cases: {err}",
-                              error=f"code_execution: bad test cases: {err}")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason=f"bad test cases: {err}",
+            error=f"code_execution: bad test cases: {err}",
+        )
 
     code = extract_python_block(_completion(messages))
     if code is None:
-        return EvaluateResult(score=0.0, reason="no ```python code block in the completion",
-                              metrics={"pass_fraction": MetricResult(score=0.0, reason="no code block")})
+        return EvaluateResult(
+            score=0.0,
+            reason="no ```python code block in the completion",
+            metrics={"pass_fraction": MetricResult(score=0.0, reason="no code block")},
+        )
 
     try:
         splits = {i: code_harness.split_test(c, code) for i, c in enumerate(cases) if isinstance(c, str)}
     except code_harness.UnsupportedTest as err:
-        return EvaluateResult(score=0.0, is_score_valid=False, reason=f"unsupported test: {err}",
-                              error=f"code_execution: unsupported test: {err}")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason=f"unsupported test: {err}",
+            error=f"code_execution: unsupported test: {err}",
+        )
     programs = [code_harness.PROBE_PROGRAM if i in splits else code for i in range(len(cases))]
-    stdins = [code_harness.child_stdin(code, splits[i]) if i in splits else str(c.get("input", "") or "")
-              for i, c in enumerate(cases)]
+    stdins = [
+        code_harness.child_stdin(code, splits[i]) if i in splits else str(c.get("input", "") or "")
+        for i, c in enumerate(cases)
+    ]
     limits = dict(timeout_s=float(timeout), cpu_s=max(1, math.ceil(float(timeout))) + 1, memory_mb=int(memory_mb))
     results = run_many(programs, workers=int(workers), stdins=stdins, **limits)
     verdicts = _assert_verdicts(splits, results, limits) if splits else {}
@@ -352,8 +414,13 @@ def code_execution(messages: list[Message], ground_truth: Any = None, test_cases
         elif _norm_out(res.stdout) == _norm_out(c["output"]):
             ok, why = True, "output matches"
         else:
-            ok, why = False, (f"wrong output: expected {_short(_norm_out(c['output']), 60)!r}, "
-                              f"got {_short(_norm_out(res.stdout), 60)!r}")
+            ok, why = (
+                False,
+                (
+                    f"wrong output: expected {_short(_norm_out(c['output']), 60)!r}, "
+                    f"got {_short(_norm_out(res.stdout), 60)!r}"
+                ),
+            )
         passed += ok
         metrics[f"case_{i}"] = MetricResult(score=float(ok), reason=why)
         if not ok:

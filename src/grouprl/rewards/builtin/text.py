@@ -27,14 +27,24 @@ from grouprl.rewards.builtin.length import cosine_length, length_reward, repetit
 from grouprl.rewards.kit import with_options, reward_function
 
 __all__ = [
-    "BUILTIN_TEXT", "cosine_length", "format_reward", "is_correct", "length_reward", "math_accuracy",
-    "reasoning_steps", "repetition_penalty", "soft_overlong", "tag_count", "with_options",
+    "BUILTIN_TEXT",
+    "cosine_length",
+    "format_reward",
+    "is_correct",
+    "length_reward",
+    "math_accuracy",
+    "reasoning_steps",
+    "repetition_penalty",
+    "soft_overlong",
+    "tag_count",
+    "with_options",
 ]
 
 
 @reward_function(id="math_accuracy", requirements=["math-verify"])
-def math_accuracy(messages: list[Message], ground_truth: Any = None, *, timeout_seconds: int = 5,
-                  **kwargs) -> EvaluateResult:
+def math_accuracy(
+    messages: list[Message], ground_truth: Any = None, *, timeout_seconds: int = 5, **kwargs
+) -> EvaluateResult:
     """Answer equivalence with Hugging Face ``math-verify`` (open-r1's ``accuracy_reward``).
 
     The gold (``ground_truth``) and the completion are parsed into sympy expressions
@@ -50,18 +60,26 @@ def math_accuracy(messages: list[Message], ground_truth: Any = None, *, timeout_
     if verdict.note is not None:  # math-verify could not finish with this answer: it is not a correct one
         return EvaluateResult(score=0.0, reason=verdict.note, metrics={"correct": metric(0.0, verdict.note)})
     if verdict.gold is None:
-        return EvaluateResult(score=0.0, is_score_valid=False,
-                              reason=f"gold answer {shorten(ground_truth)} could not be parsed; no opinion")
+        return EvaluateResult(
+            score=0.0,
+            is_score_valid=False,
+            reason=f"gold answer {shorten(ground_truth)} could not be parsed; no opinion",
+        )
     if verdict.answer is None:
-        return EvaluateResult(score=0.0, reason=f"no answer found in the completion (gold {verdict.gold})",
-                              metrics={"correct": metric(0.0, "no answer"),
-                                       "answer_found": metric(0.0, "nothing parsable")})
+        return EvaluateResult(
+            score=0.0,
+            reason=f"no answer found in the completion (gold {verdict.gold})",
+            metrics={"correct": metric(0.0, "no answer"), "answer_found": metric(0.0, "nothing parsable")},
+        )
     ok = verdict.correct
     return EvaluateResult(
         score=1.0 if ok else 0.0,
         reason=f"answer {verdict.answer} {'matches' if ok else 'does not match'} gold {verdict.gold}",
-        metrics={"correct": metric(float(ok), "math-verify equivalence"),
-                 "answer_found": metric(1.0, f"parsed {verdict.answer}")})
+        metrics={
+            "correct": metric(float(ok), "math-verify equivalence"),
+            "answer_found": metric(1.0, f"parsed {verdict.answer}"),
+        },
+    )
 
 
 # --- format / tag_count / reasoning_steps --------------------------------------------------------
@@ -70,8 +88,14 @@ DEFAULT_FORMAT = r"^<think>.*?</think>\s*<answer>.*?</answer>$"
 
 
 @reward_function(id="format")
-def format_reward(messages: list[Message], ground_truth: Any = None, *, pattern: str = DEFAULT_FORMAT,
-                  flags: int = re.DOTALL, **kwargs) -> EvaluateResult:
+def format_reward(
+    messages: list[Message],
+    ground_truth: Any = None,
+    *,
+    pattern: str = DEFAULT_FORMAT,
+    flags: int = re.DOTALL,
+    **kwargs,
+) -> EvaluateResult:
     """Format reward (DeepSeek-R1 / open-r1 ``format_reward``): 1.0 if the completion, with
     surrounding whitespace stripped, matches ``pattern`` in full (``re.fullmatch``), else 0.0.
 
@@ -79,9 +103,11 @@ def format_reward(messages: list[Message], ground_truth: Any = None, *, pattern:
     """
     pattern, flags = option_or(pattern, DEFAULT_FORMAT), option_or(flags, re.DOTALL)
     ok = re.fullmatch(pattern, completion_text(messages).strip(), flags) is not None
-    return EvaluateResult(score=float(ok),
-                          reason=f"completion {'matches' if ok else 'does not match'} {pattern!r}",
-                          metrics={"full_match": metric(float(ok), "re.fullmatch")})
+    return EvaluateResult(
+        score=float(ok),
+        reason=f"completion {'matches' if ok else 'does not match'} {pattern!r}",
+        metrics={"full_match": metric(float(ok), "re.fullmatch")},
+    )
 
 
 TAGS = ("<think>\n", "\n</think>\n", "\n<answer>\n", "\n</answer>")
@@ -99,7 +125,8 @@ def tag_count(messages: list[Message], ground_truth: Any = None, **kwargs) -> Ev
     return EvaluateResult(
         score=score,
         reason="tag counts " + ", ".join(f"{t!r}={c}" for t, c in counts.items()),
-        metrics={n: metric(float(c == 1), f"{t!r} occurs {c} time(s)") for n, (t, c) in zip(names, counts.items())})
+        metrics={n: metric(float(c == 1), f"{t!r} occurs {c} time(s)") for n, (t, c) in zip(names, counts.items())},
+    )
 
 
 STEP_PATTERNS = {
@@ -128,7 +155,8 @@ def reasoning_steps(messages: list[Message], ground_truth: Any = None, *, n: int
     return EvaluateResult(
         score=min(1.0, total / n),
         reason=f"{total} step marker(s) (" + ", ".join(f"{k}={v}" for k, v in counts.items()) + f"), n={n}",
-        metrics={k: metric(v / n, f"{v} found") for k, v in counts.items()})
+        metrics={k: metric(v / n, f"{v} found") for k, v in counts.items()},
+    )
 
 
 # --- options and the registry map ----------------------------------------------------------------

@@ -55,8 +55,9 @@ def valid_choice(ep: Episode, allow_bare_number: bool | None = None) -> int | No
     return answer.choice if answer.in_range(len(ep.row["slate_items"])) else None
 
 
-def build_examples(episodes: list[Episode], show_ids: bool = False,
-                   allow_bare_number: bool | None = None) -> list[DiscriminatorExample]:
+def build_examples(
+    episodes: list[Episode], show_ids: bool = False, allow_bare_number: bool | None = None
+) -> list[DiscriminatorExample]:
     """Positives: each distinct row's logged click (once); negatives: valid, wrong policy choices."""
     positives: dict[str, DiscriminatorExample] = {}
     negatives: list[DiscriminatorExample] = []
@@ -74,10 +75,22 @@ class GailDiscriminator:
 
     name = "gail"
 
-    def __init__(self, model_name_or_path: str, learning_rate: float = 2e-5, alpha: float = 1.0,
-                 device: str = "auto", show_ids: bool = False, trainable: bool = True, max_length: int = 512,
-                 replay: int = 0, minibatch: int = 0, updates: int = 1, seed: int = 0, score_batch_size: int = 64,
-                 allow_bare_number: bool | None = None):
+    def __init__(
+        self,
+        model_name_or_path: str,
+        learning_rate: float = 2e-5,
+        alpha: float = 1.0,
+        device: str = "auto",
+        show_ids: bool = False,
+        trainable: bool = True,
+        max_length: int = 512,
+        replay: int = 0,
+        minibatch: int = 0,
+        updates: int = 1,
+        seed: int = 0,
+        score_batch_size: int = 64,
+        allow_bare_number: bool | None = None,
+    ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.device = pick_gail_device(device)
@@ -91,7 +104,8 @@ class GailDiscriminator:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             self.model = AutoModelForSequenceClassification.from_pretrained(
-                model_name_or_path, num_labels=2, torch_dtype=torch.float32).to(self.device)
+                model_name_or_path, num_labels=2, torch_dtype=torch.float32
+            ).to(self.device)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=learning_rate)
         self.buffer: deque[DiscriminatorExample] = deque(maxlen=replay) if replay > 0 else deque(maxlen=0)
         self.generator = torch.Generator().manual_seed(seed)
@@ -99,8 +113,14 @@ class GailDiscriminator:
 
     # --- the forward pass ------------------------------------------------------------------
     def _encode(self, examples: list[DiscriminatorExample]) -> dict[str, torch.Tensor]:
-        batch = self.tokenizer([ex.choice for ex in examples], [ex.context for ex in examples], padding=True,
-                               truncation="only_second", max_length=self.max_length, return_tensors="pt")
+        batch = self.tokenizer(
+            [ex.choice for ex in examples],
+            [ex.context for ex in examples],
+            padding=True,
+            truncation="only_second",
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
         return {k: v.to(self.device) for k, v in batch.items()}
 
     @torch.no_grad()
@@ -111,8 +131,10 @@ class GailDiscriminator:
         was_training = self.model.training
         self.model.eval()
         try:
-            out = [self.model(**self._encode(examples[i:i + self.score_batch_size])).logits.float().softmax(-1)[:, 1]
-                   for i in range(0, len(examples), self.score_batch_size)]
+            out = [
+                self.model(**self._encode(examples[i : i + self.score_batch_size])).logits.float().softmax(-1)[:, 1]
+                for i in range(0, len(examples), self.score_batch_size)
+            ]
         finally:
             self.model.train(was_training)
         return torch.cat(out).cpu()
@@ -165,8 +187,9 @@ class GailDiscriminator:
         if len(examples):
             eps = 1e-7
             bce = -(labels * (probs + eps).log() + (1 - labels) * (1 - probs + eps).log()).mean()
-            metrics.update({"disc/loss": float(bce), "disc/accuracy": float(((probs > 0.5).float() == labels)
-                                                                             .float().mean())})
+            metrics.update(
+                {"disc/loss": float(bce), "disc/accuracy": float(((probs > 0.5).float() == labels).float().mean())}
+            )
         if len(pos):
             metrics["disc/p_expert_pos"] = float(pos.mean())
         if len(neg):
@@ -180,9 +203,13 @@ class GailDiscriminator:
         return float(-(labels * probs.log() + (1 - labels) * (1 - probs).log()).mean())
 
     def state_dict(self) -> dict[str, Any]:
-        return {"model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "buffer": [vars(ex) for ex in self.buffer],
-                "generator": self.generator.get_state(), "steps": self.steps}
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "buffer": [vars(ex) for ex in self.buffer],
+            "generator": self.generator.get_state(),
+            "steps": self.steps,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])

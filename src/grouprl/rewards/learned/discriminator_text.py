@@ -57,16 +57,27 @@ def render_context(viewer: str, state: str, items: list[dict[str, Any]], show_id
 
 def example_for(row: dict[str, Any], index: int, label: int, show_ids: bool = False) -> DiscriminatorExample:
     items = row["slate_items"]
-    return DiscriminatorExample(render_choice(items, index, show_ids),
-                                render_context(row.get("viewer", ""), row.get("question", ""), items, show_ids), label)
+    return DiscriminatorExample(
+        render_choice(items, index, show_ids),
+        render_context(row.get("viewer", ""), row.get("question", ""), items, show_ids),
+        label,
+    )
 
 
 def original_rendering(row: dict[str, Any], index: int) -> str:
     """The original's single string, chosen item on the last line (for measuring its truncation)."""
     items = row["slate_items"]
     names = [f"{i}. {_name(it, False)}" for i, it in enumerate(items, 1)] or ["(none)"]
-    return "\n".join([f"VIEWER: {row.get('viewer') or '(none)'}", "STATE:", row.get("question") or "(none)",
-                      "SLATE (names):", *names, f"ACTION_NAME: {_name(items[index - 1], False)}"])
+    return "\n".join(
+        [
+            f"VIEWER: {row.get('viewer') or '(none)'}",
+            "STATE:",
+            row.get("question") or "(none)",
+            "SLATE (names):",
+            *names,
+            f"ACTION_NAME: {_name(items[index - 1], False)}",
+        ]
+    )
 
 
 def choice_cut_rate(rows: list[dict[str, Any]], tokenizer, max_length: int = 512) -> dict[str, float]:
@@ -85,4 +96,4 @@ def choice_cut_rate(rows: list[dict[str, Any]], tokenizer, max_length: int = 512
 
 
 def _contains(haystack: list[int], needle: list[int]) -> bool:
-    return any(haystack[i:i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
+    return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))

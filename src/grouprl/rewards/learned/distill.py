@@ -50,10 +50,13 @@ def _load_student(path: str, device: str, seed: int) -> SequenceClassifier:
         tokenizer = auto_tokenizer(path)
         model = AutoModelForSequenceClassification.from_pretrained(path, num_labels=1, dtype=torch.float32)
     except (OSError, ValueError) as err:
-        raise ConfigError(f"distilled_judge: student '{path}' cannot be loaded as a sequence classifier "
-                          f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
-    student = SequenceClassifier(path, device=str(pick_device(device)), model=model, tokenizer=tokenizer,
-                                 max_length=512, batch_size=64)
+        raise ConfigError(
+            f"distilled_judge: student '{path}' cannot be loaded as a sequence classifier "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+        ) from None
+    student = SequenceClassifier(
+        path, device=str(pick_device(device)), model=model, tokenizer=tokenizer, max_length=512, batch_size=64
+    )
     student.model.requires_grad_(True)
     return student
 
@@ -63,10 +66,21 @@ class DistilledJudge:
 
     name = "distilled_judge"
 
-    def __init__(self, judge: Judge, student: SequenceClassifier, judge_steps: int = 10,
-                 sample_fraction: float = 0.5, sample_decay: float = 0.8, min_fraction: float = 0.05,
-                 learning_rate: float = 1e-3, updates_per_step: int = 4, replay_size: int = 512,
-                 minibatch: int = 64, max_judge_error_fraction: float = 0.1, seed: int = 0):
+    def __init__(
+        self,
+        judge: Judge,
+        student: SequenceClassifier,
+        judge_steps: int = 10,
+        sample_fraction: float = 0.5,
+        sample_decay: float = 0.8,
+        min_fraction: float = 0.05,
+        learning_rate: float = 1e-3,
+        updates_per_step: int = 4,
+        replay_size: int = 512,
+        minibatch: int = 64,
+        max_judge_error_fraction: float = 0.1,
+        seed: int = 0,
+    ):
         self.judge, self.student = judge, student
         self.judge_steps, self.sample_fraction, self.sample_decay = judge_steps, sample_fraction, sample_decay
         self.min_fraction, self.updates_per_step, self.replay_size = min_fraction, updates_per_step, replay_size
@@ -96,9 +110,11 @@ class DistilledJudge:
         rng = torch.Generator().manual_seed(self.seed * 1_000_003 + self.step * 101 + int(os.environ.get("RANK", 0)))
         n = max(1, math.ceil(self.fraction() * len(episodes)))
         sample = sorted(torch.randperm(len(episodes), generator=rng)[:n].tolist())
-        results = self.judge([[Message.model_validate(m) for m in conversations[i]] for i in sample],
-                             [episodes[i].row.get("ground_truth") for i in sample],
-                             group_ids=[episodes[i].group_id for i in sample])
+        results = self.judge(
+            [[Message.model_validate(m) for m in conversations[i]] for i in sample],
+            [episodes[i].row.get("ground_truth") for i in sample],
+            group_ids=[episodes[i].group_id for i in sample],
+        )
         scores = list(student)
         for i, result in zip(sample, results):
             if result.error is not None or not result.is_score_valid:
@@ -108,17 +124,22 @@ class DistilledJudge:
             if self.step < self.judge_steps:
                 scores[i] = float(result.score)
         if self._errors > self.max_judge_error_fraction * len(episodes):  # of the batch, as documented
-            raise RewardFailure(f"distilled_judge: the judge failed on {self._errors} of the {len(sample)} completions "
-                                f"it was asked about, more than max_judge_error_fraction="
-                                f"{self.max_judge_error_fraction} of the batch's {len(episodes)}; first: "
-                                f"{next(r.error for r in results if r.error)}")
+            raise RewardFailure(
+                f"distilled_judge: the judge failed on {self._errors} of the {len(sample)} completions "
+                f"it was asked about, more than max_judge_error_fraction="
+                f"{self.max_judge_error_fraction} of the batch's {len(episodes)}; first: "
+                f"{next(r.error for r in results if r.error)}"
+            )
         return scores
 
     def update(self, episodes: list[Episode]) -> dict[str, float]:
         labelled = gather_across_processes(self._labelled)
         errors = sum(gather_across_processes([self._errors]))
-        metrics = {"distill/judge_fraction": self.fraction(), "distill/judged": float(len(labelled)),
-                   "distill/judge_errors": float(errors)}
+        metrics = {
+            "distill/judge_fraction": self.fraction(),
+            "distill/judged": float(len(labelled)),
+            "distill/judge_errors": float(errors),
+        }
         if labelled:
             metrics["distill/agreement"] = sum((s > 0.5) == (y > 0.5) for _, y, s in labelled) / len(labelled)
             metrics["distill/judge_positive"] = sum(y > 0.5 for _, y, _ in labelled) / len(labelled)
@@ -126,7 +147,7 @@ class DistilledJudge:
         metrics.update({f"{self.name}/{k}": v for k, v in self.judge.drain_metrics().items()})
         if self.frozen:
             return metrics
-        self.replay = (self.replay + [(text, y) for text, y, _ in labelled])[-self.replay_size:]
+        self.replay = (self.replay + [(text, y) for text, y, _ in labelled])[-self.replay_size :]
         losses = []
         rng = torch.Generator().manual_seed(self.seed * 7_919 + self.step)
         self.student.model.train()
@@ -146,8 +167,12 @@ class DistilledJudge:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "model": {k: v.detach().cpu().clone() for k, v in self.student.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "replay": list(self.replay)}
+        return {
+            "step": self.step,
+            "model": {k: v.detach().cpu().clone() for k, v in self.student.model.state_dict().items()},
+            "optimizer": self.optimizer.state_dict(),
+            "replay": list(self.replay),
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.step, self.replay = int(state["step"]), list(state["replay"])
@@ -162,12 +187,15 @@ def build_distilled_judge(options: dict[str, Any], run_dir: str | None, reward_t
     judge_options, student = options.pop("judge", None), options.pop("student", None)
     device = options.pop("device", "auto")
     if not isinstance(judge_options, dict) or not student:
-        raise ConfigError("distilled_judge: options 'student' (a model folder or hub id) and 'judge' (the judge's "
-                          "options: base_url, model, ...) are required")
-    known = set(DistilledJudge.__init__.__code__.co_varnames[3:DistilledJudge.__init__.__code__.co_argcount])
+        raise ConfigError(
+            "distilled_judge: options 'student' (a model folder or hub id) and 'judge' (the judge's "
+            "options: base_url, model, ...) are required"
+        )
+    known = set(DistilledJudge.__init__.__code__.co_varnames[3 : DistilledJudge.__init__.__code__.co_argcount])
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ConfigError(f"distilled_judge: unknown option(s) {unknown}; expected student, judge, device, "
-                          f"{', '.join(sorted(known))}")
+        raise ConfigError(
+            f"distilled_judge: unknown option(s) {unknown}; expected student, judge, device, {', '.join(sorted(known))}"
+        )
     judge = Judge("judge", settings_from("judge", judge_options), run_dir, reward_timeout)
     return DistilledJudge(judge, _load_student(student, device, int(options.get("seed", 0))), **options)

@@ -81,6 +81,7 @@ Reply with exactly {{ k }} lines, one per response, of the form <response number
 
 FORMATS = ("score_line", "json", "number")
 
+
 @dataclass
 class JudgeSettings:
     base_url: str
@@ -116,8 +117,10 @@ def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
         raise ConfigError(f"reward '{name}': unknown option(s) {unknown}; expected some of {sorted(known)}")
     missing = [k for k in ("base_url", "model") if not options.get(k)]
     if missing:
-        raise ConfigError(f"reward '{name}': option(s) {missing} missing; a judge needs the endpoint's base_url "
-                          "(e.g. http://127.0.0.1:8000/v1) and the model it serves")
+        raise ConfigError(
+            f"reward '{name}': option(s) {missing} missing; a judge needs the endpoint's base_url "
+            "(e.g. http://127.0.0.1:8000/v1) and the model it serves"
+        )
     try:
         s = JudgeSettings(**options)
         s.score_range = tuple(float(x) for x in s.score_range)  # type: ignore[assignment]
@@ -125,29 +128,40 @@ def settings_from(name: str, options: dict[str, Any]) -> JudgeSettings:
             s.price_per_million_tokens = tuple(float(x) for x in s.price_per_million_tokens)  # type: ignore
     except (TypeError, ValueError) as err:
         raise ConfigError(f"reward '{name}': bad options ({err})") from None
-    problems = [(s.format not in FORMATS, f"format {s.format!r}: expected one of {FORMATS}"),
-                (name == "group_judge" and s.format == "number", "format 'number' cannot score a group"),
-                (len(s.score_range) != 2 or s.score_range[0] >= s.score_range[1],
-                 f"score_range {list(s.score_range)}: expected [low, high] with low < high"),
-                (s.concurrency < 1 or s.retries < 0 or s.timeout <= 0 or s.max_tokens < 1,
-                 "concurrency >= 1, retries >= 0, timeout > 0 and max_tokens >= 1 expected")]
+    problems = [
+        (s.format not in FORMATS, f"format {s.format!r}: expected one of {FORMATS}"),
+        (name == "group_judge" and s.format == "number", "format 'number' cannot score a group"),
+        (
+            len(s.score_range) != 2 or s.score_range[0] >= s.score_range[1],
+            f"score_range {list(s.score_range)}: expected [low, high] with low < high",
+        ),
+        (
+            s.concurrency < 1 or s.retries < 0 or s.timeout <= 0 or s.max_tokens < 1,
+            "concurrency >= 1, retries >= 0, timeout > 0 and max_tokens >= 1 expected",
+        ),
+    ]
     for bad, why in problems:
         if bad:
             raise ConfigError(f"reward '{name}': option {why}")
     if s.extra_body is not None and not isinstance(s.extra_body, dict):
-        raise ConfigError(f"reward '{name}': option extra_body: expected a mapping of request fields, "
-                          f"found {type(s.extra_body).__name__} {s.extra_body!r:.60}")
+        raise ConfigError(
+            f"reward '{name}': option extra_body: expected a mapping of request fields, "
+            f"found {type(s.extra_body).__name__} {s.extra_body!r:.60}"
+        )
     clashes = sorted(set(s.extra_body or {}) & set(OWN_FIELDS))
     if clashes:
-        raise ConfigError(f"reward '{name}': option extra_body sets {clashes}, which the judge sets itself "
-                          "(use the options model, temperature, max_tokens; streaming and n > 1 are not read)")
+        raise ConfigError(
+            f"reward '{name}': option extra_body sets {clashes}, which the judge sets itself "
+            "(use the options model, temperature, max_tokens; streaming and n > 1 are not read)"
+        )
     if s.score_pattern is not None:
         try:
             if re.compile(s.score_pattern).groups < 1:
                 raise re.error("no group")
         except re.error as err:
-            raise ConfigError(f"reward '{name}': score_pattern {s.score_pattern!r} is not a regex with a group "
-                              f"({err})") from None
+            raise ConfigError(
+                f"reward '{name}': score_pattern {s.score_pattern!r} is not a regex with a group ({err})"
+            ) from None
     return s
 
 
@@ -156,8 +170,10 @@ def api_key_of(name: str, api_key: str | None) -> str:
     run folder holds the redaction mark instead of the key (config/redact.py): never sent, the environment's is used."""
     if api_key == REDACTED:
         if not os.environ.get("OPENAI_API_KEY"):
-            raise ConfigError(f"reward '{name}': option api_key is {REDACTED!r} (a saved config never holds the key); "
-                              "give the key again: the option api_key or $OPENAI_API_KEY")
+            raise ConfigError(
+                f"reward '{name}': option api_key is {REDACTED!r} (a saved config never holds the key); "
+                "give the key again: the option api_key or $OPENAI_API_KEY"
+            )
         api_key = None
     return api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
 
@@ -202,15 +218,26 @@ class Judge:
         folder = settings.cache_dir or (str(Path(run_dir) / "judge_cache" / name) if run_dir else None)
         api_key = api_key_of(name, settings.api_key)
         deadline = settings.batch_deadline or (0.9 * reward_timeout if reward_timeout > 0 else None)
-        self.client = JudgeClient(settings.base_url, api_key, settings.concurrency, settings.timeout,
-                                  settings.retries, settings.backoff_seconds,
-                                  JudgeCache(folder if settings.cache else None), deadline)
+        self.client = JudgeClient(
+            settings.base_url,
+            api_key,
+            settings.concurrency,
+            settings.timeout,
+            settings.retries,
+            settings.backoff_seconds,
+            JudgeCache(folder if settings.cache else None),
+            deadline,
+        )
         self.parse_failures = 0
 
     def request(self, prompt: str) -> dict[str, Any]:
-        messages = ([{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else [])
-        request = {"model": self.s.model, "messages": messages + [{"role": "user", "content": prompt}],
-                   "temperature": self.s.temperature, "max_tokens": self.s.max_tokens}
+        messages = [{"role": "system", "content": self.s.system_prompt}] if self.s.system_prompt else []
+        request = {
+            "model": self.s.model,
+            "messages": messages + [{"role": "user", "content": prompt}],
+            "temperature": self.s.temperature,
+            "max_tokens": self.s.max_tokens,
+        }
         if self.s.extra_body:  # merged into the JSON body by the client (judge_client.py)
             request["extra_body"] = dict(self.s.extra_body)
         return request
@@ -223,17 +250,24 @@ class Judge:
 
     def __call__(self, rollouts_messages, ground_truths=None, **columns) -> list[EvaluateResult]:
         truths = list(ground_truths) if ground_truths is not None else [None] * len(rollouts_messages)
-        rows = [{k: v[i] for k, v in columns.items() if isinstance(v, list) and len(v) == len(truths)}
-                for i in range(len(truths))]
+        rows = [
+            {k: v[i] for k, v in columns.items() if isinstance(v, list) and len(v) == len(truths)}
+            for i in range(len(truths))
+        ]
         parts = [_split(m) for m in rollouts_messages]
         if self.group:
             return self._score_groups(parts, truths, rows, columns.get("group_ids") or [0] * len(parts))
-        prompts = [self.template.render(question=q, completion=c, conversation=t, reference=truth, row=row)
-                   for (q, c, t), truth, row in zip(parts, truths, rows)]
+        prompts = [
+            self.template.render(question=q, completion=c, conversation=t, reference=truth, row=row)
+            for (q, c, t), truth, row in zip(parts, truths, rows)
+        ]
         replies = self.client.ask([self.request(p) for p in prompts])
-        return [self._result(r, lambda text, c=c: self._verdict(read_score(text, self.s.format, self.s.score_pattern),
-                                                                [c]))[0]
-                for r, (_, c, _) in zip(replies, parts)]
+        return [
+            self._result(
+                r, lambda text, c=c: self._verdict(read_score(text, self.s.format, self.s.score_pattern), [c])
+            )[0]
+            for r, (_, c, _) in zip(replies, parts)
+        ]
 
     def _score_groups(self, parts, truths, rows, group_ids) -> list[EvaluateResult]:
         members: dict[Any, list[int]] = {}
@@ -241,14 +275,25 @@ class Judge:
             members.setdefault(g, []).append(i)
         groups = list(members.values())
         orders = [sorted(idx, key=lambda i: hashlib.sha256(parts[i][1].encode()).hexdigest()) for idx in groups]
-        prompts = [self.template.render(question=parts[o[0]][0], completions=[parts[i][1] for i in o], k=len(o),
-                                        reference=truths[o[0]], row=rows[o[0]]) for o in orders]
+        prompts = [
+            self.template.render(
+                question=parts[o[0]][0],
+                completions=[parts[i][1] for i in o],
+                k=len(o),
+                reference=truths[o[0]],
+                row=rows[o[0]],
+            )
+            for o in orders
+        ]
         replies = self.client.ask([self.request(p) for p in prompts])
         out: list[EvaluateResult] = [None] * len(parts)  # type: ignore[list-item]
         for order, reply in zip(orders, replies):
             graded = [parts[i][1] for i in order]
-            results = self._result(reply, lambda text, g=graded: self._verdict(
-                read_group_scores(text, self.s.format, len(g)), g), len(order))
+            results = self._result(
+                reply,
+                lambda text, g=graded: self._verdict(read_group_scores(text, self.s.format, len(g)), g),
+                len(order),
+            )
             for i, result in zip(order, results):
                 out[i] = result
         return out
@@ -263,13 +308,17 @@ class Judge:
         try:
             opens_with_verdict = self.s.format == "number" and self.s.score_pattern is None
             if reply.finish_reason == "length" and not opens_with_verdict:  # number: a cut comes after the verdict
-                raise JudgeParseError(f"the reply was cut at max_tokens={self.s.max_tokens} (finish_reason "
-                                      "'length'): no complete verdict")
+                raise JudgeParseError(
+                    f"the reply was cut at max_tokens={self.s.max_tokens} (finish_reason 'length'): no complete verdict"
+                )
             scores = parse(reply.text)
         except JudgeParseError as err:
             self.parse_failures += 1
-            return [EvaluateResult(score=0.0, is_score_valid=False,
-                                   error=f"parse failure: {err}; reply ...{reply.text[-120:]!r}")] * n
+            return [
+                EvaluateResult(
+                    score=0.0, is_score_valid=False, error=f"parse failure: {err}; reply ...{reply.text[-120:]!r}"
+                )
+            ] * n
         return [EvaluateResult(score=s, reason=reply.text[-200:]) for s in scores]
 
     def drain_metrics(self) -> dict[str, float]:
@@ -277,9 +326,15 @@ class Judge:
         metrics = self.client.drain().as_metrics(self.s.price_per_million_tokens)
         metrics["parse_failures"], self.parse_failures = float(self.parse_failures), 0
         if metrics["requests"]:
-            log.info("%s: %d requests, %d sent, %d from the cache, %d parse failures, %d endpoint errors", self.name,
-                     metrics["requests"], metrics["calls"], metrics["cache_hits"], metrics["parse_failures"],
-                     metrics["endpoint_errors"])
+            log.info(
+                "%s: %d requests, %d sent, %d from the cache, %d parse failures, %d endpoint errors",
+                self.name,
+                metrics["requests"],
+                metrics["calls"],
+                metrics["cache_hits"],
+                metrics["parse_failures"],
+                metrics["endpoint_errors"],
+            )
         return metrics
 
 

@@ -66,5 +66,8 @@ class JudgeCache:
 def read_entries(path: Path) -> dict[str, dict[str, Any]]:
     """The whole records of a cache file (a torn last line from a killed process is skipped and counted)."""
     records, _ = read_records(path)
-    return {r["key"]: r for r in records
-            if isinstance(r, dict) and isinstance(r.get("key"), str) and isinstance(r.get("text"), str)}
+    return {
+        r["key"]: r
+        for r in records
+        if isinstance(r, dict) and isinstance(r.get("key"), str) and isinstance(r.get("text"), str)
+    }

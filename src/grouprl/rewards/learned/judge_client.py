@@ -51,9 +51,15 @@ class JudgeStats:
     latencies: list[float] = field(default_factory=list)
 
     def as_metrics(self, prices: tuple[float, float] | None) -> dict[str, float]:
-        out = {"requests": float(self.requests), "calls": float(self.calls), "cache_hits": float(self.cache_hits),
-               "retries": float(self.retries), "endpoint_errors": float(self.endpoint_errors),
-               "prompt_tokens": float(self.prompt_tokens), "completion_tokens": float(self.completion_tokens)}
+        out = {
+            "requests": float(self.requests),
+            "calls": float(self.calls),
+            "cache_hits": float(self.cache_hits),
+            "retries": float(self.retries),
+            "endpoint_errors": float(self.endpoint_errors),
+            "prompt_tokens": float(self.prompt_tokens),
+            "completion_tokens": float(self.completion_tokens),
+        }
         if self.latencies:
             out["latency_mean_s"] = sum(self.latencies) / len(self.latencies)
             out["latency_max_s"] = max(self.latencies)
@@ -66,8 +72,18 @@ MAX_BYTES = 4 << 20  # a chat completion of a few thousand tokens is a few tens 
 
 
 class JudgeClient:
-    def __init__(self, base_url: str, api_key: str, concurrency: int, timeout: float, retries: int,
-                 backoff_seconds: float, cache: JudgeCache, deadline: float | None = None, max_bytes: int = MAX_BYTES):
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        concurrency: int,
+        timeout: float,
+        retries: int,
+        backoff_seconds: float,
+        cache: JudgeCache,
+        deadline: float | None = None,
+        max_bytes: int = MAX_BYTES,
+    ):
         self.base_url, self.api_key, self.max_bytes = base_url, api_key, max_bytes
         self.deadline = deadline  # seconds for a whole batch; what is unanswered then is an error
         self.concurrency, self.timeout, self.retries, self.backoff = concurrency, timeout, retries, backoff_seconds
@@ -126,14 +142,15 @@ class JudgeClient:
             self.stats.retries += attempt > 0
             start = time.perf_counter()
             try:
-                reply = await chat_completion(client, self.base_url, self.api_key, body, deadline_s=self.timeout,
-                                              max_bytes=self.max_bytes)
+                reply = await chat_completion(
+                    client, self.base_url, self.api_key, body, deadline_s=self.timeout, max_bytes=self.max_bytes
+                )
             except RequestFailed as err:
                 if attempt == self.retries or not err.transient:
                     self.stats.endpoint_errors += 1
                     tries = f" after {attempt + 1} attempts" if attempt else ""
                     return Reply(None, f"endpoint error{tries}: {err}")
-                await asyncio.sleep(self.backoff * 2 ** attempt * (1 + random.random() / 2))
+                await asyncio.sleep(self.backoff * 2**attempt * (1 + random.random() / 2))
                 continue
             self.stats.latencies.append(time.perf_counter() - start)
             usage = reply.usage or {}

@@ -30,8 +30,7 @@ from grouprl.safe_text import JsonRejected, safe_json_loads
 NUMBER = r"(-?\d+(?:\.\d+)?)"
 _OUT_OF = r"(?:\s*/\s*\d+(?:\.\d+)?)?"  # "7/10"
 _SCORE_LINE = re.compile(r"[\W_]*(?:final\s+)?score\W{0,3}[:=]\s*\**\s*" + NUMBER + _OUT_OF + r"[\s*_.]*", re.I)
-_GROUP_LINE = re.compile(r"[\W_]*(?:response\s*)?#?(\d+)\W{0,3}[:=\-]\s*\**\s*" + NUMBER + _OUT_OF + r"[\s*_.]*",
-                         re.I)
+_GROUP_LINE = re.compile(r"[\W_]*(?:response\s*)?#?(\d+)\W{0,3}[:=\-]\s*\**\s*" + NUMBER + _OUT_OF + r"[\s*_.]*", re.I)
 _LEADING_NUMBER = re.compile(r"\s*[*_]*\s*" + NUMBER)
 _CLOSING_FENCE = re.compile(r"\s*```\s*$")
 MAX_OBJECT_STARTS = 100  # opening braces tried from the end: a verdict object is small
@@ -116,8 +115,10 @@ def read_group_scores(text: str, fmt: str, k: int) -> Verdict:
             by_response[int(match.group(1))] = float(match.group(2))
     missing = [i for i in range(1, k + 1) if i not in by_response]
     if missing or len(tail) < k:
-        raise JudgeParseError(f"the reply's last {k} lines are not one '<n>: <score>' line per response; "
-                              f"no line for response(s) {missing} of {k}")
+        raise JudgeParseError(
+            f"the reply's last {k} lines are not one '<n>: <score>' line per response; "
+            f"no line for response(s) {missing} of {k}"
+        )
     return Verdict([by_response[i] for i in range(1, k + 1)], "\n".join(tail))
 
 
@@ -131,5 +132,7 @@ def check_not_quoted(verdict: Verdict, graded: list[str]) -> None:
         return
     needle = _squeezed(verdict.text)
     if any(needle in _squeezed(answer) for answer in graded):
-        raise JudgeParseError(f"the verdict {verdict.text.strip()[:60]!r} also appears in the answer graded: "
-                              "it may be the policy's text, not the judge's")
+        raise JudgeParseError(
+            f"the verdict {verdict.text.strip()[:60]!r} also appears in the answer graded: "
+            "it may be the policy's text, not the judge's"
+        )

@@ -28,8 +28,9 @@ class LearnableMixer:
         if base_weight <= 0 or learned_weight <= 0:
             raise ValueError(f"mixer weights must be positive, got base {base_weight} and GAIL_WEIGHT {learned_weight}")
         total = base_weight + learned_weight
-        self.logits = torch.nn.Parameter(torch.tensor([math.log(base_weight / total),
-                                                       math.log(learned_weight / total)]))
+        self.logits = torch.nn.Parameter(
+            torch.tensor([math.log(base_weight / total), math.log(learned_weight / total)])
+        )
         self.optimizer = torch.optim.Adam([self.logits], lr=learning_rate)
         self.frozen = False
 

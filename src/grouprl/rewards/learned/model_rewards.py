@@ -31,8 +31,13 @@ MODEL_REWARDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_rewards: bool = False,
-                 run_dir: str | None = None, reward_timeout: float = 0.0):
+def build_reward(
+    name: str,
+    options: dict[str, Any] | None = None,
+    sandbox_user_rewards: bool = False,
+    run_dir: str | None = None,
+    reward_timeout: float = 0.0,
+):
     """The function the scorer calls for reward ``name`` with its recipe ``options`` bound; a model
     reward is built (and loaded) here, with ``run_dir`` holding a judge's response cache and ``reward_timeout``
     setting a judge's batch deadline."""
@@ -56,9 +61,11 @@ def build_reward(name: str, options: dict[str, Any] | None = None, sandbox_user_
         made = fn(**options)
         reward, mixer = made if isinstance(made, tuple) and len(made) == 2 else (made, None)
         if not isinstance(reward, LearnedReward) or (mixer is not None and not isinstance(mixer, RewardMixer)):
-            raise ConfigError(f"reward '{name}': the @learned_reward factory returned {type(made).__name__}; "
-                              "expected a LearnedReward (name, frozen, score, update, state_dict, load_state_dict) "
-                              "or a (LearnedReward, RewardMixer) pair")
+            raise ConfigError(
+                f"reward '{name}': the @learned_reward factory returned {type(made).__name__}; "
+                "expected a LearnedReward (name, frozen, score, update, state_dict, load_state_dict) "
+                "or a (LearnedReward, RewardMixer) pair"
+            )
         return LearnedWithMixer(reward, mixer) if mixer is not None else reward
     return bind_options(fn, options or None)
 

@@ -37,8 +37,10 @@ from grouprl.user_code import names_code
 
 NORMALIZE = ("none", "sigmoid", "softmax", "standard")
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-PLAIN_TEMPLATE = ("{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
-                  "{% endfor %}")  # for classifiers that ship without a chat template (BERT-style)
+PLAIN_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n"
+    "{% endfor %}"
+)  # for classifiers that ship without a chat template (BERT-style)
 
 
 def looks_like_model(name: str) -> bool:
@@ -61,34 +63,52 @@ def pick_dtype(torch_dtype: str, device: torch.device) -> torch.dtype:
     if torch_dtype == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     if torch_dtype not in ("float32", "bfloat16", "float16"):
-        raise ConfigError(f"reward model option 'torch_dtype': got {torch_dtype!r}; expected auto, float32, "
-                          "bfloat16 or float16")
+        raise ConfigError(
+            f"reward model option 'torch_dtype': got {torch_dtype!r}; expected auto, float32, bfloat16 or float16"
+        )
     return getattr(torch, torch_dtype)
 
 
 class SequenceClassifier:
     """A tokenizer + sequence-classification model that turns conversations into logits (N, labels)."""
 
-    def __init__(self, name_or_path: str, revision: str | None = None, device: str = "auto",
-                 torch_dtype: str = "auto", batch_size: int = 8, max_length: int = 1024,
-                 trust_remote_code: bool = False, model=None, tokenizer=None):
+    def __init__(
+        self,
+        name_or_path: str,
+        revision: str | None = None,
+        device: str = "auto",
+        torch_dtype: str = "auto",
+        batch_size: int = 8,
+        max_length: int = 1024,
+        trust_remote_code: bool = False,
+        model=None,
+        tokenizer=None,
+    ):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
         self.name = name_or_path
         self.device = pick_device(device)
         self.batch_size, self.max_length = int(batch_size), int(max_length)
         if self.batch_size < 1 or self.max_length < 2:
-            raise ConfigError(f"reward model '{name_or_path}': batch_size {batch_size} and max_length {max_length}; "
-                              "expected batch_size >= 1 and max_length >= 2")
+            raise ConfigError(
+                f"reward model '{name_or_path}': batch_size {batch_size} and max_length {max_length}; "
+                "expected batch_size >= 1 and max_length >= 2"
+            )
         try:
             self.tokenizer = tokenizer or AutoTokenizer.from_pretrained(
-                name_or_path, revision=revision, trust_remote_code=trust_remote_code)
+                name_or_path, revision=revision, trust_remote_code=trust_remote_code
+            )
             self.model = model or AutoModelForSequenceClassification.from_pretrained(
-                name_or_path, revision=revision, trust_remote_code=trust_remote_code,
-                dtype=pick_dtype(torch_dtype, self.device))
+                name_or_path,
+                revision=revision,
+                trust_remote_code=trust_remote_code,
+                dtype=pick_dtype(torch_dtype, self.device),
+            )
         except (OSError, ValueError) as err:
-            raise ConfigError(f"reward model '{name_or_path}': cannot be loaded as a sequence classifier "
-                              f"({type(err).__name__}: {str(err).splitlines()[0][:200]})") from None
+            raise ConfigError(
+                f"reward model '{name_or_path}': cannot be loaded as a sequence classifier "
+                f"({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+            ) from None
         self.model.to(self.device).eval().requires_grad_(False)
         if self.tokenizer.pad_token_id is None:  # decoder reward models often ship without one
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -108,8 +128,14 @@ class SequenceClassifier:
 
     def encode(self, texts: list[str]) -> tuple[dict[str, torch.Tensor], list[bool]]:
         full = self.tokenizer(texts, add_special_tokens=False)["input_ids"]
-        batch = self.tokenizer(texts, add_special_tokens=False, padding=True, truncation=True,
-                               max_length=self.max_length, return_tensors="pt")
+        batch = self.tokenizer(
+            texts,
+            add_special_tokens=False,
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_tensors="pt",
+        )
         return {k: v.to(self.device) for k, v in batch.items()}, [len(ids) > self.max_length for ids in full]
 
     def forward(self, texts: list[str]) -> torch.Tensor:
@@ -126,7 +152,7 @@ class SequenceClassifier:
         try:
             texts = [self.render(c) for c in conversations]
             for start in range(0, len(texts), self.batch_size):
-                batch, truncated = self.encode(texts[start:start + self.batch_size])
+                batch, truncated = self.encode(texts[start : start + self.batch_size])
                 out.append(self.model(**batch).logits.float().cpu())
                 cut += truncated
         finally:
@@ -141,13 +167,17 @@ def label_index(classifier: SequenceClassifier, label: int | str | None) -> int:
     if len(labels) == 1 and label in (None, 0, labels[0]):
         return 0
     if label is None:
-        raise ConfigError(f"reward model '{classifier.name}' has {len(labels)} labels {sorted(labels.values())}; "
-                          "option 'label' must name the one to reward")
+        raise ConfigError(
+            f"reward model '{classifier.name}' has {len(labels)} labels {sorted(labels.values())}; "
+            "option 'label' must name the one to reward"
+        )
     for index, name in labels.items():
         if label == name or label == index or str(label) == str(index):
             return index
-    raise ConfigError(f"reward model '{classifier.name}': option 'label' is {label!r}; expected one of "
-                      f"{sorted(labels.values())} or an index below {len(labels)}")
+    raise ConfigError(
+        f"reward model '{classifier.name}': option 'label' is {label!r}; expected one of "
+        f"{sorted(labels.values())} or an index below {len(labels)}"
+    )
 
 
 def normalized(logits: torch.Tensor, index: int, normalize: str, mean: float, std: float) -> torch.Tensor:
@@ -160,8 +190,14 @@ def normalized(logits: torch.Tensor, index: int, normalize: str, mean: float, st
     return logits[:, index]
 
 
-def reward_model_reward(name: str, label: int | str | None = None, normalize: str = "none", mean: float = 0.0,
-                        std: float = 1.0, **options: Any):
+def reward_model_reward(
+    name: str,
+    label: int | str | None = None,
+    normalize: str = "none",
+    mean: float = 0.0,
+    std: float = 1.0,
+    **options: Any,
+):
     """The typed batch reward for reward model ``name`` (options: see the module docstring and
     ``SequenceClassifier``); loaded once, here, so a bad model fails before training starts."""
     if normalize not in NORMALIZE:
@@ -171,8 +207,10 @@ def reward_model_reward(name: str, label: int | str | None = None, normalize: st
     allowed = {"revision", "device", "torch_dtype", "batch_size", "max_length", "trust_remote_code"}
     unknown = sorted(set(options) - allowed)
     if unknown:
-        raise ConfigError(f"reward model '{name}': unknown option(s) {unknown}; expected label, normalize, mean, "
-                          f"std, {', '.join(sorted(allowed))}")
+        raise ConfigError(
+            f"reward model '{name}': unknown option(s) {unknown}; expected label, normalize, mean, "
+            f"std, {', '.join(sorted(allowed))}"
+        )
     classifier = SequenceClassifier(name, **options)
     index = label_index(classifier, label)
 
@@ -182,8 +220,10 @@ def reward_model_reward(name: str, label: int | str | None = None, normalize: st
         present = [i for i, c in enumerate(conversations) if c]
         logits, cut = classifier.logits([conversations[i] for i in present])
         scores = normalized(logits, index, normalize, float(mean), float(std)).tolist()
-        out = [EvaluateResult(score=0.0, is_score_valid=False, error="empty conversation: nothing to score")
-               for _ in conversations]
+        out = [
+            EvaluateResult(score=0.0, is_score_valid=False, error="empty conversation: nothing to score")
+            for _ in conversations
+        ]
         for i, score, truncated in zip(present, scores, cut):
             out[i] = EvaluateResult(score=score, metrics={"truncated": MetricResult(score=float(truncated))})
         return out

@@ -29,8 +29,17 @@ SCRATCH = "/tmp"  # the size-capped tmpfs inside the sandbox: cwd, HOME and TMPD
 # Top-level system entries shown read-only (a symlink, as on merged-/usr systems, is re-created).
 SYSTEM_ENTRIES = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # What of /etc the loader, libc and Python read; nothing else of /etc is shown.
-ETC_ENTRIES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "nsswitch.conf", "passwd",
-               "group", "alternatives", "mime.types")
+ETC_ENTRIES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "alternatives",
+    "mime.types",
+)
 SHM_BYTES = 8 * 1024 * 1024
 # Where the grouprl package is shown inside the sandbox (for sandboxed user rewards).
 GROUPRL_MOUNT = "/opt/grouprl-lib"
@@ -63,9 +72,18 @@ def interpreter_prefixes(python: str) -> tuple[str, ...]:
         cands.update({sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix})
     else:
         try:
-            out = subprocess.run([python, "-I", "-c", "import sys;print(sys.prefix, sys.base_prefix, "
-                                  "sys.exec_prefix, sys.base_exec_prefix, sep='\\n')"],
-                                 capture_output=True, text=True, timeout=30, env=BWRAP_ENV).stdout
+            out = subprocess.run(
+                [
+                    python,
+                    "-I",
+                    "-c",
+                    "import sys;print(sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, sep='\\n')",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                env=BWRAP_ENV,
+            ).stdout
             cands.update(line for line in out.splitlines() if line.startswith("/"))
         except (OSError, subprocess.SubprocessError):
             pass  # the probe then fails loudly with the interpreter's own error
@@ -107,8 +125,15 @@ def _bind_ro_with_parents(src: str, dest: str, made: set[str]) -> list[str]:
     return args + ["--ro-bind", src, dest]
 
 
-def bwrap_command(python: str, *, scratch_bytes: int, code_fd: int, code_name: str,
-                  seccomp_fd: int | None = None, expose_grouprl: bool = False) -> list[str]:
+def bwrap_command(
+    python: str,
+    *,
+    scratch_bytes: int,
+    code_fd: int,
+    code_name: str,
+    seccomp_fd: int | None = None,
+    expose_grouprl: bool = False,
+) -> list[str]:
     """The bwrap argv (up to, not including, the command run inside).
 
     ``code_fd`` is read by bwrap into ``/tmp/<code_name>`` (the program never exists as a host
@@ -116,12 +141,35 @@ def bwrap_command(python: str, *, scratch_bytes: int, code_fd: int, code_name: s
     """
     bwrap = shutil.which("bwrap")
     assert bwrap is not None
-    args = [bwrap, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--unshare-cgroup-try", "--die-with-parent", "--new-session"]
+    args = [
+        bwrap,
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--new-session",
+    ]
     args += _system_args()
-    args += ["--proc", "/proc", "--dev", "/dev",
-             "--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm",
-             "--perms", "1777", "--size", str(int(scratch_bytes)), "--tmpfs", SCRATCH]
+    args += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--perms",
+        "1777",
+        "--size",
+        str(SHM_BYTES),
+        "--tmpfs",
+        "/dev/shm",
+        "--perms",
+        "1777",
+        "--size",
+        str(int(scratch_bytes)),
+        "--tmpfs",
+        SCRATCH,
+    ]
     made: set[str] = set()
     for prefix in interpreter_prefixes(python):
         args += _bind_ro_with_parents(prefix, prefix, made)
@@ -129,9 +177,27 @@ def bwrap_command(python: str, *, scratch_bytes: int, code_fd: int, code_name: s
         args += _bind_ro_with_parents(grouprl_package_dir(), f"{GROUPRL_MOUNT}/grouprl", made)
     args += ["--perms", "0644", "--file", str(code_fd), f"{SCRATCH}/{code_name}"]
     args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH]
-    args += ["--clearenv", "--setenv", "PATH", SANDBOX_PATH, "--setenv", "HOME", SCRATCH,
-             "--setenv", "TMPDIR", SCRATCH, "--setenv", "LANG", "C.UTF-8",
-             "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv", "PYTHONIOENCODING", "utf-8"]
+    args += [
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        SANDBOX_PATH,
+        "--setenv",
+        "HOME",
+        SCRATCH,
+        "--setenv",
+        "TMPDIR",
+        SCRATCH,
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--setenv",
+        "PYTHONIOENCODING",
+        "utf-8",
+    ]
     if seccomp_fd is not None:
         args += ["--seccomp", str(seccomp_fd)]
     if is_root():

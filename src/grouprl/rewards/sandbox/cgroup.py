@@ -109,8 +109,9 @@ class SandboxCgroup:
 
     def join_command(self) -> list[str]:
         """Prefix that puts the next exec'd program (and all it starts) into this cgroup."""
-        script = ('for f in "$@"; do case "$f" in --) shift; break;; esac; '
-                  'echo $$ > "$f" || exit 125; shift; done; exec "$@"')
+        script = (
+            'for f in "$@"; do case "$f" in --) shift; break;; esac; echo $$ > "$f" || exit 125; shift; done; exec "$@"'
+        )
         return ["/bin/sh", "-c", script, "sh", *map(str, self.procs_files), "--"]
 
     def oom_killed(self) -> bool:

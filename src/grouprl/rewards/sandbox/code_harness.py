@@ -54,7 +54,7 @@ class UnsupportedTest(ValueError):
 
 @dataclass
 class SplitTest:
-    child_ops: list[tuple[str, str]] = field(default_factory=list)   # ("exec"|"eval", source)
+    child_ops: list[tuple[str, str]] = field(default_factory=list)  # ("exec"|"eval", source)
     judge_ops: list[tuple[str, str, list[int]]] = field(default_factory=list)  # (kind, source, values used)
     modules: set[str] = field(default_factory=set)  # stdlib modules the test names without importing
     setup: list[str] = field(default_factory=list)  # the solution's stdlib imports the checks name, for the judge
@@ -97,8 +97,10 @@ class _Probes(ast.NodeTransformer):
     def _probe(self, node: ast.expr) -> ast.expr:
         bound = set().union(*self.scope_bound) if self.scope_bound else set()
         if _loaded(node) & bound:
-            raise UnsupportedTest(f"'{ast.unparse(node)}' calls the solution with a lambda/comprehension "
-                                  "variable; write one assert per value")
+            raise UnsupportedTest(
+                f"'{ast.unparse(node)}' calls the solution with a lambda/comprehension "
+                "variable; write one assert per value"
+            )
         self.sources.append(ast.unparse(node))
         index = self.first + len(self.sources) - 1
         return ast.Subscript(value=ast.Name(id=_V, ctx=ast.Load()), slice=ast.Constant(index), ctx=ast.Load())
@@ -175,9 +177,11 @@ def split_test(source: str, solution: str = "") -> SplitTest:
     own, imports = solution_bindings(solution)
     outside = free - defined
     tainted = {n for n in outside if n in own or (n not in _BUILTINS and n not in _STDLIB and n not in imports)}
-    out = SplitTest(modules={n for n in outside - tainted if n in _STDLIB and n not in imports},
-                    setup=[imports[n] for n in sorted(outside & set(imports))],
-                    required=tainted & _BUILTINS)
+    out = SplitTest(
+        modules={n for n in outside - tainted if n in _STDLIB and n not in imports},
+        setup=[imports[n] for n in sorted(outside & set(imports))],
+        required=tainted & _BUILTINS,
+    )
     # Statements, in order: ("child", stmt) needs the solution; ("judge", stmt) does not.
     placed: list[tuple[str, ast.stmt]] = []
     for stmt in tree.body:
@@ -185,8 +189,10 @@ def split_test(source: str, solution: str = "") -> SplitTest:
             placed.append(("assert", stmt))
         elif _loaded(stmt) & tainted:
             if any(isinstance(n, ast.Assert) for n in ast.walk(stmt)):
-                raise UnsupportedTest(f"'{_first_line(stmt)}' asserts inside code that runs with the solution "
-                                      "(e.g. check(candidate)); write the asserts at the top level")
+                raise UnsupportedTest(
+                    f"'{_first_line(stmt)}' asserts inside code that runs with the solution "
+                    "(e.g. check(candidate)); write the asserts at the top level"
+                )
             tainted |= _bound_names(stmt)
             placed.append(("child", stmt))
         else:
@@ -227,19 +233,29 @@ def split_test(source: str, solution: str = "") -> SplitTest:
 # So ``a, b = x, y`` is split in two; a literal ``CASE = {"inp": ..., "out": ...}`` read as ``CASE["inp"]``
 # crosses as ``{"inp": ...}``; one that cannot be cut down while the checks read more of it is unsupported.
 
+
 def _split_unpacking(stmt: ast.stmt) -> list[ast.stmt]:
     """``a, b = x, y`` as ``a = x`` and ``b = y`` (when no right-hand side reads a target)."""
-    if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-            and isinstance(stmt.targets[0], (ast.Tuple, ast.List)) and isinstance(stmt.value, (ast.Tuple, ast.List))):
+    if not (
+        isinstance(stmt, ast.Assign)
+        and len(stmt.targets) == 1
+        and isinstance(stmt.targets[0], (ast.Tuple, ast.List))
+        and isinstance(stmt.value, (ast.Tuple, ast.List))
+    ):
         return [stmt]
     targets, values = stmt.targets[0].elts, stmt.value.elts
     names = [n for n in targets if isinstance(n, ast.Name)]
-    if (len(names) != len(values) or len(names) != len(targets)
-            or any(isinstance(v, ast.Starred) for v in values)
-            or {n.id for n in names} & set().union(*(_loaded(v) for v in values))):
+    if (
+        len(names) != len(values)
+        or len(names) != len(targets)
+        or any(isinstance(v, ast.Starred) for v in values)
+        or {n.id for n in names} & set().union(*(_loaded(v) for v in values))
+    ):
         return [stmt]
-    return [ast.Assign(targets=[ast.Name(id=n.id, ctx=ast.Store())], value=v, lineno=stmt.lineno)
-            for n, v in zip(names, values)]
+    return [
+        ast.Assign(targets=[ast.Name(id=n.id, ctx=ast.Store())], value=v, lineno=stmt.lineno)
+        for n, v in zip(names, values)
+    ]
 
 
 def _read_paths(trees: list[ast.AST], name: str) -> set[tuple]:
@@ -268,8 +284,11 @@ def _prune(value, paths: set[tuple]):
     out: object  # the pruned dict, list or tuple; items: its values
     items: Iterable[Any]
     if isinstance(value, dict):
-        parts = {k: _prune(v, {p[1:] for p in paths if p[0] is None or p[0] == k}) for k, v in value.items()
-                 if any(p[0] is None or p[0] == k for p in paths)}
+        parts = {
+            k: _prune(v, {p[1:] for p in paths if p[0] is None or p[0] == k})
+            for k, v in value.items()
+            if any(p[0] is None or p[0] == k for p in paths)
+        }
         out, items = parts, parts.values()
     elif isinstance(value, (list, tuple)) and all(p[0] is None or type(p[0]) is int for p in paths):
         kept = [{p[1:] for p in paths if p[0] is None or p[0] in (i, i - len(value))} for i in range(len(value))]
@@ -281,8 +300,9 @@ def _prune(value, paths: set[tuple]):
 
 def _child_data(ops: list[tuple], needed: set[str], judge_ops: list) -> list[tuple[str, str]]:
     """The child's ops with each helper cut down to what the solution's side reads (see above)."""
-    child_trees = [item if kind == "helper" else ast.parse(item, mode="eval" if kind == "eval" else "exec")
-                   for kind, item in ops]
+    child_trees = [
+        item if kind == "helper" else ast.parse(item, mode="eval" if kind == "eval" else "exec") for kind, item in ops
+    ]
     judge_trees = [ast.parse(src) for _, src, _ in judge_ops]
     result: list[tuple[str, str]] = []
     for kind, item in ops:
@@ -294,8 +314,10 @@ def _child_data(ops: list[tuple], needed: set[str], judge_ops: list) -> list[tup
             bound = {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
             extra = {n for n in bound - needed if _read_paths(judge_trees, n)}
             if extra:
-                raise UnsupportedTest(f"'{_first_line(item)}' is needed by the solution's side and also binds "
-                                      f"{', '.join(sorted(extra))}, which the checks read; assign it separately")
+                raise UnsupportedTest(
+                    f"'{_first_line(item)}' is needed by the solution's side and also binds "
+                    f"{', '.join(sorted(extra))}, which the checks read; assign it separately"
+                )
             if len(bound) == 1 and isinstance(targets[0], ast.Name) and item.value is not None:
                 name = targets[0].id
                 reads = _read_paths([t for t in child_trees if t is not item], name) or {()}
@@ -304,14 +326,21 @@ def _child_data(ops: list[tuple], needed: set[str], judge_ops: list) -> list[tup
                 if pruned is not _NOT_LITERAL and _round_trips(pruned):  # the child holds only what it reads
                     result.append(("exec", ast.unparse(item) if pruned is value else f"{name} = {pruned!r}"))
                     continue
-                leaked = [p for p in _read_paths(judge_trees, name)  # a judge read the child's reads do not cover
-                          if not any(len(c) <= len(p) and all(k in (None, q) for k, q in zip(c, p)) for c in reads)]
+                leaked = [
+                    p
+                    for p in _read_paths(judge_trees, name)  # a judge read the child's reads do not cover
+                    if not any(len(c) <= len(p) and all(k in (None, q) for k, q in zip(c, p)) for c in reads)
+                ]
                 if leaked:
-                    text = [name + "".join("[...]" if k is None else f"[{k!r}]" for k in p)
-                            for p in (sorted(reads, key=repr)[0], leaked[0])]
-                    raise UnsupportedTest(f"'{_first_line(item)}' is needed by the solution's side, where it is read "
-                                          f"as {text[0]} while the checks read {text[1]}; keep inputs and expected "
-                                          "values apart")
+                    text = [
+                        name + "".join("[...]" if k is None else f"[{k!r}]" for k in p)
+                        for p in (sorted(reads, key=repr)[0], leaked[0])
+                    ]
+                    raise UnsupportedTest(
+                        f"'{_first_line(item)}' is needed by the solution's side, where it is read "
+                        f"as {text[0]} while the checks read {text[1]}; keep inputs and expected "
+                        "values apart"
+                    )
         result.append(("exec", ast.unparse(item)))
     return result
 
@@ -341,8 +370,18 @@ JUDGE_PROGRAM = (PROGRAMS / "judge.py").read_text(encoding="utf-8")
 
 def child_stdin(solution: str, split: SplitTest) -> str:
     """What ``PROBE_PROGRAM`` reads: the solution and its probes (no expected value among them)."""
-    return json.dumps({"solution": solution, "ops": split.child_ops, "modules": sorted(split.modules),
-                       "required": sorted(split.required), "mark": MARK}) + "\n"
+    return (
+        json.dumps(
+            {
+                "solution": solution,
+                "ops": split.child_ops,
+                "modules": sorted(split.modules),
+                "required": sorted(split.required),
+                "mark": MARK,
+            }
+        )
+        + "\n"
+    )
 
 
 def probe_values(stdout: str) -> str | None:
@@ -376,7 +415,7 @@ def judge_verdicts(stdout: str, secret: str, n: int) -> list[tuple[bool, str]]:
             if _case_number(case, n) is not None and word == "pass":
                 out[int(case)] = (True, "assert passed")
         elif _case_number(head, n) is not None and rest.startswith("fail:"):
-            out[int(head)] = (False, rest[len("fail:"):].strip())
+            out[int(head)] = (False, rest[len("fail:") :].strip())
     return out
 
 

@@ -23,8 +23,10 @@ import time
 from dataclasses import dataclass
 
 _READ_CHUNK = 65536
-LAUNCHER = ("import os,sys,runpy;fd=int(sys.argv[1]);os.write(fd,b'1');os.close(fd);"
-            "sys.argv=sys.argv[2:];runpy.run_path(sys.argv[0],run_name='__main__')")
+LAUNCHER = (
+    "import os,sys,runpy;fd=int(sys.argv[1]);os.write(fd,b'1');os.close(fd);"
+    "sys.argv=sys.argv[2:];runpy.run_path(sys.argv[0],run_name='__main__')"
+)
 
 
 @dataclass
@@ -64,9 +66,16 @@ def prlimit_prefix(limits: Limits, nproc: int) -> list[str] | None:
     if not prlimit:
         return None
     cpu = max(1, int(limits.cpu_s))
-    return [prlimit, f"--cpu={cpu}:{cpu + 1}", f"--as={int(limits.memory_mb) * 1024 * 1024}",
-            f"--nproc={int(nproc)}", f"--fsize={int(limits.max_file_bytes)}", "--core=0",
-            f"--nofile={int(limits.max_open_files)}", "--"]
+    return [
+        prlimit,
+        f"--cpu={cpu}:{cpu + 1}",
+        f"--as={int(limits.memory_mb) * 1024 * 1024}",
+        f"--nproc={int(nproc)}",
+        f"--fsize={int(limits.max_file_bytes)}",
+        "--core=0",
+        f"--nofile={int(limits.max_open_files)}",
+        "--",
+    ]
 
 
 def _make_preexec(limits: Limits, nproc: int):
@@ -161,9 +170,19 @@ def _kill_reason(exit_code: int | None, backend: str, stderr: str, oom: bool) ->
     return None
 
 
-def execute(cmd: list[str], *, env: dict[str, str], cwd: str | None, stdin: str, limits: Limits,
-            nproc: int, backend: str, start_pipe: tuple[int, int], pass_fds: tuple[int, ...],
-            oom_killed=None) -> SandboxResult:
+def execute(
+    cmd: list[str],
+    *,
+    env: dict[str, str],
+    cwd: str | None,
+    stdin: str,
+    limits: Limits,
+    nproc: int,
+    backend: str,
+    start_pipe: tuple[int, int],
+    pass_fds: tuple[int, ...],
+    oom_killed=None,
+) -> SandboxResult:
     """Run ``cmd`` (which ends in ``launcher_argv``) under ``limits``. ``start_pipe`` is the
     launcher's pipe (both ends are closed here); ``pass_fds`` are inherited by the command."""
     start = time.monotonic()
@@ -171,9 +190,18 @@ def execute(cmd: list[str], *, env: dict[str, str], cwd: str | None, stdin: str,
     killed: list[str] = []
     prefix = prlimit_prefix(limits, nproc)
     preexec = None if prefix else _make_preexec(limits, nproc)
-    proc = subprocess.Popen(prefix + cmd if prefix else cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=cwd, start_new_session=True,
-                            close_fds=True, pass_fds=(*pass_fds, start_w), preexec_fn=preexec)
+    proc = subprocess.Popen(
+        prefix + cmd if prefix else cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=(*pass_fds, start_w),
+        preexec_fn=preexec,
+    )
     os.close(start_w)
 
     def overflow() -> None:
@@ -181,8 +209,10 @@ def execute(cmd: list[str], *, env: dict[str, str], cwd: str | None, stdin: str,
             killed.append("output")
         _kill_group(proc)
 
-    readers = [_Reader(proc.stdout, limits.max_output_bytes, overflow),
-               _Reader(proc.stderr, limits.max_output_bytes, overflow)]
+    readers = [
+        _Reader(proc.stdout, limits.max_output_bytes, overflow),
+        _Reader(proc.stderr, limits.max_output_bytes, overflow),
+    ]
     for r in readers:
         r.start()
     threading.Thread(target=_feed_stdin, args=(proc, stdin.encode("utf-8", "replace")), daemon=True).start()
@@ -220,10 +250,20 @@ def execute(cmd: list[str], *, env: dict[str, str], cwd: str | None, stdin: str,
     infra = None
     if not started:
         last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no message"]
-        infra = (f"sandbox ({backend}) could not start the program (exit {exit_code}"
-                 f"{', timed out' if timed_out else ''}): {last[0][:300]}")
+        infra = (
+            f"sandbox ({backend}) could not start the program (exit {exit_code}"
+            f"{', timed out' if timed_out else ''}): {last[0][:300]}"
+        )
     reason = killed[0] if killed else _kill_reason(exit_code, backend, stderr, bool(oom_killed and oom_killed()))
-    return SandboxResult(ok=exit_code == 0 and not killed and not timed_out and infra is None,
-                         exit_code=exit_code, stdout=stdout, stderr=stderr,
-                         truncated=readers[0].overflow or readers[1].overflow, timed_out=timed_out,
-                         killed_reason=reason, backend=backend, duration_s=duration, infra_error=infra)
+    return SandboxResult(
+        ok=exit_code == 0 and not killed and not timed_out and infra is None,
+        exit_code=exit_code,
+        stdout=stdout,
+        stderr=stderr,
+        truncated=readers[0].overflow or readers[1].overflow,
+        timed_out=timed_out,
+        killed_reason=reason,
+        backend=backend,
+        duration_s=duration,
+        infra_error=infra,
+    )

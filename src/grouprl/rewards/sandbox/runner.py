@@ -39,14 +39,30 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable
 
 from grouprl.rewards.sandbox import seccomp
-from grouprl.rewards.sandbox.bwrap import (BWRAP_ENV, SANDBOX_PATH, SHM_BYTES, bwrap_command, drop_privileges_prefix,
-                                           is_root)
+from grouprl.rewards.sandbox.bwrap import (
+    BWRAP_ENV,
+    SANDBOX_PATH,
+    SHM_BYTES,
+    bwrap_command,
+    drop_privileges_prefix,
+    is_root,
+)
 from grouprl.rewards.sandbox.cgroup import SandboxCgroup
 from grouprl.rewards.sandbox.process import Limits, SandboxResult, execute, launcher_argv
 from grouprl.rewards.sandbox.uids import acquire_uid, release_uid
 
-__all__ = ["SandboxResult", "SandboxFallbackWarning", "SANDBOX_FALLBACKS", "SANDBOX_INFRA_ERRORS", "fallback_count",
-           "infra_error_count", "run_in_sandbox", "run_many", "bwrap_available", "remove_tree"]
+__all__ = [
+    "SandboxResult",
+    "SandboxFallbackWarning",
+    "SANDBOX_FALLBACKS",
+    "SANDBOX_INFRA_ERRORS",
+    "fallback_count",
+    "infra_error_count",
+    "run_in_sandbox",
+    "run_many",
+    "bwrap_available",
+    "remove_tree",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +94,21 @@ def _probe(python: str) -> tuple[bool, str]:
         res = (False, "bwrap not found on PATH (install bubblewrap: .ci/install-system-deps)")
     else:
         try:
-            r = _run_bwrap("print(6 * 7)", "", python, Limits(cpu_s=10, memory_mb=512, max_procs=64,
-                                                                 max_file_bytes=1 << 20,
-                                                                 max_output_bytes=1 << 16, timeout_s=30),
-                           scratch_mb=8, expose_grouprl=False)
+            r = _run_bwrap(
+                "print(6 * 7)",
+                "",
+                python,
+                Limits(
+                    cpu_s=10,
+                    memory_mb=512,
+                    max_procs=64,
+                    max_file_bytes=1 << 20,
+                    max_output_bytes=1 << 16,
+                    timeout_s=30,
+                ),
+                scratch_mb=8,
+                expose_grouprl=False,
+            )
             if r.ok and r.stdout == "42\n":
                 res = (True, "")
             else:
@@ -152,13 +179,16 @@ def _memory_cgroup(limits: Limits, scratch_mb: int, nproc_budget: int) -> Sandbo
     cg = SandboxCgroup.create(total, max_pids=nproc_budget + 4)
     if cg is None and not _cgroup_warned:
         _cgroup_warned = True
-        logger.info("sandbox: no memory cgroup available here; memory is limited per process "
-                    "(RLIMIT_AS) and memfd_create is refused (see docs/security.md)")
+        logger.info(
+            "sandbox: no memory cgroup available here; memory is limited per process "
+            "(RLIMIT_AS) and memfd_create is refused (see docs/security.md)"
+        )
     return cg
 
 
-def _run_bwrap(code: str, stdin: str, python: str, limits: Limits, scratch_mb: int,
-               expose_grouprl: bool) -> SandboxResult:
+def _run_bwrap(
+    code: str, stdin: str, python: str, limits: Limits, scratch_mb: int, expose_grouprl: bool
+) -> SandboxResult:
     filt = seccomp.filter_bytes()
     uid = acquire_uid() if is_root() else None
     cg = _memory_cgroup(limits, scratch_mb, limits.max_procs)
@@ -173,8 +203,14 @@ def _run_bwrap(code: str, stdin: str, python: str, limits: Limits, scratch_mb: i
             seccomp_fd = _data_fd(filt)
             fds.append(seccomp_fd)
         start_pipe = os.pipe()
-        cmd = bwrap_command(python, scratch_bytes=scratch_mb * 1024 * 1024, code_fd=code_file.fileno(),
-                            code_name=MAIN_FILE, seccomp_fd=seccomp_fd, expose_grouprl=expose_grouprl)
+        cmd = bwrap_command(
+            python,
+            scratch_bytes=scratch_mb * 1024 * 1024,
+            code_fd=code_file.fileno(),
+            code_name=MAIN_FILE,
+            seccomp_fd=seccomp_fd,
+            expose_grouprl=expose_grouprl,
+        )
         if uid is not None:
             cmd += drop_privileges_prefix(uid)
             nproc = limits.max_procs
@@ -183,9 +219,18 @@ def _run_bwrap(code: str, stdin: str, python: str, limits: Limits, scratch_mb: i
         cmd += launcher_argv(python, start_pipe[1], MAIN_FILE)
         if cg is not None:
             cmd = cg.join_command() + cmd
-        return execute(cmd, env=dict(BWRAP_ENV), cwd="/", stdin=stdin, limits=limits, nproc=nproc,
-                       backend="bwrap", start_pipe=start_pipe, pass_fds=tuple(fds),
-                       oom_killed=cg.oom_killed if cg else None)
+        return execute(
+            cmd,
+            env=dict(BWRAP_ENV),
+            cwd="/",
+            stdin=stdin,
+            limits=limits,
+            nproc=nproc,
+            backend="bwrap",
+            start_pipe=start_pipe,
+            pass_fds=tuple(fds),
+            oom_killed=cg.oom_killed if cg else None,
+        )
     finally:
         code_file.close()
         for fd in fds[1:]:
@@ -208,6 +253,7 @@ def _data_fd(data: bytes) -> int:
 def remove_tree(path: str) -> None:
     """Remove ``path`` even when the program made parts of it unreadable (``chmod 000``): as a
     normal user ``rmtree`` cannot enter such a directory, so first make every directory ours."""
+
     def open_up(d: str) -> None:
         try:
             os.chmod(d, stat.S_IRWXU)
@@ -228,13 +274,28 @@ def _run_rlimits(code: str, stdin: str, python: str, limits: Limits) -> SandboxR
     try:
         with open(os.path.join(scratch, MAIN_FILE), "w", encoding="utf-8") as f:
             f.write(code)
-        env = {"PATH": SANDBOX_PATH, "HOME": scratch, "TMPDIR": scratch, "LANG": "C.UTF-8",
-               "PYTHONDONTWRITEBYTECODE": "1", "PYTHONIOENCODING": "utf-8"}
+        env = {
+            "PATH": SANDBOX_PATH,
+            "HOME": scratch,
+            "TMPDIR": scratch,
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONIOENCODING": "utf-8",
+        }
         start_pipe = os.pipe()
         cmd = launcher_argv(python, start_pipe[1], MAIN_FILE)
         nproc = limits.max_procs if is_root() else _user_task_count(os.getuid()) + limits.max_procs
-        return execute(cmd, env=env, cwd=scratch, stdin=stdin, limits=limits, nproc=nproc, backend="rlimits",
-                       start_pipe=start_pipe, pass_fds=())
+        return execute(
+            cmd,
+            env=env,
+            cwd=scratch,
+            stdin=stdin,
+            limits=limits,
+            nproc=nproc,
+            backend="rlimits",
+            start_pipe=start_pipe,
+            pass_fds=(),
+        )
     finally:
         remove_tree(scratch)
 
@@ -264,9 +325,14 @@ def run_in_sandbox(
     """
     if backend not in ("auto", "bwrap", "rlimits"):
         raise ValueError(f"unknown sandbox backend {backend!r}")
-    limits = Limits(cpu_s=cpu_s, memory_mb=memory_mb, max_procs=max_procs,
-                    max_file_bytes=max_file_mb * 1024 * 1024, max_output_bytes=max_output_bytes,
-                    timeout_s=timeout_s)
+    limits = Limits(
+        cpu_s=cpu_s,
+        memory_mb=memory_mb,
+        max_procs=max_procs,
+        max_file_bytes=max_file_mb * 1024 * 1024,
+        max_output_bytes=max_output_bytes,
+        timeout_s=timeout_s,
+    )
     reason = "backend='rlimits' requested"
     if backend != "rlimits":
         usable, reason = _probe(python)

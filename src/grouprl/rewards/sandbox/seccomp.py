@@ -41,21 +41,75 @@ X32_BIT = 0x40000000
 # (audit arch, syscall numbers) per machine. Numbers: x86-64 from arch/x86/entry/syscalls/
 # syscall_64.tbl, aarch64 from include/uapi/asm-generic/unistd.h.
 _ARCHES = {
-    "x86_64": (0xC000003E, dict(memfd_create=319, userfaultfd=323, bpf=321, perf_event_open=298,
-                                keyctl=250, add_key=248, request_key=249, io_uring_setup=425,
-                                io_uring_enter=426, io_uring_register=427, unshare=272, clone=56,
-                                clone3=435, shmget=29, msgget=68, ptrace=101, process_vm_readv=310,
-                                process_vm_writev=311, socket=41, socketpair=53)),
-    "aarch64": (0xC00000B7, dict(memfd_create=279, userfaultfd=282, bpf=280, perf_event_open=241,
-                                 keyctl=219, add_key=217, request_key=218, io_uring_setup=425,
-                                 io_uring_enter=426, io_uring_register=427, unshare=97, clone=220,
-                                 clone3=435, shmget=194, msgget=186, ptrace=117, process_vm_readv=270,
-                                 process_vm_writev=271, socket=198, socketpair=199)),
+    "x86_64": (
+        0xC000003E,
+        dict(
+            memfd_create=319,
+            userfaultfd=323,
+            bpf=321,
+            perf_event_open=298,
+            keyctl=250,
+            add_key=248,
+            request_key=249,
+            io_uring_setup=425,
+            io_uring_enter=426,
+            io_uring_register=427,
+            unshare=272,
+            clone=56,
+            clone3=435,
+            shmget=29,
+            msgget=68,
+            ptrace=101,
+            process_vm_readv=310,
+            process_vm_writev=311,
+            socket=41,
+            socketpair=53,
+        ),
+    ),
+    "aarch64": (
+        0xC00000B7,
+        dict(
+            memfd_create=279,
+            userfaultfd=282,
+            bpf=280,
+            perf_event_open=241,
+            keyctl=219,
+            add_key=217,
+            request_key=218,
+            io_uring_setup=425,
+            io_uring_enter=426,
+            io_uring_register=427,
+            unshare=97,
+            clone=220,
+            clone3=435,
+            shmget=194,
+            msgget=186,
+            ptrace=117,
+            process_vm_readv=270,
+            process_vm_writev=271,
+            socket=198,
+            socketpair=199,
+        ),
+    ),
 }
-REFUSED = ("memfd_create", "userfaultfd", "bpf", "perf_event_open", "keyctl", "add_key", "request_key",
-           "io_uring_setup", "io_uring_enter", "io_uring_register", "shmget", "msgget",
-           # no reading or steering another process of the sandbox (as non-root, bwrap's pid 1)
-           "ptrace", "process_vm_readv", "process_vm_writev")
+REFUSED = (
+    "memfd_create",
+    "userfaultfd",
+    "bpf",
+    "perf_event_open",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "shmget",
+    "msgget",
+    # no reading or steering another process of the sandbox (as non-root, bwrap's pid 1)
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+)
 ALLOWED_SOCKET_FAMILIES = (1, 2, 10)  # AF_UNIX, AF_INET, AF_INET6
 
 
@@ -70,8 +124,7 @@ def filter_bytes(machine: str | None = None) -> bytes | None:
         return None
     audit_arch, nr = _ARCHES[machine]
     eperm, enosys = _RET_ERRNO | errno.EPERM, _RET_ERRNO | errno.ENOSYS
-    prog = [_op(_LD_W_ABS, _ARCH), _op(_JEQ_K, audit_arch, 1, 0), _op(_RET_K, _RET_KILL_PROCESS),
-            _op(_LD_W_ABS, _NR)]
+    prog = [_op(_LD_W_ABS, _ARCH), _op(_JEQ_K, audit_arch, 1, 0), _op(_RET_K, _RET_KILL_PROCESS), _op(_LD_W_ABS, _NR)]
     if machine == "x86_64":
         prog += [_op(_JGE_K, X32_BIT, 0, 1), _op(_RET_K, _RET_KILL_PROCESS)]
     for name in REFUSED:
@@ -85,7 +138,12 @@ def filter_bytes(machine: str | None = None) -> bytes | None:
         prog += [_op(_RET_K, _RET_ERRNO | errno.EAFNOSUPPORT), _op(_RET_K, _RET_ALLOW)]
     # unshare(flags) / clone(flags, ...): refuse only when CLONE_NEWUSER is asked for.
     for name in ("unshare", "clone"):
-        prog += [_op(_JEQ_K, nr[name], 0, 4), _op(_LD_W_ABS, _ARG0_LOW), _op(_JSET_K, CLONE_NEWUSER, 0, 1),
-                 _op(_RET_K, eperm), _op(_RET_K, _RET_ALLOW)]
+        prog += [
+            _op(_JEQ_K, nr[name], 0, 4),
+            _op(_LD_W_ABS, _ARG0_LOW),
+            _op(_JSET_K, CLONE_NEWUSER, 0, 1),
+            _op(_RET_K, eperm),
+            _op(_RET_K, _RET_ALLOW),
+        ]
     prog.append(_op(_RET_K, _RET_ALLOW))
     return b"".join(prog)

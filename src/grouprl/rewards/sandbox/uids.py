@@ -26,13 +26,17 @@ def lock_dir() -> str:
     """Root's own directory for the slot locks (``/run`` where it exists: a tmpfs, cleared at boot);
     ``GROUPRL_SANDBOX_UID_LOCKS`` overrides it. Not writable by anyone else."""
     where = os.environ.get("GROUPRL_SANDBOX_UID_LOCKS") or (
-        "/run/grouprl-sandbox-uids" if os.access("/run", os.W_OK) else
-        os.path.join(tempfile.gettempdir(), f"grouprl-sandbox-uids-{os.getuid()}"))
+        "/run/grouprl-sandbox-uids"
+        if os.access("/run", os.W_OK)
+        else os.path.join(tempfile.gettempdir(), f"grouprl-sandbox-uids-{os.getuid()}")
+    )
     os.makedirs(where, mode=0o700, exist_ok=True)
     info = os.lstat(where)
     if info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise RuntimeError(f"sandbox uid lock directory {where} is not ours alone (owner {info.st_uid}, "
-                           f"mode {oct(info.st_mode & 0o777)}); expected owner {os.getuid()}, mode 0700")
+        raise RuntimeError(
+            f"sandbox uid lock directory {where} is not ours alone (owner {info.st_uid}, "
+            f"mode {oct(info.st_mode & 0o777)}); expected owner {os.getuid()}, mode 0700"
+        )
     return where
 
 

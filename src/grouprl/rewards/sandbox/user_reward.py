@@ -46,25 +46,43 @@ def refuse_unsandboxed(name: str, builtin_names) -> None:
     if ref.is_source and Path(where).is_file():
         return
     if ref.is_source:
-        raise KeyError(f"reward '{name}': no such reward file '{where}' (found nothing; expected "
-                       "'path/to/file.py:function')")
+        raise KeyError(
+            f"reward '{name}': no such reward file '{where}' (found nothing; expected 'path/to/file.py:function')"
+        )
     if "/" not in where and not Path(where).exists() and where.split(".")[0] == "grouprl":
         return  # grouprl's own modules are part of the trainer already
-    raise KeyError(f"reward '{name}': sandbox_user_rewards is on, but '{where}' is not a .py source file "
-                   "and would be imported into the trainer unsandboxed (refused); expected "
-                   "'path/to/file.py:function'")
+    raise KeyError(
+        f"reward '{name}': sandbox_user_rewards is on, but '{where}' is not a .py source file "
+        "and would be imported into the trainer unsandboxed (refused); expected "
+        "'path/to/file.py:function'"
+    )
 
 
-def _sandboxed_run(source: str, path: Path, name: str, samples: list, sample_timeout: float, memory_mb: int,
-                   check_only: bool = False):
+def _sandboxed_run(
+    source: str, path: Path, name: str, samples: list, sample_timeout: float, memory_mb: int, check_only: bool = False
+):
     """One sandbox run of the driver: (results line or None, the run's result)."""
     mark = f"{MARK}{secrets.token_hex(16)}:"
-    params = {"lib": GROUPRL_MOUNT, "source": source, "filename": str(path), "name": name, "mark": mark,
-              "sample_timeout": sample_timeout, "check_only": check_only}
+    params = {
+        "lib": GROUPRL_MOUNT,
+        "source": source,
+        "filename": str(path),
+        "name": name,
+        "mark": mark,
+        "sample_timeout": sample_timeout,
+        "check_only": check_only,
+    }
     wall = STARTUP_S + sample_timeout * max(len(samples), 1)
     # never the rlimits fallback: a user file is run isolated or not at all
-    res = run_in_sandbox(DRIVER, stdin=json.dumps(params) + "\n" + json.dumps(samples) + "\n", timeout_s=wall,
-                         cpu_s=int(wall) + 1, memory_mb=memory_mb, backend="bwrap", expose_grouprl=True)
+    res = run_in_sandbox(
+        DRIVER,
+        stdin=json.dumps(params) + "\n" + json.dumps(samples) + "\n",
+        timeout_s=wall,
+        cpu_s=int(wall) + 1,
+        memory_mb=memory_mb,
+        backend="bwrap",
+        expose_grouprl=True,
+    )
     if res.infra_error or not res.ok or mark not in res.stdout:
         return None, res
     return res.stdout.rsplit(mark, 1)[1].split("\n", 1)[0], res
@@ -91,9 +109,11 @@ def _check_file(spec: str, path: Path, source: str, name: str, memory_mb: int) -
         why = res.infra_error or res.killed_reason or (res.stderr.strip().splitlines() or [f"exit {res.exit_code}"])[-1]
         raise KeyError(f"reward '{spec}': importing {path} in the sandbox failed: {why}")
     if found.get("learned_reward"):
-        raise KeyError(f"reward '{spec}': a @learned_reward cannot run under sandbox_user_rewards: true (it keeps and "
-                       "trains state in the trainer's process, which the sandbox never imports a reward file into); "
-                       "turn sandbox_user_rewards off to use it")
+        raise KeyError(
+            f"reward '{spec}': a @learned_reward cannot run under sandbox_user_rewards: true (it keeps and "
+            "trains state in the trainer's process, which the sandbox never imports a reward file into); "
+            "turn sandbox_user_rewards off to use it"
+        )
 
 
 def user_reward_in_sandbox(spec: str, memory_mb: int = 1024) -> Callable:
@@ -104,17 +124,26 @@ def user_reward_in_sandbox(spec: str, memory_mb: int = 1024) -> Callable:
     where, name = ref.where, ref.function
     path = Path(where)
     if not path.is_file():
-        raise KeyError(f"reward '{spec}': no such reward file '{where}' (sandboxed rewards name 'path/to/file.py:function')")
+        raise KeyError(
+            f"reward '{spec}': no such reward file '{where}' (sandboxed rewards name 'path/to/file.py:function')"
+        )
     source = path.read_text()
     _check_file(spec, path, source, name, memory_mb)
 
     @reward_function(mode="batch", id=name, budget="per_sample")
-    def run(rollouts_messages, ground_truths=None, sample_timeout: float | None = None, **kwargs) -> list[EvaluateResult]:
+    def run(
+        rollouts_messages, ground_truths=None, sample_timeout: float | None = None, **kwargs
+    ) -> list[EvaluateResult]:
         n = len(rollouts_messages)
         truths = ground_truths if ground_truths is not None else [None] * n
-        payload = [{"messages": [m.model_dump(exclude_none=True) for m in msgs], "ground_truth": truths[i],
-                    "kwargs": {k: _plain(v[i]) for k, v in kwargs.items()}}
-                   for i, msgs in enumerate(rollouts_messages)]
+        payload = [
+            {
+                "messages": [m.model_dump(exclude_none=True) for m in msgs],
+                "ground_truth": truths[i],
+                "kwargs": {k: _plain(v[i]) for k, v in kwargs.items()},
+            }
+            for i, msgs in enumerate(rollouts_messages)
+        ]
         budget = float(sample_timeout) if sample_timeout else DEFAULT_SAMPLE_TIMEOUT_S
         try:
             line, res = _sandboxed_run(source, path, name, payload, budget, memory_mb)
@@ -132,8 +161,12 @@ def user_reward_in_sandbox(spec: str, memory_mb: int = 1024) -> Callable:
                 return _errors(n, f"{spec}: {rows['load_error']}")
             if not isinstance(rows, list) or len(rows) != n:
                 raise ValueError(f"{len(rows) if isinstance(rows, list) else 'no'} results for {n} samples")
-            return [EvaluateResult.model_validate(r["result"]) if "result" in r
-                    else EvaluateResult(score=0.0, is_score_valid=False, error=str(r["error"])) for r in rows]
+            return [
+                EvaluateResult.model_validate(r["result"])
+                if "result" in r
+                else EvaluateResult(score=0.0, is_score_valid=False, error=str(r["error"]))
+                for r in rows
+            ]
         except (ValueError, RecursionError, TypeError, KeyError) as err:  # pydantic's ValidationError too
             return _errors(n, f"{spec}: unreadable results ({type(err).__name__}: {str(err)[:200]})")
 

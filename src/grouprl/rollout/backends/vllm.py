@@ -62,7 +62,8 @@ def checkpoint_weights(model) -> list[tuple[str, torch.Tensor]]:
             layer: Any = module  # peft declares get_delta_weight on LoraLayer's subclasses (Linear, Embedding, ...)
             weight = layer.get_base_layer().weight.detach()
             merged[prefix + ".base_layer.weight"] = weight + sum(
-                layer.get_delta_weight(a).to(weight.dtype) for a in layer.active_adapters if a in layer.lora_A)
+                layer.get_delta_weight(a).to(weight.dtype) for a in layer.active_adapters if a in layer.lora_A
+            )
     out = []
     for name, t in model.state_dict().items():
         if "lora_" in name or ".original_module." in name:  # the adapters (inside W now); a replaced copy
@@ -80,9 +81,15 @@ def make_engine(model_path: str, options: VLLMOptions, sleep_mode: bool = False)
     set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op
     from vllm import LLM
 
-    kwargs = dict(model=model_path, tokenizer=model_path, dtype=options.dtype, seed=options.seed,
-                  max_model_len=options.max_model_len, enforce_eager=options.enforce_eager,
-                  logprobs_mode="processed_logprobs")
+    kwargs = dict(
+        model=model_path,
+        tokenizer=model_path,
+        dtype=options.dtype,
+        seed=options.seed,
+        max_model_len=options.max_model_len,
+        enforce_eager=options.enforce_eager,
+        logprobs_mode="processed_logprobs",
+    )
     if torch.cuda.is_available():
         kwargs.update(gpu_memory_utilization=options.gpu_memory_utilization, enable_sleep_mode=sleep_mode)
     llm = LLM(**kwargs)
@@ -111,8 +118,9 @@ def _sampling(params: SamplingParams, n: int, stops: int | list[int]):
     return VSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0, **common)
 
 
-def sample(llm, prompt_ids: list[list[int]], params: SamplingParams,
-           eos: int | list[int]) -> list[tuple[list[int], list[float] | None]]:
+def sample(
+    llm, prompt_ids: list[list[int]], params: SamplingParams, eos: int | list[int]
+) -> list[tuple[list[int], list[float] | None]]:
     """(token ids, their sampling log-probs, None where vLLM gave none) per prompt, in order. Identical prompts become one request
     with ``n`` samples: vLLM prefills the prompt once and forks its KV cache, instead of K prefills."""
     runs = group_identical(prompt_ids)
@@ -130,13 +138,13 @@ def sample(llm, prompt_ids: list[list[int]], params: SamplingParams,
     return samples
 
 
-def to_completion(ids: list[int], logprobs: list[float] | None, tokenizer,
-                  stops: list[int] | None = None) -> Completion:
+def to_completion(
+    ids: list[int], logprobs: list[float] | None, tokenizer, stops: list[int] | None = None
+) -> Completion:
     """A sampled sequence as the hf backend reports it: text decoded by the trainer's tokenizer, and
     ``truncated`` when the length cap, not a stop token (default: the tokenizer's eos), ended it."""
     stops = [tokenizer.eos_token_id] if stops is None else stops
-    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), not ids or ids[-1] not in stops,
-                      logprobs)
+    return Completion(ids, tokenizer.decode(ids, skip_special_tokens=True), not ids or ids[-1] not in stops, logprobs)
 
 
 def reload_weights(llm, weights) -> None:
@@ -148,8 +156,7 @@ def reload_weights(llm, weights) -> None:
 class VLLMBackend:
     """GenerationBackend over ``vllm.LLM``; ``tokenizer`` decodes the texts exactly as the hf backend does."""
 
-    def __init__(self, model_path: str, tokenizer, options: VLLMOptions | None = None,
-                 stops: list[int] | None = None):
+    def __init__(self, model_path: str, tokenizer, options: VLLMOptions | None = None, stops: list[int] | None = None):
         self.options = options or VLLMOptions()
         self.tokenizer = tokenizer
         self.stops = stops or [tokenizer.eos_token_id]  # sampling.stop_token_ids: eos + end-of-turn ids
@@ -190,9 +197,19 @@ def build_vllm_backend(policy, cfg) -> VLLMBackend:
     speed = cfg.speed
     path = policy.model.config._name_or_path
     dtype = speed.vllm_dtype if speed.vllm_dtype != "auto" else str(policy.model.dtype).removeprefix("torch.")
-    backend = VLLMBackend(path, policy.tokenizer, VLLMOptions(
-        dtype=dtype, max_model_len=speed.vllm_max_model_len, gpu_memory_utilization=speed.vllm_gpu_memory_utilization,
-        sleep_during_update=speed.vllm_sleep_during_update, cpu_kv_cache_gb=speed.vllm_cpu_kv_cache_gb,
-        seed=cfg.train.seed, enforce_eager=speed.vllm_enforce_eager), stop_token_ids(policy.tokenizer, policy.model))
+    backend = VLLMBackend(
+        path,
+        policy.tokenizer,
+        VLLMOptions(
+            dtype=dtype,
+            max_model_len=speed.vllm_max_model_len,
+            gpu_memory_utilization=speed.vllm_gpu_memory_utilization,
+            sleep_during_update=speed.vllm_sleep_during_update,
+            cpu_kv_cache_gb=speed.vllm_cpu_kv_cache_gb,
+            seed=cfg.train.seed,
+            enforce_eager=speed.vllm_enforce_eager,
+        ),
+        stop_token_ids(policy.tokenizer, policy.model),
+    )
     backend.load_weights(policy.model)
     return backend

@@ -90,8 +90,15 @@ class VLLMServerBackend:
     """GenerationBackend over ``grouprl vllm-serve`` at ``host:port``; ``tokenizer`` decodes the texts as the
     hf backend does. ``weights_dir`` must be visible to the server (default: a fresh one under /dev/shm)."""
 
-    def __init__(self, tokenizer, host: str = "127.0.0.1", port: int = 8000, weights_dir: str | None = None,
-                 stops: list[int] | None = None, pushes: bool = True):
+    def __init__(
+        self,
+        tokenizer,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        weights_dir: str | None = None,
+        stops: list[int] | None = None,
+        pushes: bool = True,
+    ):
         self.tokenizer = tokenizer
         self.pushes = pushes  # False on every process but the first of a DDP run: it alone pushes the weights
         self.weights_version: int | None = None  # the server's load count after this process's last push
@@ -107,16 +114,24 @@ class VLLMServerBackend:
             self.weights_dir = _fresh_weights_dir()
             weakref.finalize(self, shutil.rmtree, self.weights_dir, ignore_errors=True)
 
-    def _request(self, route: str, payload: dict | None = None, timeout: float | None = None,
-                 max_bytes: int = MAX_BYTES) -> dict:
+    def _request(
+        self, route: str, payload: dict | None = None, timeout: float | None = None, max_bytes: int = MAX_BYTES
+    ) -> dict:
         url = self.url + route
         try:
-            answer = request_sync("GET" if payload is None else "POST", url, json=payload,
-                                  deadline_s=timeout or self.deadline_s, max_bytes=max_bytes)
+            answer = request_sync(
+                "GET" if payload is None else "POST",
+                url,
+                json=payload,
+                deadline_s=timeout or self.deadline_s,
+                max_bytes=max_bytes,
+            )
         except RequestFailed as err:
             if err.transient and err.kind != "Deadline":
-                raise VLLMServerError(f"vllm server at {self.address} unreachable ({err}); start it with "
-                                      f"`grouprl vllm-serve --model PATH --port {self.port}`") from None
+                raise VLLMServerError(
+                    f"vllm server at {self.address} unreachable ({err}); start it with "
+                    f"`grouprl vllm-serve --model PATH --port {self.port}`"
+                ) from None
             raise VLLMServerError(f"vllm server {url}: {err}") from None
         decoded = safe_json_loads(answer.body)
         if answer.status != 200:
@@ -124,8 +139,10 @@ class VLLMServerBackend:
             text = str(message) if message is not None else answer.body.decode("utf-8", "replace").strip()
             raise VLLMServerError(f"vllm server {url}: HTTP {answer.status}: {encodable(text)[:500]}")
         if isinstance(decoded, JsonRejected) or not isinstance(decoded, dict):
-            raise VLLMServerError(f"vllm server {url}: the answer is not a JSON object "
-                                  f"({getattr(decoded, 'reason', type(decoded).__name__)})")
+            raise VLLMServerError(
+                f"vllm server {url}: the answer is not a JSON object "
+                f"({getattr(decoded, 'reason', type(decoded).__name__)})"
+            )
         return decoded
 
     def wait_until_ready(self, timeout: float) -> None:
@@ -141,9 +158,15 @@ class VLLMServerBackend:
             time.sleep(0.25)
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
-        payload = {"prompts": prompt_ids, "eos_token_id": self.stops,
-                   "max_new_tokens": params.max_new_tokens, "temperature": params.temperature,
-                   "top_p": params.top_p, "top_k": params.top_k, "greedy": params.greedy}
+        payload = {
+            "prompts": prompt_ids,
+            "eos_token_id": self.stops,
+            "max_new_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "top_k": params.top_k,
+            "greedy": params.greedy,
+        }
         tokens = len(prompt_ids) * params.max_new_tokens
         answer = self._request("/generate", payload, max_bytes=MAX_BYTES + 64 * tokens)
         return [to_completion(c["ids"], c["logprobs"], self.tokenizer, self.stops) for c in answer["completions"]]
@@ -158,8 +181,10 @@ class VLLMServerBackend:
             finally:
                 os.unlink(path)
             if isinstance(before, int) and version != before + 1:  # another pusher on this server
-                raise VLLMServerError(f"vllm server at {self.address}: weights_version went {before} -> {version} "
-                                      "over one push: another trainer pushes to this server")
+                raise VLLMServerError(
+                    f"vllm server at {self.address}: weights_version went {before} -> {version} "
+                    "over one push: another trainer pushes to this server"
+                )
             self.weights_version = version
         _barrier()  # no process samples from the server before the push has landed (a no-op in one process)
 
@@ -172,9 +197,14 @@ def build_vllm_server_backend(policy, cfg) -> VLLMServerBackend:
     """The ``vllm_server`` entry of the backend registry: wait for the server, then push the in-memory weights
     (a warm start or a resumed run may differ from the checkpoint the server loaded)."""
     speed = cfg.speed
-    backend = VLLMServerBackend(policy.tokenizer, speed.vllm_server_host, speed.vllm_server_port,
-                                speed.vllm_server_weights_dir or None, stop_token_ids(policy.tokenizer, policy.model),
-                                pushes=_first_process())
+    backend = VLLMServerBackend(
+        policy.tokenizer,
+        speed.vllm_server_host,
+        speed.vllm_server_port,
+        speed.vllm_server_weights_dir or None,
+        stop_token_ids(policy.tokenizer, policy.model),
+        pushes=_first_process(),
+    )
     backend.wait_until_ready(speed.vllm_server_timeout)
     backend.load_weights(policy.model)
     return backend

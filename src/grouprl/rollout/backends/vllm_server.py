@@ -58,10 +58,13 @@ def parse_generate(body) -> tuple[list[list[int]], SamplingParams, int | list[in
     for i, p in enumerate(prompts):
         if not isinstance(p, list) or not p or not all(isinstance(t, int) and not isinstance(t, bool) for t in p):
             raise BadRequest(f"field 'prompts'[{i}]: expected a non-empty list of token ids, found {p!r}"[:300])
-    params = SamplingParams(max_new_tokens=_field(body, "max_new_tokens", int, 16),
-                            temperature=float(_field(body, "temperature", (int, float), 1.0)),
-                            top_p=float(_field(body, "top_p", (int, float), 1.0)), top_k=_field(body, "top_k", int, 0),
-                            greedy=_field(body, "greedy", bool, False))
+    params = SamplingParams(
+        max_new_tokens=_field(body, "max_new_tokens", int, 16),
+        temperature=float(_field(body, "temperature", (int, float), 1.0)),
+        top_p=float(_field(body, "top_p", (int, float), 1.0)),
+        top_k=_field(body, "top_k", int, 0),
+        greedy=_field(body, "greedy", bool, False),
+    )
     if params.max_new_tokens < 1:
         raise BadRequest(f"field 'max_new_tokens': expected >= 1, found {params.max_new_tokens}")
     eos = _field(body, "eos_token_id", (int, list))  # one id, or every stop id of the model (a turn ends on any)
@@ -109,8 +112,10 @@ class EngineServer(ThreadingHTTPServer):
         with self.lock:
             samples = sample(self.engine, prompts, params, eos)
             version = self.weights_version
-        return {"completions": [{"ids": ids, "logprobs": logprobs} for ids, logprobs in samples],
-                "weights_version": version}
+        return {
+            "completions": [{"ids": ids, "logprobs": logprobs} for ids, logprobs in samples],
+            "weights_version": version,
+        }
 
     def load_weights(self, body) -> dict:
         from grouprl.rollout.backends.vllm import reload_weights
@@ -141,14 +146,19 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         if self.path == "/health":
-            self._answer(HTTPStatus.OK, {"status": "ok", "model": self.server.model_path,
-                                         "weights_version": self.server.weights_version})
+            self._answer(
+                HTTPStatus.OK,
+                {"status": "ok", "model": self.server.model_path, "weights_version": self.server.weights_version},
+            )
         else:
             self._answer(HTTPStatus.NOT_FOUND, {"error": f"no route GET {self.path}; known: GET /health"})
 
     def do_POST(self) -> None:  # noqa: N802
-        routes = {"/generate": self.server.generate, "/load_weights": self.server.load_weights,
-                  "/close": lambda body: {"closing": True}}
+        routes = {
+            "/generate": self.server.generate,
+            "/load_weights": self.server.load_weights,
+            "/close": lambda body: {"closing": True},
+        }
         if self.path not in routes:
             self._answer(HTTPStatus.NOT_FOUND, {"error": f"no route POST {self.path}; known: {sorted(routes)}"})
             return
@@ -184,9 +194,14 @@ def _one_line(err: Exception) -> str:
 def serve(args: argparse.Namespace) -> int:
     from grouprl.rollout.backends.vllm import VLLMOptions, make_engine
 
-    options = VLLMOptions(dtype=args.dtype, max_model_len=args.max_model_len, cpu_kv_cache_gb=args.cpu_kv_cache_gb,
-                          gpu_memory_utilization=args.gpu_memory_utilization, seed=args.seed,
-                          enforce_eager=args.enforce_eager == "true")
+    options = VLLMOptions(
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        cpu_kv_cache_gb=args.cpu_kv_cache_gb,
+        gpu_memory_utilization=args.gpu_memory_utilization,
+        seed=args.seed,
+        enforce_eager=args.enforce_eager == "true",
+    )
     engine = make_engine(args.model, options)  # no sleep mode: the engine has its process (and device) to itself
     try:
         server = EngineServer(engine, args.model, args.host, args.port)
@@ -205,21 +220,35 @@ def serve(args: argparse.Namespace) -> int:
 
 
 def add_vllm_serve_parser(sub) -> argparse.ArgumentParser:
-    sv = sub.add_parser("vllm-serve", help="a vLLM engine in its own process for generation_backend: vllm_server",
-                        description="Serve a vLLM engine over HTTP on HOST:PORT; a trainer with "
-                                    "--generation_backend vllm_server samples from it and pushes its weights "
-                                    "after each update (a safetensors file in a directory both processes see).")
+    sv = sub.add_parser(
+        "vllm-serve",
+        help="a vLLM engine in its own process for generation_backend: vllm_server",
+        description="Serve a vLLM engine over HTTP on HOST:PORT; a trainer with "
+        "--generation_backend vllm_server samples from it and pushes its weights "
+        "after each update (a safetensors file in a directory both processes see).",
+    )
     sv.add_argument("--model", required=True, help="model dir or hub id: the trainer's starting checkpoint (required)")
     sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     sv.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 = any free port)")
-    sv.add_argument("--dtype", default="auto",
-                    help="engine dtype; float32 makes its log-probs comparable with an fp32 trainer (default: auto)")
+    sv.add_argument(
+        "--dtype",
+        default="auto",
+        help="engine dtype; float32 makes its log-probs comparable with an fp32 trainer (default: auto)",
+    )
     sv.add_argument("--max_model_len", type=int, default=2048, help="longest prompt + completion (default: 2048)")
     sv.add_argument("--cpu_kv_cache_gb", type=int, default=1, help="CPU: KV-cache size in GiB (default: 1)")
-    sv.add_argument("--gpu_memory_utilization", type=float, default=0.9,
-                    help="GPU: the engine's share of device memory (default: 0.9)")
+    sv.add_argument(
+        "--gpu_memory_utilization",
+        type=float,
+        default=0.9,
+        help="GPU: the engine's share of device memory (default: 0.9)",
+    )
     sv.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
-    sv.add_argument("--enforce_eager", choices=["true", "false"], default="true",
-                    help="no CUDA graphs / torch.compile: fast start (default: true; false on a GPU for speed)")
+    sv.add_argument(
+        "--enforce_eager",
+        choices=["true", "false"],
+        default="true",
+        help="no CUDA graphs / torch.compile: fast start (default: true; false on a GPU for speed)",
+    )
     sv.set_defaults(func=serve)
     return sv

@@ -99,8 +99,12 @@ class Calculator(Environment):
             prediction = normalize_number(final.group(1))
             correct = prediction is not None and prediction == self.answer
             self.done = True
-            return StepResult(self.observation(), 1.0 if correct else 0.0, True,
-                              {"prediction": prediction, "correct": correct, "answer": self.answer})
+            return StepResult(
+                self.observation(),
+                1.0 if correct else 0.0,
+                True,
+                {"prediction": prediction, "correct": correct, "answer": self.answer},
+            )
         call = _CALC.match(line)
         if not call:
             return StepResult(self.observation(), 0.0, False, {"invalid": True})
@@ -110,8 +114,12 @@ class Calculator(Environment):
         expression = call.group(1).strip()
         result = calculate(expression)
         self.calls.append((expression, result))
-        return StepResult(self.observation(), 0.0, False, {"expression": expression, "result": result,
-                                                           "calc_error": result.startswith("error:")})
+        return StepResult(
+            self.observation(),
+            0.0,
+            False,
+            {"expression": expression, "result": result, "calc_error": result.startswith("error:")},
+        )
 
     # --- views ------------------------------------------------------------------------------
     @property

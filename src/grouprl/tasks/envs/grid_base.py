@@ -46,7 +46,7 @@ class GridMoveEnv(Environment):
         raise NotImplementedError
 
     def _outcome(self) -> str | None:
-        """"success" (reward 1, done), "fell" (reward 0, done) or None (go on)."""
+        """ "success" (reward 1, done), "fell" (reward 0, done) or None (go on)."""
         raise NotImplementedError
 
     def render(self) -> str:
@@ -74,5 +74,8 @@ class GridMoveEnv(Environment):
         return StepResult(self.observation(), reward, self.done, info)
 
     def observation(self) -> Observation:
-        return Observation(text=f"Current {self.board_name}:\n{self.render()}\nYour move?",
-                           anchor_state=self.anchor_state, admissible_actions=list(ACTIONS))
+        return Observation(
+            text=f"Current {self.board_name}:\n{self.render()}\nYour move?",
+            anchor_state=self.anchor_state,
+            admissible_actions=list(ACTIONS),
+        )

@@ -21,8 +21,7 @@ from typing import Any
 from grouprl.records import Observation, stable_id
 from grouprl.tasks.envs.grid_base import ACTIONS, MOVES, GridMoveEnv
 
-PERPENDICULAR = {"up": ("left", "right"), "down": ("left", "right"),
-                 "left": ("up", "down"), "right": ("up", "down")}
+PERPENDICULAR = {"up": ("left", "right"), "down": ("left", "right"), "left": ("up", "down"), "right": ("up", "down")}
 _MAX_ATTEMPTS = 1000
 
 SYSTEM_PROMPT = (
@@ -69,8 +68,9 @@ def generate_map(size: int, hole_fraction: float, rng: random.Random) -> tuple[l
         path = bfs_path(rows, start, goal)
         if path is not None:
             return rows, path
-    raise ValueError(f"gridworld: no solvable {size}x{size} map with hole_fraction={hole_fraction} "
-                     f"after {_MAX_ATTEMPTS} attempts")
+    raise ValueError(
+        f"gridworld: no solvable {size}x{size} map with hole_fraction={hole_fraction} after {_MAX_ATTEMPTS} attempts"
+    )
 
 
 class GridWorld(GridMoveEnv):
@@ -82,8 +82,14 @@ class GridWorld(GridMoveEnv):
 
     system_prompt, board_name = SYSTEM_PROMPT, "map"
 
-    def __init__(self, size: int = 4, hole_fraction: float = 0.2, slippery: float = 0.0,
-                 max_steps: int | None = None, instructions: str | None = None):
+    def __init__(
+        self,
+        size: int = 4,
+        hole_fraction: float = 0.2,
+        slippery: float = 0.0,
+        max_steps: int | None = None,
+        instructions: str | None = None,
+    ):
         self.instructions = instructions or self.system_prompt
         if size < 2:
             raise ValueError("gridworld: size must be at least 2")
@@ -103,7 +109,8 @@ class GridWorld(GridMoveEnv):
     def reset(self, seed: int | None = None) -> Observation:
         seed = 0 if seed is None else seed
         self.grid, self.shortest_path = generate_map(
-            self.size, self.hole_fraction, random.Random(f"gridworld-map-{seed}"))
+            self.size, self.hole_fraction, random.Random(f"gridworld-map-{seed}")
+        )
         self._slip_rng = random.Random(f"gridworld-slip-{seed}")
         self.map_id = stable_id("\n".join(self.grid))
         self.pos = self._find("S")

@@ -157,19 +157,26 @@ class GymTextEnv(Environment):
             ``lambda reward, terminated, truncated, info: truncated``.
     """
 
-    def __init__(self, env: Any, *, make_kwargs: dict[str, Any] | None = None,
-                 observation_text: str | ObservationText = "str",
-                 action_names: Sequence[str] | None = None,
-                 parse_action: Callable[[str], Any] | None = None,
-                 anchor_key: Callable[[Any], Hashable] | None = None,
-                 instructions: str | None = None,
-                 success: SuccessFn | None = None):
+    def __init__(
+        self,
+        env: Any,
+        *,
+        make_kwargs: dict[str, Any] | None = None,
+        observation_text: str | ObservationText = "str",
+        action_names: Sequence[str] | None = None,
+        parse_action: Callable[[str], Any] | None = None,
+        anchor_key: Callable[[Any], Hashable] | None = None,
+        instructions: str | None = None,
+        success: SuccessFn | None = None,
+    ):
         gymnasium = _import_gymnasium()
         if isinstance(env, str):
             self.env = gymnasium.make(env, **(make_kwargs or {}))
         elif make_kwargs:
-            raise ValueError("gym_text: make_kwargs is only used with an env id string, "
-                             f"not with an env object ({type(env).__name__})")
+            raise ValueError(
+                "gym_text: make_kwargs is only used with an env id string, "
+                f"not with an env object ({type(env).__name__})"
+            )
         else:
             self.env = env
         self.observation_text = self._text_function(observation_text)
@@ -184,26 +191,33 @@ class GymTextEnv(Environment):
             n, start = int(space.n), int(space.start)
             names = [str(start + i) for i in range(n)] if action_names is None else [str(a) for a in action_names]
             if len(names) != n:
-                raise ValueError(f"gym_text: action_names has {len(names)} names {names} but the action "
-                                 f"space {space} has {n} actions")
+                raise ValueError(
+                    f"gym_text: action_names has {len(names)} names {names} but the action "
+                    f"space {space} has {n} actions"
+                )
             keys = [action_text(name) for name in names]
             if "" in keys or len(set(keys)) != n:
-                raise ValueError(f"gym_text: action_names must be non-empty and distinct "
-                                 f"(case-insensitive), got {names}")
+                raise ValueError(
+                    f"gym_text: action_names must be non-empty and distinct (case-insensitive), got {names}"
+                )
             self.action_names = names
             self._action_by_name = {key: start + i for i, key in enumerate(keys)}
         elif parse_action is None:
-            raise ValueError(f"gym_text: the action space {space} is not Discrete; pass parse_action "
-                             "(a function from the action text to an action of this space)")
+            raise ValueError(
+                f"gym_text: the action space {space} is not Discrete; pass parse_action "
+                "(a function from the action text to an action of this space)"
+            )
         elif action_names is not None:
             self.action_names = [str(a) for a in action_names]
 
         if instructions is None:
             instructions = ""
             if self.action_names:
-                instructions = (f"Each turn answer with exactly one action in the form "
-                                f"<action>{self.action_names[0]}</action>, where the action is one of: "
-                                f"{', '.join(self.action_names)}.")
+                instructions = (
+                    f"Each turn answer with exactly one action in the form "
+                    f"<action>{self.action_names[0]}</action>, where the action is one of: "
+                    f"{', '.join(self.action_names)}."
+                )
         self.instructions = instructions
         self._obs: Any = None
         self._observation: Observation | None = None
@@ -217,11 +231,15 @@ class GymTextEnv(Environment):
         if observation_text == "ansi":
             render_mode = getattr(self.env, "render_mode", None)
             if render_mode != "ansi":
-                raise ValueError(f"gym_text: observation_text='ansi' needs an env made with render_mode='ansi', "
-                                 f"this one has render_mode={render_mode!r}")
+                raise ValueError(
+                    f"gym_text: observation_text='ansi' needs an env made with render_mode='ansi', "
+                    f"this one has render_mode={render_mode!r}"
+                )
             return ansi_text
-        raise ValueError(f"gym_text: observation_text must be 'str', 'ansi' or a function (obs, env) -> str, "
-                         f"got {observation_text!r}")
+        raise ValueError(
+            f"gym_text: observation_text must be 'str', 'ansi' or a function (obs, env) -> str, "
+            f"got {observation_text!r}"
+        )
 
     # --- protocol ---------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> Observation:
@@ -242,8 +260,11 @@ class GymTextEnv(Environment):
         reward, terminated, truncated = float(reward), bool(terminated), bool(truncated)
         info = dict(gym_info)
         self.done = terminated or truncated
-        info.update(terminated=terminated, truncated=truncated,
-                    success=bool(self.success(reward, terminated, truncated, info)) if self.done else False)
+        info.update(
+            terminated=terminated,
+            truncated=truncated,
+            success=bool(self.success(reward, terminated, truncated, info)) if self.done else False,
+        )
         self._obs = obs
         self._observation = self._make_observation(obs)
         return StepResult(self._observation, reward, self.done, info)
@@ -274,5 +295,8 @@ class GymTextEnv(Environment):
         return self._action_by_name[key], None
 
     def _make_observation(self, obs: Any) -> Observation:
-        return Observation(text=self.observation_text(obs, self.env), anchor_state=self.anchor_key(obs),
-                           admissible_actions=list(self.action_names) if self.action_names else None)
+        return Observation(
+            text=self.observation_text(obs, self.env),
+            anchor_state=self.anchor_key(obs),
+            admissible_actions=list(self.action_names) if self.action_names else None,
+        )

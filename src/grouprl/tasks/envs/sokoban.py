@@ -80,8 +80,7 @@ class Sokoban(GridMoveEnv):
 
     system_prompt, board_name = SYSTEM_PROMPT, "room"
 
-    def __init__(self, size: int = 6, boxes: int = 1, max_steps: int | None = None,
-                 instructions: str | None = None):
+    def __init__(self, size: int = 6, boxes: int = 1, max_steps: int | None = None, instructions: str | None = None):
         self.instructions = instructions or self.system_prompt
         if size < 4:
             raise ValueError("sokoban: size must be at least 4")
@@ -107,8 +106,8 @@ class Sokoban(GridMoveEnv):
             n_inner = rng.randint(0, max(0, (len(interior) - 2 * self.n_boxes - 1) // 4))
             picks = rng.sample(interior, n_inner + 2 * self.n_boxes + 1)
             inner = picks[:n_inner]
-            targets = frozenset(picks[n_inner:n_inner + self.n_boxes])
-            boxes = frozenset(picks[n_inner + self.n_boxes:n_inner + 2 * self.n_boxes])
+            targets = frozenset(picks[n_inner : n_inner + self.n_boxes])
+            boxes = frozenset(picks[n_inner + self.n_boxes : n_inner + 2 * self.n_boxes])
             player = picks[-1]
             walls = frozenset(border | set(inner))
             solution = solve(walls, targets, player, boxes)

@@ -24,11 +24,25 @@ NO_HISTORY = "(no recently watched videos available)"
 
 # Survey codes as the studies coded them; any other value is printed as written.
 GENDER = {"1": "man", "2": "woman", "male": "man", "female": "woman", "man": "man", "woman": "woman"}
-RACE = {"1": "White", "2": "Black", "3": "Hispanic", "4": "Asian", "5": "Native American", "6": "multiracial",
-        "7": "other-race"}
+RACE = {
+    "1": "White",
+    "2": "Black",
+    "3": "Hispanic",
+    "4": "Asian",
+    "5": "Native American",
+    "6": "multiracial",
+    "7": "other-race",
+}
 PARTY = {"1": "Democrat", "2": "Republican", "3": "Independent", "4": "other party"}
-IDEOLOGY = {1: "very liberal", 2: "liberal", 3: "slightly liberal", 4: "moderate", 5: "slightly conservative",
-            6: "conservative", 7: "very conservative"}
+IDEOLOGY = {
+    1: "very liberal",
+    2: "liberal",
+    3: "slightly liberal",
+    4: "moderate",
+    5: "slightly conservative",
+    6: "conservative",
+    7: "very conservative",
+}
 YES = {"1", "1.0", "true", "yes", "y", "support", "supports", "favor", "agree"}
 NO = {"0", "0.0", "false", "no", "n", "oppose", "opposes", "against", "disagree"}
 
@@ -100,8 +114,9 @@ def viewer_summary(row: dict[str, Any]) -> str:
     college = field_value(row, "college")
     if college is not None:
         yes = _yes_no(college)
-        parts.append("college-educated" if yes else "not college-educated" if yes is False else
-                     f"education {text(college)}")
+        parts.append(
+            "college-educated" if yes else "not college-educated" if yes is False else f"education {text(college)}"
+        )
     if field_value(row, "freq_youtube") is not None:
         parts.append(f"watches YouTube {text(field_value(row, 'freq_youtube'))}")
     return "; ".join(parts)
@@ -164,18 +179,27 @@ def option_line(i: int, item: dict[str, Any], show_ids: bool) -> str:
     if seconds is not None:
         details.append(f"{round(seconds)}s long")
     line = f"{i}. {_title(item, show_ids)}" + (f" ({', '.join(details)})" if details else "")
-    counts = [(name, as_number(item.get(key))) for name, key in
-              (("views", "view_count"), ("likes", "like_count"), ("comments", "comment_count"))]
+    counts = [
+        (name, as_number(item.get(key)))
+        for name, key in (("views", "view_count"), ("likes", "like_count"), ("comments", "comment_count"))
+    ]
     shown = [f"{name} {int(n):,}" for name, n in counts if n is not None]
     return line + (f" — Engagement: {', '.join(shown)}" if shown else "")
 
 
 def survey_sentence(row: dict[str, Any], issue: IssueSpec | None) -> str:
-    general = (("pid1", "party", lambda v: _code(v, PARTY)), ("pid2", "lean", text), ("ideo1", "ideology", _ideology),
-               ("pol_interest", "political interest", text), ("religpew", "religion", text),
-               ("freq_youtube", "YouTube use", text), ("newsint", "news interest", text))
-    parts = [f"{label} {fmt(field_value(row, key))}" for key, label, fmt in general
-             if field_value(row, key) is not None]
+    general = (
+        ("pid1", "party", lambda v: _code(v, PARTY)),
+        ("pid2", "lean", text),
+        ("ideo1", "ideology", _ideology),
+        ("pol_interest", "political interest", text),
+        ("religpew", "religion", text),
+        ("freq_youtube", "YouTube use", text),
+        ("newsint", "news interest", text),
+    )
+    parts = [
+        f"{label} {fmt(field_value(row, key))}" for key, label, fmt in general if field_value(row, key) is not None
+    ]
     items, yes_no = (issue.items, issue.yes_no_items) if issue else ((), ())
     for key, label in items:
         value = field_value(row, key)
@@ -184,8 +208,13 @@ def survey_sentence(row: dict[str, Any], issue: IssueSpec | None) -> str:
     return ("; ".join(parts) + ".") if parts else ""
 
 
-def build_prompt(row: dict[str, Any], issue: IssueSpec | None, items: list[dict[str, Any]], max_history: int = 12,
-                 show_ids: bool = False) -> str:
+def build_prompt(
+    row: dict[str, Any],
+    issue: IssueSpec | None,
+    items: list[dict[str, Any]],
+    max_history: int = 12,
+    show_ids: bool = False,
+) -> str:
     """The user message for one row (``items`` is the parsed slate)."""
     summary = viewer_summary(row)
     viewer = f"VIEWER {summary}." if summary else NO_PROFILE
@@ -208,8 +237,9 @@ def build_prompt(row: dict[str, Any], issue: IssueSpec | None, items: list[dict[
 
     blocks.append("\n".join(["OPTIONS", *(option_line(i, it, show_ids) for i, it in enumerate(items, 1))]))
     issue_name = issue.label if issue else "the issue"
-    blocks.append("QUESTIONS\n1. Which option number will the viewer watch next?\n"
-                  f"2. After this recommendation, will the viewer's opinion on {issue_name} increase, decrease, "
-                  "or stay the same?")
+    blocks.append(
+        "QUESTIONS\n1. Which option number will the viewer watch next?\n"
+        f"2. After this recommendation, will the viewer's opinion on {issue_name} increase, decrease, "
+        "or stay the same?"
+    )
     return "\n\n".join(blocks)
-

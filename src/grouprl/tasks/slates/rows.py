@@ -30,7 +30,9 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 try:
                     rows.append(json.loads(line))
                 except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg}); expected one row per line") from None
+                    raise ValueError(
+                        f"{path}:{lineno}: not valid JSON ({err.msg}); expected one row per line"
+                    ) from None
     return rows
 
 
@@ -60,8 +62,14 @@ def gold_completion(index: int, opinion: str | None) -> str:
     return f"<think>option {index}</think><answer>{index}</answer><opinion>{opinion or 'no_change'}</opinion>"
 
 
-def to_task_row(raw: dict[str, Any], where: str, solution_key: str = "next_video_id", max_history: int = 12,
-                show_ids: bool = False, counts: schema.DropCounts | None = None) -> dict[str, Any] | None:
+def to_task_row(
+    raw: dict[str, Any],
+    where: str,
+    solution_key: str = "next_video_id",
+    max_history: int = 12,
+    show_ids: bool = False,
+    counts: schema.DropCounts | None = None,
+) -> dict[str, Any] | None:
     """One training row, or None (counted in ``counts``) when the slate is empty or the gold is not in it."""
     counts = counts if counts is not None else schema.DropCounts()
     items = schema.slate_items(raw, where)
@@ -71,8 +79,9 @@ def to_task_row(raw: dict[str, Any], where: str, solution_key: str = "next_video
     gold = schema.gold_id(raw, solution_key, where)
     index = schema.gold_index(items, gold, raw.get("next_video_title"))
     if index is None:
-        counts.drop("no_gold" if gold is None and schema.is_missing(raw.get("next_video_title")) else
-                    "gold_not_in_slate", where)
+        counts.drop(
+            "no_gold" if gold is None and schema.is_missing(raw.get("next_video_title")) else "gold_not_in_slate", where
+        )
         return None
     counts.kept += 1
     issue = schema.issue_of(raw)
@@ -93,11 +102,19 @@ def to_task_row(raw: dict[str, Any], where: str, solution_key: str = "next_video
     }
 
 
-def prepare_rows(raws: list[dict[str, Any]], where: str, solution_key: str = "next_video_id",
-                 max_history: int = 12, show_ids: bool = False) -> tuple[list[dict[str, Any]], schema.DropCounts]:
+def prepare_rows(
+    raws: list[dict[str, Any]],
+    where: str,
+    solution_key: str = "next_video_id",
+    max_history: int = 12,
+    show_ids: bool = False,
+) -> tuple[list[dict[str, Any]], schema.DropCounts]:
     counts = schema.DropCounts()
-    rows = [r for i, raw in enumerate(raws)
-            if (r := to_task_row(raw, f"{where} row {i}", solution_key, max_history, show_ids, counts)) is not None]
+    rows = [
+        r
+        for i, raw in enumerate(raws)
+        if (r := to_task_row(raw, f"{where} row {i}", solution_key, max_history, show_ids, counts)) is not None
+    ]
     message = f"slate data {where}: {counts.summary()}"
     if counts.dropped:
         message += "; first of each: " + ", ".join(f"{k}: {v}" for k, v in counts.examples.items())
@@ -105,11 +122,14 @@ def prepare_rows(raws: list[dict[str, Any]], where: str, solution_key: str = "ne
     else:
         log.info(message)
     if raws and not rows:
-        raise ValueError(f"slate data {where}: every row was dropped ({counts.summary()}); expected slates that "
-                         "contain the clicked video")
+        raise ValueError(
+            f"slate data {where}: every row was dropped ({counts.summary()}); expected slates that "
+            "contain the clicked video"
+        )
     return rows, counts
 
 
-def load_rows(source: str, split: str, solution_key: str = "next_video_id", max_history: int = 12,
-              show_ids: bool = False) -> tuple[list[dict[str, Any]], schema.DropCounts]:
+def load_rows(
+    source: str, split: str, solution_key: str = "next_video_id", max_history: int = 12, show_ids: bool = False
+) -> tuple[list[dict[str, Any]], schema.DropCounts]:
     return prepare_rows(load_raw_split(source, split), f"{source}:{split}", solution_key, max_history, show_ids)

@@ -32,22 +32,41 @@ class IssueSpec:
 
 
 GUN = IssueSpec(
-    "gun_control", "gun control", "gun_index", "gun_index_2",
-    (("stricter_laws", "wants stricter gun laws"), ("handgun_ban", "supports a handgun ban"),
-     ("assault_ban", "supports an assault weapons ban"), ("concealed_safe", "thinks concealed carry is safe"),
-     ("gun_importance", "gun policy importance"), ("gun_index", "gun-control index"),
-     ("gun_enthusiasm", "gun enthusiasm")),
-    (("stricter_laws", "Supports stricter gun laws", "Opposes stricter gun laws"),
-     ("gun_index", "Supports stricter gun laws", "Opposes stricter gun laws")),
+    "gun_control",
+    "gun control",
+    "gun_index",
+    "gun_index_2",
+    (
+        ("stricter_laws", "wants stricter gun laws"),
+        ("handgun_ban", "supports a handgun ban"),
+        ("assault_ban", "supports an assault weapons ban"),
+        ("concealed_safe", "thinks concealed carry is safe"),
+        ("gun_importance", "gun policy importance"),
+        ("gun_index", "gun-control index"),
+        ("gun_enthusiasm", "gun enthusiasm"),
+    ),
+    (
+        ("stricter_laws", "Supports stricter gun laws", "Opposes stricter gun laws"),
+        ("gun_index", "Supports stricter gun laws", "Opposes stricter gun laws"),
+    ),
     frozenset({"stricter_laws", "handgun_ban", "assault_ban", "concealed_safe"}),
 )
 WAGE = IssueSpec(
-    "minimum_wage", "the minimum wage", "mw_index_w1", "mw_index_w2",
-    (("minwage15_w1", "supports a $15 minimum wage"), ("mw_support_w1", "minimum-wage support"),
-     ("minwage_text_w1", "preferred minimum wage"), ("mw_index_w1", "minimum-wage index")),
-    (("minwage15_w1", "Supports a $15 minimum wage", "Opposes a $15 minimum wage"),
-     ("mw_support_w1", "Supports raising the minimum wage", "Opposes raising the minimum wage"),
-     ("mw_index_w1", "Supports raising the minimum wage", "Opposes raising the minimum wage")),
+    "minimum_wage",
+    "the minimum wage",
+    "mw_index_w1",
+    "mw_index_w2",
+    (
+        ("minwage15_w1", "supports a $15 minimum wage"),
+        ("mw_support_w1", "minimum-wage support"),
+        ("minwage_text_w1", "preferred minimum wage"),
+        ("mw_index_w1", "minimum-wage index"),
+    ),
+    (
+        ("minwage15_w1", "Supports a $15 minimum wage", "Opposes a $15 minimum wage"),
+        ("mw_support_w1", "Supports raising the minimum wage", "Opposes raising the minimum wage"),
+        ("mw_index_w1", "Supports raising the minimum wage", "Opposes raising the minimum wage"),
+    ),
     frozenset({"minwage15_w1"}),
 )
 ISSUES = {GUN.key: GUN, WAGE.key: WAGE}
@@ -139,8 +158,11 @@ def prior_and_current(row: dict[str, Any], where: str = "") -> tuple[list[dict[s
     video cannot be found nothing is shown: guessing a cut could leak the gold.
     """
     vids = [text(v) for v in as_list_json(row.get("watched_vids_json"), f"{where} field 'watched_vids_json'")]
-    detailed = [d for d in as_list_json(row.get("watched_detailed_json"), f"{where} field 'watched_detailed_json'")
-                if isinstance(d, dict)]
+    detailed = [
+        d
+        for d in as_list_json(row.get("watched_detailed_json"), f"{where} field 'watched_detailed_json'")
+        if isinstance(d, dict)
+    ]
     current = text(row.get("current_video_id"))
     if not current:
         return [], None
@@ -216,5 +238,7 @@ class DropCounts:
         return self.empty_slate + self.gold_not_in_slate + self.no_gold
 
     def summary(self) -> str:
-        return (f"kept {self.kept}, dropped {self.dropped} (empty slate {self.empty_slate}, no gold id "
-                f"{self.no_gold}, gold not in slate {self.gold_not_in_slate})")
+        return (
+            f"kept {self.kept}, dropped {self.dropped} (empty slate {self.empty_slate}, no gold id "
+            f"{self.no_gold}, gold not in slate {self.gold_not_in_slate})"
+        )

@@ -27,18 +27,34 @@ from pathlib import Path
 from typing import Any
 
 CHANNELS = {
-    "gun_control": [("Safe Streets Now", 1), ("Moms For Safety", 1), ("Liberty Arms Talk", -1),
-                    ("Second Amendment Daily", -1), ("Civic Desk", 0), ("Open Debate", 0)],
-    "minimum_wage": [("Fair Pay Forum", 1), ("Workers Voice", 1), ("Small Business Hour", -1),
-                     ("Free Market Minute", -1), ("Civic Desk", 0), ("Open Debate", 0)],
+    "gun_control": [
+        ("Safe Streets Now", 1),
+        ("Moms For Safety", 1),
+        ("Liberty Arms Talk", -1),
+        ("Second Amendment Daily", -1),
+        ("Civic Desk", 0),
+        ("Open Debate", 0),
+    ],
+    "minimum_wage": [
+        ("Fair Pay Forum", 1),
+        ("Workers Voice", 1),
+        ("Small Business Hour", -1),
+        ("Free Market Minute", -1),
+        ("Civic Desk", 0),
+        ("Open Debate", 0),
+    ],
 }
 TOPICS = {
-    "gun_control": {1: ["background checks save lives", "why we need safer gun laws", "the cost of gun violence"],
-                    -1: ["the right to bear arms", "gun bans do not work", "self defense at home"],
-                    0: ["the gun debate explained", "what the data says on guns", "a town hall on guns"]},
-    "minimum_wage": {1: ["why workers need fifteen dollars", "living wage stories", "raise the wage now"],
-                     -1: ["how wage hikes cost jobs", "small shops and the wage law", "the case against fifteen"],
-                     0: ["the minimum wage explained", "economists on the wage", "a debate on pay"]},
+    "gun_control": {
+        1: ["background checks save lives", "why we need safer gun laws", "the cost of gun violence"],
+        -1: ["the right to bear arms", "gun bans do not work", "self defense at home"],
+        0: ["the gun debate explained", "what the data says on guns", "a town hall on guns"],
+    },
+    "minimum_wage": {
+        1: ["why workers need fifteen dollars", "living wage stories", "raise the wage now"],
+        -1: ["how wage hikes cost jobs", "small shops and the wage law", "the case against fifteen"],
+        0: ["the minimum wage explained", "economists on the wage", "a debate on pay"],
+    },
 }
 OPENERS = ["", "watch: ", "new: ", "live: "]
 STUDY = {"gun_control": "study1", "minimum_wage": "study2"}
@@ -58,8 +74,15 @@ class Video:
     comments: int
 
     def slate_item(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "channel_title": self.channel, "duration": self.duration,
-                "view_count": self.views, "like_count": self.likes, "comment_count": self.comments}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "channel_title": self.channel,
+            "duration": self.duration,
+            "view_count": self.views,
+            "like_count": self.likes,
+            "comment_count": self.comments,
+        }
 
 
 def catalog(issue: str, rng: random.Random) -> list[Video]:
@@ -74,8 +97,18 @@ def catalog(issue: str, rng: random.Random) -> list[Video]:
                 seen.add(title)
                 vid = "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(11))
                 views = rng.randint(1_000, 2_000_000)
-                videos.append(Video(vid, title, channel, slant, rng.randint(60, 900), views,
-                                    views // rng.randint(20, 80), views // rng.randint(200, 900)))
+                videos.append(
+                    Video(
+                        vid,
+                        title,
+                        channel,
+                        slant,
+                        rng.randint(60, 900),
+                        views,
+                        views // rng.randint(20, 80),
+                        views // rng.randint(200, 900),
+                    )
+                )
     return videos
 
 
@@ -85,9 +118,12 @@ def make_viewer(issue: str, rng: random.Random) -> dict[str, Any]:
     before = round(rng.uniform(0.55, 0.9) if supports else rng.uniform(0.1, 0.45), 3)
     ideology = {"Democrat": rng.randint(1, 4), "Republican": rng.randint(4, 7), "Independent": rng.randint(3, 5)}
     profile = {
-        "age": rng.randint(18, 75), "q26": rng.choice(["Man", "Woman"]),
-        "q29": rng.choice(["White", "Black", "Hispanic", "Asian"]), "pid1": party,
-        "pid2": rng.choice(["strong", "not strong"]), "ideo1": ideology[party],
+        "age": rng.randint(18, 75),
+        "q26": rng.choice(["Man", "Woman"]),
+        "q29": rng.choice(["White", "Black", "Hispanic", "Asian"]),
+        "pid1": party,
+        "pid2": rng.choice(["strong", "not strong"]),
+        "ideo1": ideology[party],
         "q31": rng.choice(["under $25,000", "$25,000-$49,999", "$50,000-$99,999", "$100,000 or more"]),
         "college": int(rng.random() < 0.45),
         "freq_youtube": rng.choice(["daily", "several times a week", "weekly", "rarely"]),
@@ -96,12 +132,22 @@ def make_viewer(issue: str, rng: random.Random) -> dict[str, Any]:
         "newsint": rng.choice(["most of the time", "some of the time", "hardly at all"]),
     }
     if issue == "gun_control":
-        profile.update(stricter_laws=int(supports), handgun_ban=int(supports and rng.random() < 0.5),
-                       assault_ban=int(supports or rng.random() < 0.2), concealed_safe=int(not supports),
-                       gun_importance=rng.randint(1, 5), gun_index=before, gun_enthusiasm=rng.randint(1, 5))
+        profile.update(
+            stricter_laws=int(supports),
+            handgun_ban=int(supports and rng.random() < 0.5),
+            assault_ban=int(supports or rng.random() < 0.2),
+            concealed_safe=int(not supports),
+            gun_importance=rng.randint(1, 5),
+            gun_index=before,
+            gun_enthusiasm=rng.randint(1, 5),
+        )
     else:
-        profile.update(minwage15_w1=int(supports), mw_support_w1=before,
-                       minwage_text_w1="$15" if supports else "$10", mw_index_w1=before)
+        profile.update(
+            minwage15_w1=int(supports),
+            mw_support_w1=before,
+            minwage_text_w1="$15" if supports else "$10",
+            mw_index_w1=before,
+        )
     return profile
 
 
@@ -122,10 +168,20 @@ def rule_choice(stance: int, current: Video, slate: list[Video]) -> int:
 def _detail(video: Video, rng: random.Random, use_ms: bool) -> dict[str, Any]:
     watched = rng.randint(5, video.duration)
     if use_ms:
-        return {"id": video.id, "title": video.title, "channel_title": video.channel, "watch_ms": watched * 1000,
-                "total_length_ms": video.duration * 1000}
-    return {"id": video.id, "title": video.title, "channel_title": video.channel, "watch_seconds": watched,
-            "total_length": video.duration}
+        return {
+            "id": video.id,
+            "title": video.title,
+            "channel_title": video.channel,
+            "watch_ms": watched * 1000,
+            "total_length_ms": video.duration * 1000,
+        }
+    return {
+        "id": video.id,
+        "title": video.title,
+        "channel_title": video.channel,
+        "watch_seconds": watched,
+        "total_length": video.duration,
+    }
 
 
 def _next_click(stance: int, current: Video, slate: list[Video], rng: random.Random, noise: float) -> int:
@@ -142,8 +198,15 @@ def _draw_slate(videos: list[Video], exclude: set[str], current: Video, rng: ran
     return slate
 
 
-def make_row(issue: str, videos: list[Video], rng: random.Random, noise: float, opinion_noise: float,
-             max_prior: int, session: int) -> dict[str, Any]:
+def make_row(
+    issue: str,
+    videos: list[Video],
+    rng: random.Random,
+    noise: float,
+    opinion_noise: float,
+    max_prior: int,
+    session: int,
+) -> dict[str, Any]:
     profile = make_viewer(issue, rng)
     stance = stance_of(profile, issue)
     watched = [rng.choice(videos)]
@@ -163,14 +226,21 @@ def make_row(issue: str, videos: list[Video], rng: random.Random, noise: float, 
     nested = rng.random() < 0.3  # some rows keep the survey in a nested dict, as the hub rows can
     survey = {**profile, after_key: after}
     if issue == "minimum_wage":
-        survey.update(minwage15_w2=int(after > 0.5), mw_support_w2=after,
-                      minwage_text_w2="$15" if after > 0.5 else "$10")
+        survey.update(
+            minwage15_w2=int(after > 0.5), mw_support_w2=after, minwage_text_w2="$15" if after > 0.5 else "$10"
+        )
     row: dict[str, Any] = {
-        "issue": issue, "participant_study": STUDY[issue], "session_id": f"{issue}-{session}",
-        "slate_items_json": json.dumps([v.slate_item() for v in slate]) if rng.random() < 0.5
+        "issue": issue,
+        "participant_study": STUDY[issue],
+        "session_id": f"{issue}-{session}",
+        "slate_items_json": json.dumps([v.slate_item() for v in slate])
+        if rng.random() < 0.5
         else [v.slate_item() for v in slate],
-        "n_options": len(slate), "next_video_id": click.id, "next_video_title": click.title,
-        "current_video_id": current.id, "current_video_title": current.title,
+        "n_options": len(slate),
+        "next_video_id": click.id,
+        "next_video_title": click.title,
+        "current_video_id": current.id,
+        "current_video_title": current.title,
         "current_video_channel": current.channel,
         "watched_vids_json": [v.id for v in session_videos],
         "watched_detailed_json": [_detail(v, rng, use_ms) for v in session_videos],
@@ -182,8 +252,15 @@ def make_row(issue: str, videos: list[Video], rng: random.Random, noise: float, 
     return row
 
 
-def generate_issue(issue: str, n_train: int, n_validation: int, seed: int = 0, noise: float = 0.15,
-                   opinion_noise: float = 0.1, max_prior: int = 4) -> dict[str, list[dict[str, Any]]]:
+def generate_issue(
+    issue: str,
+    n_train: int,
+    n_validation: int,
+    seed: int = 0,
+    noise: float = 0.15,
+    opinion_noise: float = 0.1,
+    max_prior: int = 4,
+) -> dict[str, list[dict[str, Any]]]:
     rng = random.Random(f"{seed}-{issue}")  # str seeds hash stably (not salted like hash())
     videos = catalog(issue, rng)
     rows = [make_row(issue, videos, rng, noise, opinion_noise, max_prior, i) for i in range(n_train + n_validation)]
@@ -209,10 +286,20 @@ def read_rule(row: dict[str, Any]) -> tuple[int, str]:
         raise ValueError(f"read_rule: row {row.get('id', '?')!r} has no issue with an opinion index before watching")
     stance = 1 if before > 0.5 else -1
     items = schema.slate_items(row)
-    current = Video(row["current_video_id"], row["current_video_title"], row["current_video_channel"],
-                    slants[row["current_video_channel"]], 1, 0, 0, 0)
-    slate = [Video(it["id"], it["title"], it["channel_title"], slants[it["channel_title"]], 1, it["view_count"], 0, 0)
-             for it in items]
+    current = Video(
+        row["current_video_id"],
+        row["current_video_title"],
+        row["current_video_channel"],
+        slants[row["current_video_channel"]],
+        1,
+        0,
+        0,
+        0,
+    )
+    slate = [
+        Video(it["id"], it["title"], it["channel_title"], slants[it["channel_title"]], 1, it["view_count"], 0, 0)
+        for it in items
+    ]
     choice = rule_choice(stance, current, slate)
     prior, _ = schema.prior_and_current(row)
     total = sum(slants[e["channel_title"]] for e in prior) + current.slant + slate[choice].slant
@@ -235,13 +322,25 @@ def ceiling(rows: list[dict[str, Any]], noise: float = 0.15) -> dict[str, float]
             opinion_n += 1
             opinion_hits += label == opinion
     n = max(len(rows), 1)
-    return {"rows": len(rows), "click_reader": click_hits / n, "click_ceiling_analytic": analytic / n,
-            "opinion_reader": opinion_hits / max(opinion_n, 1), "click_chance": sum(
-                1 / len(schema.slate_items(r)) for r in rows) / n}
+    return {
+        "rows": len(rows),
+        "click_reader": click_hits / n,
+        "click_ceiling_analytic": analytic / n,
+        "opinion_reader": opinion_hits / max(opinion_n, 1),
+        "click_chance": sum(1 / len(schema.slate_items(r)) for r in rows) / n,
+    }
 
 
-def write_dataset(out: str | Path, issues: list[str], n_train: int, n_validation: int, seed: int = 0,
-                  noise: float = 0.15, opinion_noise: float = 0.1, max_prior: int = 4) -> dict[str, Any]:
+def write_dataset(
+    out: str | Path,
+    issues: list[str],
+    n_train: int,
+    n_validation: int,
+    seed: int = 0,
+    noise: float = 0.15,
+    opinion_noise: float = 0.1,
+    max_prior: int = 4,
+) -> dict[str, Any]:
     """``out/<gun|wage>/{train,validation}.jsonl`` plus ``out/ceiling.json``; returns the ceilings."""
     report: dict[str, Any] = {"seed": seed, "noise": noise, "opinion_noise": opinion_noise, "max_prior": max_prior}
     for issue in issues:

@@ -62,13 +62,17 @@ class SlateTask(SingleTurnTask):
 
     def eval_metrics(self, episodes: list[Episode]) -> dict[str, float]:
         """Next-click and opinion accuracy, parsed rate (a number in <answer>) and formatted rate (<answer>)."""
-        answers = [parse_slate_answer(ep.steps[-1].action_text if ep.steps else "",
-                                      self.settings.pureacc_allow_bare_number) for ep in episodes]
+        answers = [
+            parse_slate_answer(ep.steps[-1].action_text if ep.steps else "", self.settings.pureacc_allow_bare_number)
+            for ep in episodes
+        ]
         n = max(len(episodes), 1)
         labelled = [(a, ep.row["opinion_label"]) for a, ep in zip(answers, episodes) if ep.row["opinion_label"]]
         return {
-            "next_click_accuracy": sum(a.in_range(ep.row["n_options"]) and a.choice == ep.row["gold_index"]
-                                       for a, ep in zip(answers, episodes)) / n,
+            "next_click_accuracy": sum(
+                a.in_range(ep.row["n_options"]) and a.choice == ep.row["gold_index"] for a, ep in zip(answers, episodes)
+            )
+            / n,
             "opinion_accuracy": sum(a.opinion == label for a, label in labelled) / max(len(labelled), 1),
             "parsed_rate": sum(a.choice is not None for a in answers) / n,
             "formatted_rate": sum(a.formatted for a in answers) / n,
@@ -77,17 +81,24 @@ class SlateTask(SingleTurnTask):
 
 def _rows(cfg: Config, s, settings: GrailConfig) -> tuple[list, list]:
     source = cfg.task.dataset_name_or_path or HUB_IDS[s.slate_issue]
-    options = dict(solution_key=s.slate_solution_column, max_history=settings.grail_max_history,
-                   show_ids=settings.grail_show_ids)
+    options = dict(
+        solution_key=s.slate_solution_column, max_history=settings.grail_max_history, show_ids=settings.grail_show_ids
+    )
     if source == "synthetic":
         n_train = cfg.task.n_train or 2000
-        splits = generate_issue(s.slate_issue, n_train, s.slate_synthetic_validation, s.slate_synthetic_seed,
-                                max_prior=s.slate_synthetic_max_prior)
-        return (prepare_rows(splits["train"], "synthetic:train", **options)[0],
-                prepare_rows(splits["validation"], "synthetic:validation", **options)[0])
+        splits = generate_issue(
+            s.slate_issue,
+            n_train,
+            s.slate_synthetic_validation,
+            s.slate_synthetic_seed,
+            max_prior=s.slate_synthetic_max_prior,
+        )
+        return (
+            prepare_rows(splits["train"], "synthetic:train", **options)[0],
+            prepare_rows(splits["validation"], "synthetic:validation", **options)[0],
+        )
     train = prepare_rows(load_raw_split(source, s.slate_train_split), f"{source}:{s.slate_train_split}", **options)[0]
-    held_out = prepare_rows(load_raw_split(source, s.slate_eval_split), f"{source}:{s.slate_eval_split}",
-                            **options)[0]
+    held_out = prepare_rows(load_raw_split(source, s.slate_eval_split), f"{source}:{s.slate_eval_split}", **options)[0]
     return train, held_out
 
 
@@ -100,6 +111,16 @@ def build_slates(cfg: Config) -> SlateTask:
         train = train[: cfg.task.n_train]
     system = SYSTEM_PROMPT if cfg.task.system_prompt is None else cfg.task.system_prompt
     bare = {"allow_bare_number": settings.pureacc_allow_bare_number}
-    return SlateTask("slates", train, held_out, system, ["slate_accuracy"], "slate_click",
-                     reward_kwargs={"slate_accuracy": bare}, settings=settings, seed=cfg.train.seed,
-                     output_dir=cfg.train.output_dir, tiny_tokenizer=slates.slate_tiny_tokenizer)
+    return SlateTask(
+        "slates",
+        train,
+        held_out,
+        system,
+        ["slate_accuracy"],
+        "slate_click",
+        reward_kwargs={"slate_accuracy": bare},
+        settings=settings,
+        seed=cfg.train.seed,
+        output_dir=cfg.train.output_dir,
+        tiny_tokenizer=slates.slate_tiny_tokenizer,
+    )

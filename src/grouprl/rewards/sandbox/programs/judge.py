@@ -13,8 +13,20 @@ import fractions
 import json
 import sys
 
-_FACTORIES = {"int": int, "float": float, "list": list, "set": set, "dict": dict, "str": str, "tuple": tuple,
-              "frozenset": frozenset, "bool": bool, "complex": complex, "bytes": bytes, None: None}
+_FACTORIES = {
+    "int": int,
+    "float": float,
+    "list": list,
+    "set": set,
+    "dict": dict,
+    "str": str,
+    "tuple": tuple,
+    "frozenset": frozenset,
+    "bool": bool,
+    "complex": complex,
+    "bytes": bytes,
+    None: None,
+}
 _SEQUENCES = {"l": list, "t": tuple, "s": set, "z": frozenset}
 _DATES = {"datetime": datetime.datetime, "date": datetime.date, "time": datetime.time}
 
@@ -27,7 +39,7 @@ def decode(x):
     if x is None or type(x) in (bool, int, str):
         return x
     if type(x) is dict and len(x) == 1:
-        (tag, v), = x.items()
+        ((tag, v),) = x.items()
         if tag == "f":
             return float(v)
         if tag == "b":

@@ -17,16 +17,29 @@ import sys
 import types
 
 MAX_ITEMS = 100_000  # items taken from one iterator (an endless generator is the program's failure)
-_FACTORIES = {int: "int", float: "float", list: "list", set: "set", dict: "dict", str: "str", tuple: "tuple",
-              frozenset: "frozenset", bool: "bool", complex: "complex", bytes: "bytes", None: None}
+_FACTORIES = {
+    int: "int",
+    float: "float",
+    list: "list",
+    set: "set",
+    dict: "dict",
+    str: "str",
+    tuple: "tuple",
+    frozenset: "frozenset",
+    bool: "bool",
+    complex: "complex",
+    bytes: "bytes",
+    None: None,
+}
 _VIEWS = {type({}.keys()): "K", type({}.values()): "V", type({}.items()): "W"}
 _DATES = (datetime.datetime, datetime.date, datetime.time)
 
 
 def _is_iterator(x) -> bool:
     t = type(x)
-    return isinstance(x, types.GeneratorType) or (t.__module__ in ("builtins", "itertools") and
-                                                  hasattr(t, "__next__") and iter(x) is x)
+    return isinstance(x, types.GeneratorType) or (
+        t.__module__ in ("builtins", "itertools") and hasattr(t, "__next__") and iter(x) is x
+    )
 
 
 def _pairs(mapping, depth):
@@ -80,9 +93,11 @@ def encode(x, depth=0):
                 raise ValueError(f"returned an iterator of more than {MAX_ITEMS} items")
             items.append(encode(v, depth + 1))
         return {"I": items}
-    raise TypeError(f"returned a {t.__name__} object; only plain values (None, bool, int, float, str, bytes, "
-                    "list, tuple, dict, set) and standard-library values (Counter, defaultdict, namedtuple, "
-                    "deque, range, iterators, Decimal, Fraction, dates) are compared")
+    raise TypeError(
+        f"returned a {t.__name__} object; only plain values (None, bool, int, float, str, bytes, "
+        "list, tuple, dict, set) and standard-library values (Counter, defaultdict, namedtuple, "
+        "deque, range, iterators, Decimal, Fraction, dates) are compared"
+    )
 
 
 def main():

@@ -42,8 +42,10 @@ def main():
         if not callable(fn):
             raise LookupError(f"the file defines no function '{params['name']}'")
     except BaseException as err:  # noqa: BLE001 - sys.exit at import too: an error, never an empty success
-        line = next((tb.tb_lineno for tb in _frames(err.__traceback__)
-                     if tb.tb_frame.f_code.co_filename == params["filename"]), None)
+        line = next(
+            (tb.tb_lineno for tb in _frames(err.__traceback__) if tb.tb_frame.f_code.co_filename == params["filename"]),
+            None,
+        )
         where = f" (line {line})" if line else ""
         if isinstance(err, SystemExit):
             text = f"called sys.exit({err.code!r}) at import{where}; a reward file must define its function, not exit"
