@@ -41,7 +41,7 @@ def _clean_config_env():
 
 def _build_tiny(task: str, out: Path, dataset: Path | None = None) -> Path:
     from grouprl.run_config import build_config
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.tasks import load_task
 
     cli = {"task": task, "n_eval": 50}
@@ -103,7 +103,7 @@ GRID_CLI = {
 def tiny_grid_dir(tmp_path_factory) -> Path:
     """An untrained tiny Qwen2 model whose vocabulary covers the gridworld prompts."""
     from grouprl.run_config import build_config
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.tasks import load_task
 
     cfg = build_config(None, GRID_CLI, environ={})
@@ -188,7 +188,7 @@ def tokenizer():
     tests' (a module that needs another tokenizer defines its own ``tokenizer`` fixture, which wins)."""
     import string
 
-    from grouprl.policy.tiny import build_tokenizer
+    from grouprl.models.tiny import build_tokenizer
     from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 
     tok = build_tokenizer(string.printable)

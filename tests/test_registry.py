@@ -64,7 +64,7 @@ def test_a_name_a_file_and_a_module_resolve_through_the_same_lookup(code):
     estimator = get_estimator(f"{code / 'est.py'}:signs")
     assert isinstance(estimator, Estimator) and estimator.options == ("margin",)
     assert get_estimator("grpo") is ESTIMATORS["grpo"]
-    assert get_reward("grouprl.rewards.builtin.arithmetic:arithmetic_exact")("12", "12") == 1.0
+    assert get_reward("grouprl.rewards.builtin.number_answer:arithmetic_exact")("12", "12") == 1.0
     assert BACKENDS.resolve("grouprl.rollout.generation:_hf_backend") is BACKENDS["hf"]
     assert resolve_tool("grouprl.tools.builtin:lookup").fn("mile") == "1 mile = 5280 feet"
 

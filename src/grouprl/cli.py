@@ -96,7 +96,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from grouprl.policy.loading import load_policy, pick_device
+    from grouprl.models.loading import load_policy, pick_device
     from grouprl.rewards.scorer import Scorer
     from grouprl.rollout.generation import SamplingParams, make_backend
     from grouprl.rollout.runner import episode_settings
@@ -228,11 +228,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_init_model(args: argparse.Namespace) -> int:
     if args.from_pretrained:  # a real model from a package (the tiny model's options do not apply)
-        from grouprl.policy.pretrained import materialize_pretrained
+        from grouprl.models.pretrained import materialize_pretrained
 
         print(materialize_pretrained(args.from_pretrained, args.out))
         return 0
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.tasks import load_task
 
     cli = {"task": args.task or ("arithmetic" if args.config is None else None)}

@@ -72,7 +72,7 @@ class Step:
 
 @dataclass
 class AgentRun:
-    """How a user's agent played one episode through the endpoint (``rollout/agent_runner.py``)."""
+    """How a user's agent played one episode through the endpoint (``rollout/agent/runner.py``)."""
 
     calls: int = 0  # chat completions served for it
     segments: int = 0  # training samples its calls make: 1 = merged (append-only chat), more = split
@@ -96,7 +96,7 @@ class Episode:
     # update scores the episode once as one sequence (train/conversation_samples.py).
     conversation: bool = False
     end_reason: str = ""  # conversations: answer | max_tool_calls | context | truncated
-    # Episodes played by a user's agent through the endpoint (rollout/agent_runner.py): what the run did.
+    # Episodes played by a user's agent through the endpoint (rollout/agent/runner.py): what the run did.
     agent: AgentRun | None = None
 
     @property

@@ -52,7 +52,7 @@ def test_gdpo_missing_scores_and_missing_parts():
 
 
 def test_a_user_estimator_sees_each_reward_through_the_trainer(tiny_arithmetic_dir, tmp_path):
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer

@@ -26,8 +26,8 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 from grouprl.algos.entropy import EntropyBonus, entropy_bonus  # noqa: E402
 from grouprl.algos.loss import policy_objective  # noqa: E402
 from grouprl.algos.policy_losses import get_loss  # noqa: E402
-from grouprl.policy.loading import load_tokenizer  # noqa: E402
-from grouprl.policy.tiny import init_tiny  # noqa: E402
+from grouprl.models.loading import load_tokenizer  # noqa: E402
+from grouprl.models.tiny import init_tiny  # noqa: E402
 
 B, T = 6, 7
 

@@ -1,4 +1,4 @@
-"""bench/async_rollouts.py's parts that decide what it measures, without training: the tool service is a real
+"""bench/rollouts/async_rollouts.py's parts that decide what it measures, without training: the tool service is a real
 HTTP process that answers the calculator after its 0.3 s, and the SmolLM2 judge workload keeps the main
 job's batch (2 prompts x 8 completions) with the judge as its only reward; experiments/async_learning.py
 reads a finished run back (its resume) with its training curve."""
@@ -12,11 +12,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from judge_standin import ServedProcess
-
 from grouprl.run_config import build_config
 
-REPO = Path(__file__).resolve().parents[2]
+from bench.common import ROOT as REPO, child_pythonpath
+from bench.common.judge_standin import ServedProcess, standin
+from bench.rollouts import async_rollouts
 
 
 def load(path: Path):
@@ -28,9 +28,10 @@ def load(path: Path):
 
 def test_the_tool_service_answers_over_http_after_its_delay(tmp_path):
     service = ServedProcess(
-        [sys.executable, str(REPO / "bench" / "async_rollouts.py"), "--serve-tool", "{port}"],
+        [sys.executable, "-m", "bench.rollouts.async_rollouts", "--serve-tool", "{port}"],
         tmp_path / "tool.log",
         startup_s=60,
+        env={"PYTHONPATH": child_pythonpath()},
     )
     service.start()
     try:
@@ -49,9 +50,8 @@ def test_the_tool_service_answers_over_http_after_its_delay(tmp_path):
 
 
 def test_the_smollm2_judge_workload_keeps_the_main_jobs_batch(tmp_path):
-    bench = load(REPO / "bench" / "async_rollouts.py")
     recipe = tmp_path / "judge.yaml"
-    recipe.write_text(json.dumps(bench.smollm2_judge_recipe("http://127.0.0.1:9/v1")))
+    recipe.write_text(json.dumps(async_rollouts.smollm2_judge_recipe("http://127.0.0.1:9/v1")))
     cfg = build_config(recipe, {})
     main_job = build_config(REPO / "recipes" / "SmolLM2-135M-Instruct" / "grpo" / "config_arithmetic.yaml", {})
     assert cfg.model.model_name_or_path == "smollm2-135m-instruct"
@@ -80,8 +80,6 @@ def test_the_judge_served_one_request_at_a_time_queues_the_others(tmp_path):
     """``--judge-concurrency 1``: the stand-in answers one request at a time, so three sent at once come back
     one delay apart (a concurrent server would answer them together)."""
     import threading
-
-    from judge_standin import standin
 
     server = standin(tmp_path / "judge.log", mode="digits", delay=0.3, concurrency=1)
     server.start()

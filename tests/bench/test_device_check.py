@@ -1,4 +1,4 @@
-"""bench/device_check.py, the GPU check, runs end to end on the CPU at toy sizes (--fast): every part gives
+"""bench/device/check.py, the GPU check, runs end to end on the CPU at toy sizes (--fast): every part gives
 numbers and no error, the JSON and the markdown are written; a part past its time cap is killed and recorded
 while the next part still runs (the isolation a lent GPU's run relies on)."""
 
@@ -14,16 +14,16 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "device_check.py"
+from bench.common import child_pythonpath
+
 PARTS = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b", "async_judge"]
 
 
 def run_check(out: Path, *extra: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPRL_") and k != "OUT"}
-    env.update(PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    env.update(PYTHONPATH=child_pythonpath(keep_caller=False), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     return subprocess.run(
-        [sys.executable, str(SCRIPT), "--device", "cpu", "--fast", "--out", str(out), *extra],
+        [sys.executable, "-m", "bench.device.check", "--device", "cpu", "--fast", "--out", str(out), *extra],
         env=env,
         capture_output=True,
         text=True,
@@ -162,15 +162,11 @@ def test_a_bad_cap_is_refused_in_one_line(tmp_path):
 
 
 def test_generation_probe_runs_on_cpu(tmp_path):
-    """bench/device_generation_probe.py end to end at toy sizes: every path generates the step's rows."""
-    import importlib.util
+    """bench/device/generation_probe.py end to end at toy sizes: every path generates the step's rows."""
+    from bench.device import generation_probe
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "device_generation_probe.py"
-    spec = importlib.util.spec_from_file_location("device_generation_probe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     out = tmp_path / "probe.json"
-    results = module.main(
+    results = generation_probe.main(
         ["--device", "cpu", "--fast", "--repeats", "1", "--threads", "1", "--profile", "--out", str(out)]
     )
     tiny = results["tiny"]

@@ -1,4 +1,4 @@
-"""bench/vs_trl_tools.py, the tool config of bench/vs_trl.py: grouprl and TRL's GRPOTrainer do the same
+"""bench/vs_trl/tools.py, the tool config of bench/vs_trl/compare.py: grouprl and TRL's GRPOTrainer do the same
 multi-turn tool-calling work. At toy size (a briefly tool-SFT'd tiny model, 2 questions x 2 conversations,
 greedy so that both sides play the same conversations) each side runs one training step in its own process,
 and the conversations, turns, tool calls executed, tokens and generated tokens agree exactly, conversation by
@@ -16,10 +16,8 @@ import pytest
 
 pytest.importorskip("trl", reason="TRL not installed (the benchmark's other side)")
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "bench"))
-
-import vs_trl_tools  # noqa: E402
+from bench.common import child_pythonpath
+from bench.vs_trl import tools as vs_trl_tools
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +31,17 @@ def warm_tool_model(tmp_path_factory) -> str:
 def run_worker(which: str, model: str, out: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GROUPRL_")}
     env.update(
-        PYTHONPATH=str(REPO / "src"), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", TRL_EXPERIMENTAL_SILENCE="1"
+        PYTHONPATH=child_pythonpath(keep_caller=False),
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+        TRL_EXPERIMENTAL_SILENCE="1",
     )
     result = out / f"{which}.json"
     proc = subprocess.run(
         [
             sys.executable,
-            str(REPO / "bench" / "vs_trl_tools.py"),
+            "-m",
+            "bench.vs_trl.tools",
             "--which",
             which,
             "--model",
@@ -67,7 +69,7 @@ def run_worker(which: str, model: str, out: Path) -> dict:
 
 
 def test_trl_renders_the_prompt_grouprl_renders(warm_tool_model):
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
     from grouprl.rollout.conversation import ConversationSettings, initial_prompt
     from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows
     from grouprl.tools import resolve_tools

@@ -27,8 +27,8 @@ def test_the_recipe_block_loads_and_names_a_real_agent(tmp_path):
 
 
 def test_the_documented_names_are_the_code_s():
-    from grouprl.rollout import agent_serving
-    from grouprl.rollout.agent_runner import FAILURES
+    from grouprl.rollout.agent import serving as agent_serving
+    from grouprl.rollout.agent.runner import FAILURES
 
     text = DOC.read_text()
     assert all(f"`{kind}`" in text for kind in FAILURES)

@@ -41,7 +41,7 @@ ARGS = [
 @pytest.fixture(scope="module")
 def tiny_tool_model(tmp_path_factory) -> Path:
     """An untrained tiny model with the tool task's vocabulary (the agent's chats render in it)."""
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 

@@ -102,7 +102,7 @@ def test_view_trajectories_cli(gigpo_run, capsys, monkeypatch):
 
 
 def test_debug_log_shows_anchor_groups(tmp_path, warm_grid_dir, caplog):
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
 
@@ -125,7 +125,7 @@ def test_reward_functions_score_multi_step_episodes_and_name_steps(tmp_path, war
     from grouprl.rewards.scorer import Scorer
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
 
     seen = {}
     from grouprl.rewards.kit import reward_function
@@ -242,7 +242,7 @@ def test_example_script_runs_and_updates_weights(tmp_path):
 def test_one_gigpo_update_moves_probability_towards_better_steps(tmp_path, warm_grid_dir):
     """The fast counterpart of the learning run: after one update on a real rollout batch, actions
     with a positive GiGPO advantage became more likely and those with a negative one less."""
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.policy.scoring import completion_logps
     from grouprl.tasks import load_task
     from grouprl.train.learner import pack_samples

@@ -86,7 +86,7 @@ def run(args: list[str], **env) -> subprocess.CompletedProcess:
 
 
 def test_acronym_task_trains_from_an_openr1_recipe_offline(acronyms, tmp_path):
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     model = tmp_path / "tiny"
     built = run(

@@ -12,8 +12,8 @@ import torch
 
 from grouprl.run_config import build_config
 from grouprl.observe.jsonl import read_jsonl
-from grouprl.policy.tiny import build_tiny_model
-from grouprl.policy.tiny_words import build_tiny_classifier, build_word_tokenizer
+from grouprl.models.tiny import build_tiny_model
+from grouprl.models.tiny_words import build_tiny_classifier, build_word_tokenizer
 from grouprl.tasks import load_task
 from grouprl.tasks.slates.synthetic import write_dataset
 from grouprl.job.run import run_training

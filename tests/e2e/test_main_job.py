@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grouprl.cli import main
-from grouprl.policy.pretrained import cache_dir
+from grouprl.models.pretrained import cache_dir
 from real_model import SMOLLM2, smollm2_dir  # noqa: F401 - the session fixture
 
 

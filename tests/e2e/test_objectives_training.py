@@ -20,7 +20,7 @@ TIMING = {"step_time", "generation_time", "score_time", "advantage_time", "updat
 
 def two_steps(model_dir: Path, out: Path, keys: dict) -> tuple[list[dict], float]:
     """Two training steps (each batch used twice, so ratios leave 1); the metrics and how far the weights moved."""
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
 

@@ -25,7 +25,7 @@ def _driver():
 
 @pytest.fixture(scope="module")
 def tiny_tool_model(tmp_path_factory) -> Path:
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 

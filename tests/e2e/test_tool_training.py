@@ -23,7 +23,7 @@ def warm_tool_model(tmp_path_factory):
     """A small tiny model after a short tool SFT: it writes <tool_call> turns, not yet well."""
     import grouprl.tasks  # noqa: F401
     from grouprl.job.tool_sft import tool_sft
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.rollout.runner import episode_settings
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task

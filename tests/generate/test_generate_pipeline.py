@@ -70,7 +70,7 @@ class Server:
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory) -> Path:
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
 
     corpus = "".join(WORDS) + "Say: .,!?0123456789 "
     return init_tiny(corpus, tmp_path_factory.mktemp("gen") / "tiny", TINY_HIDDEN, TINY_LAYERS, TINY_HEADS, seed=0)

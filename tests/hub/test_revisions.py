@@ -115,7 +115,7 @@ def test_a_failed_upload_keeps_its_checkpoint_through_rotation(tmp_path):
 LOAD_AT_REVISION = """
 import json, sys, torch
 from grouprl.config import ModelConfig
-from grouprl.policy.loading import load_policy
+from grouprl.models.loading import load_policy
 p = load_policy(ModelConfig(), "me/tiny", torch.device("cpu"), False, revision=sys.argv[1])
 print(json.dumps({"vocab": len(p.tokenizer), "rows": p.model.get_input_embeddings().weight.shape[0],
                   "ids": p.tokenizer("xyz").input_ids}))
@@ -132,7 +132,7 @@ def test_model_revision_loads_weights_and_tokenizer_from_that_revision(hub, tmp_
 
     from huggingface_hub import HfApi
 
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
 
     endpoint, state = hub
     api = HfApi(endpoint=endpoint, token="hf_x")

@@ -11,9 +11,9 @@ import torch
 
 pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm]; CI: .ci/vllm-venv)")
 
-from grouprl.policy.loading import load_tokenizer  # noqa: E402
+from grouprl.models.loading import load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
-from grouprl.policy.tiny import init_tiny  # noqa: E402
+from grouprl.models.tiny import init_tiny  # noqa: E402
 from grouprl.rollout.backends.vllm import VLLMBackend, VLLMOptions  # noqa: E402
 from grouprl.rollout.generation import SamplingParams, generate  # noqa: E402
 

@@ -21,7 +21,7 @@ CALCULATOR = f"{ROOT / 'examples' / 'agents' / 'calculator_agent.py'}:run"
 
 
 def test_the_example_agent_trains_on_vllm(tmp_path):
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 

@@ -18,7 +18,7 @@ from real_model import smollm2_dir  # noqa: E402,F401 - the session fixture
 from vllm_steps import TRAIN, two_steps_follow_the_trainer  # noqa: E402
 
 from grouprl.cli import main  # noqa: E402
-from grouprl.policy.loading import load_policy  # noqa: E402
+from grouprl.models.loading import load_policy  # noqa: E402
 from grouprl.rollout.backends.vllm import VLLMBackend  # noqa: E402
 from grouprl.run_config import build_config  # noqa: E402
 from grouprl.tasks import load_task  # noqa: E402

@@ -26,9 +26,9 @@ from launch import torchrun  # noqa: E402
 from vllm_steps import TRAIN, two_steps_follow_the_trainer  # noqa: E402
 
 from grouprl.run_config import build_config  # noqa: E402
-from grouprl.policy.loading import load_policy, load_tokenizer  # noqa: E402
+from grouprl.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
-from grouprl.policy.tiny import init_tiny  # noqa: E402
+from grouprl.models.tiny import init_tiny  # noqa: E402
 from grouprl.rollout.backends.vllm_client import VLLMServerBackend, VLLMServerError  # noqa: E402
 from grouprl.rollout.generation import SamplingParams  # noqa: E402
 from grouprl.tasks import load_task  # noqa: E402

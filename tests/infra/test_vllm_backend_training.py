@@ -13,8 +13,8 @@ pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm
 from vllm_steps import TRAIN, two_steps_follow_the_trainer  # noqa: E402
 
 from grouprl.run_config import build_config  # noqa: E402
-from grouprl.policy.loading import load_policy  # noqa: E402
-from grouprl.policy.tiny import init_tiny  # noqa: E402
+from grouprl.models.loading import load_policy  # noqa: E402
+from grouprl.models.tiny import init_tiny  # noqa: E402
 from grouprl.rollout.backends.vllm import VLLMBackend  # noqa: E402
 from grouprl.tasks import load_task  # noqa: E402
 from grouprl.train.trainer import Trainer  # noqa: E402

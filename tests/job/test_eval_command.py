@@ -10,7 +10,7 @@ import pytest
 
 from grouprl import cli
 from grouprl.job.evaluate import evaluate
-from grouprl.policy.tiny import build_tokenizer
+from grouprl.models.tiny import build_tokenizer
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings

@@ -11,8 +11,8 @@ import torch
 
 from grouprl import cli
 from grouprl.run_config import build_config
-from grouprl.policy.loading import load_policy, load_tokenizer
-from grouprl.rewards.builtin.arithmetic import arithmetic_digits, parse_answer
+from grouprl.models.loading import load_policy, load_tokenizer
+from grouprl.rewards.builtin.number_answer import arithmetic_digits, parse_answer
 from grouprl.rewards.builtin.gsm8k import extract_final
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import HFBackend, SamplingParams
@@ -121,7 +121,7 @@ def test_tiny_tokenizer_round_trips_prompts(tiny_arithmetic_dir):
 
     AutoTokenizer alone would not: transformers 5 loads the tiny model's character tokenizer as
     Qwen2Tokenizer (by the model type) and rebuilds a byte-level pipeline that drops every space and
-    newline (``policy/loading.py:auto_tokenizer`` reads the declared class instead).
+    newline (``models/loading.py:auto_tokenizer`` reads the declared class instead).
     """
     from grouprl.tasks.base import SingleTurnEnv
 

@@ -1,12 +1,13 @@
-"""The loop stays readable: no function in train/ over 50 lines, and Learner.update (the update's table of
-contents, CleanRL-style) at most 40 (issue 28)."""
+"""Functions stay readable: none in src/ over 60 lines, none in train/ over 50, and Learner.update (the
+update's table of contents, CleanRL-style) at most 40."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-TRAIN = Path(__file__).resolve().parents[2] / "src" / "grouprl" / "train"
+PACKAGE = Path(__file__).resolve().parents[2] / "src" / "grouprl"
+TRAIN = PACKAGE / "train"
 
 
 def _functions(path: Path):
@@ -14,6 +15,16 @@ def _functions(path: Path):
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield node.name, node.end_lineno - node.lineno + 1  # type: ignore[operator]
+
+
+def test_no_function_in_src_is_over_60_lines():
+    long = [
+        f"{path.relative_to(PACKAGE)}:{name} ({lines} lines)"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for name, lines in _functions(path)
+        if lines > 60
+    ]
+    assert not long, "functions in src/ over 60 lines: " + ", ".join(long)
 
 
 def test_no_function_in_train_is_over_50_lines():

@@ -17,8 +17,8 @@ ARCHITECTURE = SRC.parent / "docs" / "architecture.md"
 FLOORS: list[list[str]] = [
     ["config", "records", "user_code", "safe_text", "append_only", "tokenizer_loading"],
     ["registry", "bounded_http"],
-    ["rewards", "algos", "data", "hub"],
-    ["tools", "policy"],
+    ["rewards", "algos", "data", "hub", "speed"],
+    ["tools", "policy", "models"],
     ["tasks"],
     ["rollout"],
     ["run_config"],
@@ -94,7 +94,7 @@ def test_no_arrow_runs_back_up():
 def test_the_check_fails_on_an_arrow_up_and_across():
     graph = {
         "grouprl.tools.builtin": {"grouprl.tasks.envs.calculator", "grouprl.rewards.kit"},
-        "grouprl.tools.parsers": {"grouprl.policy.loading"},
+        "grouprl.tools.parsers": {"grouprl.models.loading"},
         "grouprl.rollout.backends.vllm_server": {
             "grouprl.rollout.generation",
             "grouprl.rollout.sampling",
@@ -106,7 +106,7 @@ def test_the_check_fails_on_an_arrow_up_and_across():
     assert upward_arrows(graph) == [
         "grouprl.rollout.backends.vllm_server imports grouprl.rollout.generation (inside rollout/: floor 1 -> floor 2)",
         "grouprl.tools.builtin imports grouprl.tasks.envs.calculator (tools/ on floor 3 -> tasks/ on floor 4)",
-        "grouprl.tools.parsers imports grouprl.policy.loading (tools/ on floor 3 -> policy/ on floor 3)",
+        "grouprl.tools.parsers imports grouprl.models.loading (tools/ on floor 3 -> models/ on floor 3)",
     ]
 
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from grouprl.algos.advantages import get_estimator
 from grouprl.observe.step_logs import write_trajectories
 from grouprl.observe.viewer import view_trajectories
-from grouprl.policy.tiny import build_tokenizer
+from grouprl.models.tiny import build_tokenizer
 from grouprl.records import Verdict
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams

@@ -186,7 +186,7 @@ def test_lora_policy_scores_the_same_through_the_adapters(scorer):
 def test_the_learner_picks_the_layout(cli, expected):
     from grouprl.config import ConfigError
     from grouprl.run_config import build_config
-    from grouprl.policy.loading import Policy
+    from grouprl.models.loading import Policy
     from grouprl.train.learner import Learner
 
     cfg = build_config(None, {"device": "cpu", **cli}, environ={})

@@ -19,7 +19,7 @@ from real_model import smollm2_dir  # noqa: F401 - the session fixture
 def real(smollm2_dir):
     from transformers import AutoModelForCausalLM
 
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32, attn_implementation="sdpa")
     model.config.num_hidden_layers = 2  # the head is what is tested: two of the 30 layers keep the test short

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from grouprl.config import ModelConfig
-from grouprl.policy.loading import load_policy, own_trainable_memory
+from grouprl.models.loading import load_policy, own_trainable_memory
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 

@@ -84,7 +84,7 @@ def test_trl_adapter_inside_a_real_trl_run(tiny_arithmetic_dir, tmp_path, monkey
     from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     calls: list[tuple[str, str]] = []
 

@@ -76,7 +76,7 @@ def score_episodes(
 def test_names_resolve_to_builtins_files_and_modules(user_file):
     assert get_reward("gsm8k_final").__name__ == "gsm8k_final"
     assert get_reward(f"{user_file}:short_answer").reward_id == "short_answer"
-    assert get_reward("grouprl.rewards.builtin.arithmetic:arithmetic_exact")("12", "12") == 1.0
+    assert get_reward("grouprl.rewards.builtin.number_answer:arithmetic_exact")("12", "12") == 1.0
     with pytest.raises(KeyError, match="has no function 'nope'"):
         get_reward(f"{user_file}:nope")
     with pytest.raises(KeyError, match="cannot import module"):

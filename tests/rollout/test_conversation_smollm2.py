@@ -4,7 +4,7 @@ and the packed sequence reads back as the template's rendering of the whole conv
 
 from __future__ import annotations
 
-from grouprl.policy.loading import load_tokenizer
+from grouprl.models.loading import load_tokenizer
 from grouprl.rewards.reward_calls import episode_messages
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams

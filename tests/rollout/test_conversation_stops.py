@@ -11,7 +11,7 @@ import string
 import pytest
 import torch
 
-from grouprl.policy.tiny import build_tiny_model, build_tokenizer
+from grouprl.models.tiny import build_tiny_model, build_tokenizer
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import Completion, SamplingParams, stop_token_ids
 from grouprl.rollout.scripted import ScriptedBackend

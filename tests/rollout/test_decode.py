@@ -14,7 +14,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grouprl.policy.loading import load_tokenizer
+from grouprl.models.loading import load_tokenizer
 from grouprl.rollout.decode import common_prefix_length, decode, draw_inverse_cdf, sampling_warpers
 from grouprl.rollout.generation import HFBackend, SamplingParams, stop_token_ids
 

@@ -18,7 +18,7 @@ from real_model import smollm2_dir  # noqa: F401 - the session fixture
 def real(smollm2_dir):
     from transformers import AutoModelForCausalLM
 
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(smollm2_dir, dtype=torch.float32).eval()
     return model, load_tokenizer(str(smollm2_dir))

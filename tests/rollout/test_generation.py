@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from transformers import AutoModelForCausalLM
 
-from grouprl.policy.loading import load_tokenizer
+from grouprl.models.loading import load_tokenizer
 from grouprl.rollout.generation import HFBackend, SamplingParams
 
 

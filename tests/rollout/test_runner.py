@@ -51,7 +51,7 @@ def test_parse_action_whole_text_and_custom_pattern():
 
 
 def _run(model_dir, options, n_groups=2, group_size=3, seeds=(3, 4), max_new_tokens=8, prompt=None):
-    from grouprl.policy.loading import auto_tokenizer
+    from grouprl.models.loading import auto_tokenizer
     from transformers import AutoModelForCausalLM
 
     tok = auto_tokenizer(str(model_dir))

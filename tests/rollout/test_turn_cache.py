@@ -2,7 +2,7 @@
 
 import torch
 
-from grouprl.policy.tiny import build_tiny_model, build_tokenizer
+from grouprl.models.tiny import build_tiny_model, build_tokenizer
 from grouprl.rollout.generation import HFBackend, SamplingParams, generate
 from grouprl.rollout.turn_cache import TurnCache
 from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows

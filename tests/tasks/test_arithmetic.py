@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grouprl.config import ConfigError
-from grouprl.rewards.builtin.arithmetic import arithmetic_last_number, last_number
+from grouprl.rewards.builtin.number_answer import arithmetic_last_number, last_number
 from grouprl.rewards.registry import get_reward
 from grouprl.run_config import build_config
 from grouprl.tasks import load_task

@@ -206,14 +206,14 @@ def test_mixture_schema_is_checked():
 
 @pytest.fixture(scope="module")
 def tokenizer_dir(tmp_path_factory):
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
 
     return init_tiny("abcdefghijklmnopqrstuvwxyz ?+[]0123456789", tmp_path_factory.mktemp("tok") / "m", 16, 1, 2)
 
 
 @pytest.fixture()
 def tokenizer(tokenizer_dir):
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     return load_tokenizer(str(tokenizer_dir))  # fresh: a test may install its own template
 

@@ -3,7 +3,7 @@
 import pytest
 
 from grouprl.config import ConfigError
-from grouprl.policy.tiny_words import build_word_tokenizer
+from grouprl.models.tiny_words import build_word_tokenizer
 from grouprl.records import Episode, Step
 from grouprl.run_config import build_config
 from grouprl.tasks import load_task

@@ -13,7 +13,7 @@ import string
 import pytest
 
 from grouprl.observe.jsonl import JsonlAppender, read_jsonl
-from grouprl.policy.tiny import build_tokenizer
+from grouprl.models.tiny import build_tokenizer
 from grouprl.records import Verdict
 from grouprl.observe.step_logs import episode_record
 from grouprl.rollout.conversation import ConversationSettings, run_conversations

@@ -6,7 +6,7 @@ import string
 import torch
 
 from grouprl.policy.scoring import completion_logps, pack
-from grouprl.policy.tiny import build_tiny_model, build_tokenizer
+from grouprl.models.tiny import build_tiny_model, build_tokenizer
 from grouprl.rollout.conversation import ConversationSettings, run_conversations
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend

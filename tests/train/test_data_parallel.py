@@ -17,7 +17,7 @@ import sys
 import pytest
 import torch
 
-from grouprl.policy.tiny import init_tiny
+from grouprl.models.tiny import init_tiny
 from grouprl.train.parallel import SINGLE
 from launch import REPO_ROOT, WORKERS, child_env, torchrun
 
@@ -60,7 +60,7 @@ def test_two_process_update_equals_single_process(engine, model_dir, tmp_path):
 def test_grail_discriminator_and_mixer_stay_identical_across_processes(tmp_path):
     """The discriminator updates on the gathered examples, the mixer on the gathered B and D: after two
     batches both processes hold the same state, equal to one process's on the whole batch."""
-    from grouprl.policy.tiny_words import build_tiny_classifier
+    from grouprl.models.tiny_words import build_tiny_classifier
     from grouprl.tasks.slates.prompt import SYSTEM_PROMPT
 
     grail = _worker("grail_identity")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from grouprl.policy.loading import Policy
+from grouprl.models.loading import Policy
 from grouprl.run_config import build_config
 from grouprl.train.checkpoint import load_training_state, save_checkpoint
 from grouprl.train.learner import Learner

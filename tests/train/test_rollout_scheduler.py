@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from grouprl.policy.loading import load_policy
+from grouprl.models.loading import load_policy
 from grouprl.policy.scoring import completion_logps, pack
 from grouprl.records import Episode, Step
 from grouprl.rollout.generation import HFBackend

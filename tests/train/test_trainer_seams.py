@@ -156,7 +156,7 @@ def test_step_level_estimator_may_return_a_record_with_only_the_advantage():
 
 
 def test_learned_reward_scores_updates_freezes_and_resumes(warm_arithmetic_dir, tmp_path):
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.rewards.scorer import Scorer
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
@@ -196,7 +196,7 @@ def test_learned_reward_scores_updates_freezes_and_resumes(warm_arithmetic_dir, 
 
 
 def test_trainer_hands_new_weights_to_the_backend_after_each_update(warm_arithmetic_dir, tmp_path):
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.rollout.generation import BACKENDS, HFBackend
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
@@ -337,12 +337,12 @@ def test_a_task_offers_learned_rewards_eval_metrics_and_its_tokenizer_kind(tiny_
     """The hooks a task may add (GRAIL's slates use all three): ``scorer_extras(cfg)`` gives the scorer
     its learned rewards, ``eval_metrics(episodes)`` joins evaluation's result, ``tiny_tokenizer``
     picks the tiny model's tokenizer."""
-    from grouprl.policy.loading import load_policy
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.loading import load_policy
+    from grouprl.models.tiny import init_tiny
     from grouprl.rewards.scorer import Scorer
     from grouprl.rollout.generation import HFBackend, SamplingParams
     from grouprl.tasks import load_task
-    from grouprl.policy.loading import auto_tokenizer
+    from grouprl.models.loading import auto_tokenizer
     from grouprl.job.evaluate import evaluate
 
     cfg = build_config(None, {"n_eval": 6}, environ={})

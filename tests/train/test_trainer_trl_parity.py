@@ -28,9 +28,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWa
 
 from grouprl.algos.loss import policy_loss  # noqa: E402
 from grouprl.run_config import build_config  # noqa: E402
-from grouprl.policy.loading import load_policy, load_tokenizer  # noqa: E402
+from grouprl.models.loading import load_policy, load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
-from grouprl.policy.tiny import init_tiny  # noqa: E402
+from grouprl.models.tiny import init_tiny  # noqa: E402
 from grouprl.records import Episode, Step, Verdict  # noqa: E402
 from grouprl.rewards.scorer import Scores  # noqa: E402
 from grouprl.tasks.base import SingleTurnTask  # noqa: E402

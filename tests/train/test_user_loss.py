@@ -10,7 +10,7 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from grouprl.config import ConfigError
-from grouprl.policy.loading import Policy
+from grouprl.models.loading import Policy
 from grouprl.policy.scoring import pack
 from grouprl.run_config import build_config
 from grouprl.train.learner import Learner

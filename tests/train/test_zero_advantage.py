@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from grouprl.policy.loading import Policy
+from grouprl.models.loading import Policy
 from grouprl.policy.scoring import pack
 from grouprl.run_config import build_config
 from grouprl.train.learner import Learner

@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 from grouprl.run_config import build_config
-from grouprl.policy.loading import load_policy
+from grouprl.models.loading import load_policy
 from grouprl.records import Episode, Step, Verdict
 from grouprl.rewards.scorer import Scores
 from grouprl.tasks.base import SingleTurnTask

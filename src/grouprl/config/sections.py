@@ -343,7 +343,7 @@ class ToolsConfig(Section):
     agent: str | None = Field(
         None,
         description="an agent you wrote, 'path/to/agent.py:run' or 'package.module:run': async run(client, row, "
-        "**extras) drives the policy through an OpenAI-compatible endpoint (rollout/agent_runner.py; empty = off)",
+        "**extras) drives the policy through an OpenAI-compatible endpoint (rollout/agent/runner.py; empty = off)",
     )
     max_calls: int = Field(
         16, gt=0, description="agent: chat completions per episode; the next one is refused and the episode fails"

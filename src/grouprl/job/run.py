@@ -23,7 +23,7 @@ from grouprl.config import Config, ConfigError, flat_dict
 from grouprl.config.redact import redact
 from grouprl.observe.disk import DiskFull, disk_full
 from grouprl.observe.sinks import MetricsSink, NullSink, Sink
-from grouprl.policy.loading import load_policy, pick_device
+from grouprl.models.loading import load_policy, pick_device
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings
@@ -82,8 +82,9 @@ def check_model_path(name: str | None) -> None:
 
 def packaged_model_folder(name: str | None, parallel: DataParallel, console: Console) -> str | None:
     """A packaged model's name (``smollm2-135m-instruct``) as its cached model folder, materialised
-    once (``policy/pretrained.py``); any other name or path as it is. One process writes the cache."""
-    from grouprl.policy.pretrained import KNOWN_MODELS, cache_dir, is_materialized, materialize_pretrained
+    once (``models/pretrained.py``); any other name or path as it is. One process writes the cache."""
+    from grouprl.models.packaged import KNOWN_MODELS
+    from grouprl.models.pretrained import cache_dir, is_materialized, materialize_pretrained
 
     if not name or name not in KNOWN_MODELS or Path(name).exists():
         return name

@@ -35,7 +35,7 @@ def sft_warm_start(
             for r in rows
         ]
     )
-    from grouprl.policy.loading import auto_tokenizer
+    from grouprl.models.loading import auto_tokenizer
 
     tokenizer = auto_tokenizer(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)

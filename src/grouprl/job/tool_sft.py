@@ -92,7 +92,7 @@ def tool_sft(
     from rich.progress import Progress
     from transformers import AutoModelForCausalLM
 
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     torch.manual_seed(seed)
     tokenizer = load_tokenizer(model_dir)

@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 
 from grouprl.config import Config, ConfigError
-from grouprl.policy.tiny import init_tiny
+from grouprl.models.tiny import init_tiny
 from grouprl.rollout.sampling import SamplingParams, max_new_tokens_of
 from grouprl.rollout.prompts import build_messages, format_action
 from grouprl.rollout.conversation import ConversationSettings

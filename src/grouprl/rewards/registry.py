@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from grouprl.rewards.builtin.arithmetic import arithmetic_digits, arithmetic_exact, arithmetic_last_number
+from grouprl.rewards.builtin.number_answer import arithmetic_digits, arithmetic_exact, arithmetic_last_number
 from grouprl.rewards.builtin.structured import BUILTIN_STRUCTURED
 from grouprl.rewards.builtin.text import BUILTIN_TEXT
 from grouprl.rewards.builtin.gsm8k import gsm8k_final

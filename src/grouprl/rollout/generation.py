@@ -17,7 +17,7 @@ from grouprl.rollout.decode import decode, generate_kwargs, sampling_warpers
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
 from grouprl.policy.cache_keyword import cache_keyword
-from grouprl.policy.onednn_linear import onednn_linears
+from grouprl.speed.onednn_linear import onednn_linears
 
 if TYPE_CHECKING:
     from grouprl.config import Config
@@ -52,7 +52,7 @@ def generate(
     completion prefills only its new tail (conversation turns). ``record_logprobs``: completions sampled by
     grouprl's decode loop carry their tokens' sampling log-probs (``Completion.logprobs``); the other paths
     (greedy, ``model.generate``, the turn cache) leave them None. ``onednn``: fp32 CPU linear layers through
-    oneDNN while generating (``policy/onednn_linear.py``: 1.2-1.3x faster decoding here, same fp32 math).
+    oneDNN while generating (``speed/onednn_linear.py``: 1.2-1.3x faster decoding here, same fp32 math).
     ``draw_with``: the decode loop's draw, ``inverse_cdf`` or ``multinomial`` (``rollout/decode.py``)."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.

@@ -18,7 +18,7 @@ from typing import Any
 
 from grouprl.data.chat_format import render_prompt_ids
 from grouprl.records import Episode, Step
-from grouprl.rollout.agent_runner import AgentSettings, agent_settings, run_agent_episodes
+from grouprl.rollout.agent.runner import AgentSettings, agent_settings, run_agent_episodes
 from grouprl.rollout.conversation import ConversationSettings, conversation_settings, run_conversations
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
@@ -46,7 +46,7 @@ SINGLE_TURN = EpisodeSettings(max_steps=1, history_length=0, action_pattern=None
 def episode_settings(cfg, task) -> EpisodeSettings | ConversationSettings:
     """The config's settings for an environment task; one plain step for single-turn rows; with
     ``episode_mode: conversation``, a growing conversation with tools (``rollout/conversation.py``); with
-    ``agent``, the user's agent through the endpoint (``rollout/agent_runner.py``)."""
+    ``agent``, the user's agent through the endpoint (``rollout/agent/runner.py``)."""
     agent = agent_settings(cfg)
     if agent is not None:
         return agent
@@ -90,7 +90,7 @@ def run_episodes(
     task row its episodes carry (ground truth for reward functions). Group g's episodes are born
     with ``group_id = first_group + g``: the trainer numbers a step's groups across every process
     and round here, so nothing renumbers episodes later. Conversation settings hand the rollout to
-    ``rollout/conversation.py``, agent settings to ``rollout/agent_runner.py`` (``policy_version``: the
+    ``rollout/conversation.py``, agent settings to ``rollout/agent/runner.py`` (``policy_version``: the
     trainer step whose weights generate, recorded on every agent call).
     """
     if isinstance(settings, AgentSettings):

@@ -10,7 +10,7 @@ import re
 from typing import Any
 
 from grouprl.config import Config
-from grouprl.rewards.builtin.arithmetic import last_number, parse_answer
+from grouprl.rewards.builtin.number_answer import last_number, parse_answer
 from grouprl.tasks.base import SingleTurnTask
 from grouprl.tasks.registry import register_task
 

@@ -28,7 +28,7 @@ def calculator(expression: str) -> str:
     Args:
         expression: e.g. "4821 * 97"
     """
-    from grouprl.tools.arithmetic import CalcError, safe_eval  # an AST walker, never eval
+    from grouprl.tools.expression_eval import CalcError, safe_eval  # an AST walker, never eval
 
     try:
         value = safe_eval(expression)

@@ -1,6 +1,6 @@
 """A ChatML chat template that declares tools, in Qwen2.5's published tool format.
 
-The tiny model's template (``policy/tiny.py``) and SmolLM2's have no tools section. This one keeps
+The tiny model's template (``models/tiny.py``) and SmolLM2's have no tools section. This one keeps
 their ChatML turns and adds what Qwen2.5's format defines: the tool signatures as JSON lines inside
 ``<tools></tools>`` in the system turn, with how to call them; an assistant's calls as
 ``<tool_call>{"name": ..., "arguments": ...}</tool_call>`` blocks; tool results as a user turn

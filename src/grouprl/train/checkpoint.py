@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from grouprl.observe.disk import FULL, device_of, full_disk_errno
-from grouprl.policy.model_cache import CHECKSUMS, record_checksums
-from grouprl.policy.model_cache import damage as checksum_damage
+from grouprl.models.model_cache import CHECKSUMS, record_checksums
+from grouprl.models.model_cache import damage as checksum_damage
 from grouprl.train.parallel import ProcessInfo, ReshardError
 from grouprl.train.resume_settings import apply_config_settings, schedule_of
 

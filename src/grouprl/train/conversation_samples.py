@@ -13,7 +13,7 @@ trained. Each generated token carries its own turn's advantage (GiGPO's per-step
 advantages are per token, shape (episodes, T). The sampler's log-probs, when the engine reports
 them, are placed at the same positions.
 
-An agent's episode (``rollout/agent_runner.py``) is one sample per chain of calls that extend each other:
+An agent's episode (``rollout/agent/runner.py``) is one sample per chain of calls that extend each other:
 one when the agent only appended to its chat, several where it rewrote its history; every chain carries
 its steps' advantages, so the split calls share the episode's reward.
 """
@@ -24,7 +24,7 @@ import torch
 
 from grouprl.policy.scoring import TokenBatch, pack
 from grouprl.records import Episode
-from grouprl.rollout.agent_calls import call_segments
+from grouprl.rollout.agent.calls import call_segments
 from grouprl.train.step_samples import StepSamples
 
 

@@ -30,7 +30,7 @@ from grouprl.policy.grouped_scoring import (
     shared_prefix_logps,
     supports_grouped_scoring,
 )
-from grouprl.policy.loading import Policy
+from grouprl.models.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
 from grouprl.train.objective import entropy_bonus_of, resolve_loss

@@ -7,7 +7,7 @@ import torch
 
 from grouprl.records import Episode, Verdict
 from grouprl.rewards.scorer import Scores
-from grouprl.rollout.agent_runner import agent_metrics
+from grouprl.rollout.agent.runner import agent_metrics
 from grouprl.tools.metrics import tool_metrics
 from grouprl.train.conversation_samples import episode_chains
 from grouprl.user_code import short_name

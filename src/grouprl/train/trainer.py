@@ -23,7 +23,7 @@ from typing import Any
 from grouprl.algos.advantages import get_estimator
 from grouprl.config import Config
 from grouprl.observe.sinks import Sink
-from grouprl.policy.loading import Policy
+from grouprl.models.loading import Policy
 from grouprl.records import Episode
 from grouprl.rewards.sandbox import runner as sandbox
 from grouprl.rewards.scorer import Scorer, Scores

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grouprl.policy.tiny_words import build_tiny_classifier
+from grouprl.models.tiny_words import build_tiny_classifier
 from grouprl.records import Episode, Step
 from grouprl.rewards.learned.discriminator import GailDiscriminator, build_examples
 from grouprl.rewards.learned.discriminator_text import choice_cut_rate, example_for
@@ -161,7 +161,7 @@ def test_checkpoint_round_trip(rows, disc_dir, tmp_path):
 
 
 def test_word_tokenizer_round_trips_chat_prompts(rows):
-    from grouprl.policy.tiny_words import build_word_tokenizer
+    from grouprl.models.tiny_words import build_word_tokenizer
 
     tok = build_word_tokenizer(SYSTEM_PROMPT + "".join(r["question"] + r["gold_completion"] for r in rows))
     chat = tok.apply_chat_template(

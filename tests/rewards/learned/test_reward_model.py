@@ -25,7 +25,7 @@ RM_TEMPLATE = "{% for m in messages %}{{ 'Q' if m['role'] == 'user' else 'A' }}:
 def save_classifier(out: Path, num_labels: int = 1, labels: list[str] | None = None, dropout: float = 0.0) -> Path:
     from transformers import Qwen2Config, Qwen2ForSequenceClassification
 
-    from grouprl.policy.tiny import build_tokenizer
+    from grouprl.models.tiny import build_tokenizer
 
     tok = build_tokenizer(CORPUS)
     tok.chat_template = RM_TEMPLATE

@@ -7,7 +7,7 @@ reward 1.0 when the number equals the answer (compared with
 its last non-empty line (``<action>...</action>`` tags are stripped first), so reasoning may
 come before it. Anything else is invalid: reward 0.0, nothing advances, ``info["invalid"]``.
 
-Expressions are evaluated by ``tools/arithmetic.py``'s AST walker, never ``eval``: numbers, ``+ - * / // % **``,
+Expressions are evaluated by ``tools/expression_eval.py``'s AST walker, never ``eval``: numbers, ``+ - * / // % **``,
 parentheses and unary signs only; exponents and result sizes are bounded; errors such as a
 division by zero come back as an ``error: ...`` result rather than an exception.
 """
@@ -21,7 +21,7 @@ from grouprl.records import Observation, StepResult, stable_id
 from grouprl.rewards.builtin.gsm8k import NUMBER, normalize_number
 from grouprl.tasks.envs.grid_base import strip_tags
 from grouprl.tasks.interface import Environment
-from grouprl.tools.arithmetic import CalcError, safe_eval
+from grouprl.tools.expression_eval import CalcError, safe_eval
 
 SYSTEM_PROMPT = (
     "Solve the problem. You have a calculator: to use it, answer with "

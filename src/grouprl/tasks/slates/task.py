@@ -52,7 +52,7 @@ class SlateTask(SingleTurnTask):
         return {"learned": [disc], "learned_weights": [1.0], "mixer": mixer}
 
     def tiny_discriminator(self) -> Path:
-        from grouprl.policy.tiny_words import build_tiny_classifier
+        from grouprl.models.tiny_words import build_tiny_classifier
 
         out = Path(self.output_dir) / "tiny_discriminator"
         if (out / "config.json").is_file():
