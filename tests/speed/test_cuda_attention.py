@@ -1,7 +1,7 @@
 """policy/cuda_attention: a policy loaded onto a CUDA device sets torch's process-wide cuDNN-attention switch from
 ``model.cudnn_attention`` (off by default); on any other device the switch is left alone. CI has no GPU: the
 switch itself is torch's flag, which a CPU build holds too, so the tests read it; what the setting does to a
-GPU's decode loop was measured on an H100 (docs/performance.md, "GPU check, third session")."""
+GPU's decode loop was measured on an H100 (docs/performance.md, "cuDNN attention on CUDA")."""
 
 from __future__ import annotations
 

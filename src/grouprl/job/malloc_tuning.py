@@ -7,7 +7,7 @@ generation allocates and frees the same few-MiB activations, KV caches and gradi
 one comes back as new pages the kernel must zero on first touch. With the threshold fixed at 32 MiB (the most
 glibc allows on 64-bit) and the trim threshold at 2 GiB, freed blocks are reused from the heap: in one pair of
 runs the main job took 80.8 s against 84.0 s, its first held-out evaluation 9.6 s against 11.1 s, at the same
-peak RSS (docs/performance.md, "Fourth session"). Memory a run freed stays with the process until it exits.
+peak RSS (docs/performance.md, "malloc tuning"). Memory a run freed stays with the process until it exits.
 
 Applied by ``grouprl train`` (``job/run.py``) unless ``runtime.tune_malloc`` is false; glibc only (elsewhere, or
 where ``mallopt`` refuses, nothing changes). Other allocators (jemalloc, tcmalloc via ``LD_PRELOAD``) are left

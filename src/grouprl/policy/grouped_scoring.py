@@ -212,8 +212,6 @@ def shared_prefix_logps(
     decoder layers must keep the cache, which gradient checkpointing (a re-run of each layer in the
     backward) cannot: the learner uses the block-mask layout then.
     """
-    from transformers import DynamicCache
-
     device = batch.completion_ids.device
     N, T = batch.completion_ids.shape
     head = model.get_output_embeddings()
@@ -230,27 +228,8 @@ def shared_prefix_logps(
             "grouped scoring: a sample has an empty prompt; the first completion token needs a "
             "prompt position to be predicted from"
         )
-    unique: dict[tuple[int, ...], int] = {}
-    group = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)
-    width = max(len(p) for p in unique)
-    ids = torch.zeros(len(unique), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for g, p in enumerate(unique):
-        ids[g, width - len(p) :] = torch.tensor(p)
-        mask[g, width - len(p) :] = 1
-    ids, mask = ids.to(device), mask.to(device)
+    ids, mask, group, cache = _prefill_prompts(model, prompts, device)
     decoder = model.get_decoder()
-    cache = DynamicCache(config=_config(model))
-    if width > 1:
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        decoder(
-            input_ids=ids[:, :-1],
-            attention_mask=mask[:, :-1],
-            position_ids=positions[:, :-1],
-            **{cache_keyword(decoder): cache},
-            use_cache=True,
-        )
-        cache.batch_select_indices(group)
     T_kept = int(lengths[kept].max())
     completion = batch.completion_ids[kept, :T_kept]
     segment = torch.cat([ids[group, -1:], completion[:, :-1]], dim=1)  # token t predicts completion token t
@@ -272,6 +251,36 @@ def shared_prefix_logps(
         (kept[rows], cols),
         *head_scores(hidden[real], head, completion[real], temperature, with_entropy, support),
     )
+
+
+def _prefill_prompts(model, prompts: list[list[int]], device):
+    """Each distinct prompt (all but its last token) run once into a ``DynamicCache`` that keeps its autograd
+    history, then indexed so that every sample holds its prompt's keys and values. Returns the distinct
+    prompts left-padded (ids, mask), each sample's prompt index and the cache."""
+    from transformers import DynamicCache
+
+    unique: dict[tuple[int, ...], int] = {}
+    group = torch.tensor([unique.setdefault(tuple(p), len(unique)) for p in prompts], device=device)
+    width = max(len(p) for p in unique)
+    ids = torch.zeros(len(unique), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for g, p in enumerate(unique):
+        ids[g, width - len(p) :] = torch.tensor(p)
+        mask[g, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    decoder = model.get_decoder()
+    cache = DynamicCache(config=_config(model))
+    if width > 1:
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        decoder(
+            input_ids=ids[:, :-1],
+            attention_mask=mask[:, :-1],
+            position_ids=positions[:, :-1],
+            **{cache_keyword(decoder): cache},
+            use_cache=True,
+        )
+        cache.batch_select_indices(group)
+    return ids, mask, group, cache
 
 
 def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:

@@ -167,7 +167,7 @@ class _Live:
     observation: str = ""
 
 
-def run_conversations(
+def run_conversation_episodes(
     factories: list[EnvFactory],
     rows: list[dict[str, Any]],
     group_size: int,
@@ -194,8 +194,31 @@ def run_conversations(
         [factories[g] for g in range(n_groups) for _ in range(group_size)],
         [seeds[g] for g in range(n_groups) for _ in range(group_size)],
     )
+    live = _start(observations, instructions, tokenizer, settings)
+    turn = 0
+    while live:
+        order = sorted(live)
+        completions = backend.generate([live[i].prompt_ids for i in order], params)
+        finals: list[tuple[int, str]] = []
+        for i, completion in zip(order, completions):
+            final = _take_turn(episodes[i], live, i, completion, tokenizer, parser, turn, settings, params)
+            if final is not None:
+                finals.append((i, final))
+        if finals:
+            results = pool.step([i for i, _ in finals], [answer for _, answer in finals])
+            for (i, _), result in zip(finals, results):
+                step = episodes[i].steps[-1]
+                step.env_reward, step.env_info = float(result.reward), dict(result.info)
+                episodes[i].done = True
+                _end(episodes[i], live, i, "answer")
+        turn += 1
+    return episodes
+
+
+def _start(observations, instructions, tokenizer, settings: ConversationSettings) -> dict[int, _Live]:
+    """Every episode's opening chat and its prompt; a group's episodes share their first prompt (rendered once)."""
     live: dict[int, _Live] = {}
-    rendered: dict[tuple, tuple[str, list[int]]] = {}  # a group's episodes share their first prompt
+    rendered: dict[tuple, tuple[str, list[int]]] = {}
     for i, obs in enumerate(observations):
         messages = (
             [dict(m) for m in obs.messages]
@@ -216,51 +239,44 @@ def run_conversations(
             ToolSession(settings.tools, settings.tool_timeout_s, settings.sandbox_backend),
             observation=obs.text,
         )
+    return live
 
-    turn = 0
-    while live:
-        order = sorted(live)
-        completions = backend.generate([live[i].prompt_ids for i in order], params)
-        finals: list[tuple[int, str]] = []
-        for i, completion in zip(order, completions):
-            state = live[i]
-            text, stop = turn_text(tokenizer, completion)
-            parsed = parse_turn(text, parser, turn)
-            step = Step(
-                prompt_text=state.prompt_text,
-                prompt_ids=state.prompt_ids,
-                action_text=text,
-                action_ids=completion.ids,
-                truncated=completion.truncated,
-                anchor_state=tool_state(state.interactions) if settings.anchor == "tool_state" else turn,
-                messages=[dict(m) for m in state.messages],
-                observation=state.observation,
-                logprobs=completion.logprobs,
-                policy_version=completion.policy_version,
-            )
-            episodes[i].steps.append(step)
-            attempted = len(parsed.calls) + len(parsed.malformed)
-            if completion.truncated:
-                _end(episodes[i], live, i, "truncated")
-            elif not parsed.has_calls:
-                finals.append((i, parsed.content))
-            elif state.calls_made + attempted > settings.max_tool_calls:
-                _end(episodes[i], live, i, "max_tool_calls")
-            else:
-                _call_tools(step, state, parsed, settings)
-                _grow(tokenizer, state, step, completion, (text, stop), parsed, settings)
-                cap = settings.max_conversation_tokens
-                if cap and len(state.prompt_ids) + params.max_new_tokens > cap:
-                    _end(episodes[i], live, i, "context")
-        if finals:
-            results = pool.step([i for i, _ in finals], [answer for _, answer in finals])
-            for (i, _), result in zip(finals, results):
-                step = episodes[i].steps[-1]
-                step.env_reward, step.env_info = float(result.reward), dict(result.info)
-                episodes[i].done = True
-                _end(episodes[i], live, i, "answer")
-        turn += 1
-    return episodes
+
+def _take_turn(
+    episode: Episode, live: dict[int, _Live], i: int, completion, tokenizer, parser, turn: int, settings, params
+) -> str | None:
+    """One generated turn recorded as a step; its tool calls run and the chat grows, or the episode ends.
+    Returns the final answer when the turn made no call (the environment then judges it)."""
+    state = live[i]
+    text, stop = turn_text(tokenizer, completion)
+    parsed = parse_turn(text, parser, turn)
+    step = Step(
+        prompt_text=state.prompt_text,
+        prompt_ids=state.prompt_ids,
+        action_text=text,
+        action_ids=completion.ids,
+        truncated=completion.truncated,
+        anchor_state=tool_state(state.interactions) if settings.anchor == "tool_state" else turn,
+        messages=[dict(m) for m in state.messages],
+        observation=state.observation,
+        logprobs=completion.logprobs,
+        policy_version=completion.policy_version,
+    )
+    episode.steps.append(step)
+    attempted = len(parsed.calls) + len(parsed.malformed)
+    if completion.truncated:
+        _end(episode, live, i, "truncated")
+    elif not parsed.has_calls:
+        return parsed.content
+    elif state.calls_made + attempted > settings.max_tool_calls:
+        _end(episode, live, i, "max_tool_calls")
+    else:
+        _call_tools(step, state, parsed, settings)
+        _grow(tokenizer, state, step, completion, (text, stop), parsed, settings)
+        cap = settings.max_conversation_tokens
+        if cap and len(state.prompt_ids) + params.max_new_tokens > cap:
+            _end(episode, live, i, "context")
+    return None
 
 
 def _end(episode: Episode, live: dict[int, _Live], i: int, reason: str) -> None:

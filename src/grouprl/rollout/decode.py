@@ -196,28 +196,9 @@ def decode(
     generated = 0
     for step in range(params.max_new_tokens):
         mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
-        logits = (
-            model(
-                input_ids=tokens[:, None],
-                attention_mask=mask,
-                position_ids=positions[:, None],
-                **{keyword: cache},
-                use_cache=True,
-            )
-            .logits[:, -1]
-            .to(dtype=torch.float32)
+        chosen = _next_tokens(
+            model, tokens, mask, positions, {keyword: cache}, warpers, params, draw_with, alive, rows, logprobs
         )
-        for warp in warpers:  # as generate: the warpers see the scores only (no input ids needed)
-            logits = warp(None, logits)
-        if params.greedy:
-            chosen = torch.argmax(logits, dim=-1)
-        else:
-            probs = torch.softmax(logits, dim=-1)
-            chosen = draw_inverse_cdf(probs) if draw_with == "inverse_cdf" else draw(probs, alive, rows)
-            if logprobs is not None:
-                picked = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).squeeze(1)
-                for row, value in zip(alive, picked.tolist()):
-                    logprobs[row].append(value)
         generated += len(alive)
         ended = torch.isin(chosen, stop_ids)
         for row, token in zip(alive, chosen.tolist()):
@@ -236,6 +217,33 @@ def decode(
     else:  # the cap: every row is done
         _report(progress, rows, rows, generated)
     return out
+
+
+def _next_tokens(model, tokens, mask, positions, cache_kwargs, warpers, params, draw_with, alive, rows, logprobs):
+    """One decode step: the live rows' logits, warped as ``generate`` warps them, then the argmax or a draw
+    (and each drawn token's log-prob under the warped distribution, where asked)."""
+    logits = (
+        model(
+            input_ids=tokens[:, None],
+            attention_mask=mask,
+            position_ids=positions[:, None],
+            **cache_kwargs,
+            use_cache=True,
+        )
+        .logits[:, -1]
+        .to(dtype=torch.float32)
+    )
+    for warp in warpers:  # as generate: the warpers see the scores only (no input ids needed)
+        logits = warp(None, logits)
+    if params.greedy:
+        return torch.argmax(logits, dim=-1)
+    probs = torch.softmax(logits, dim=-1)
+    chosen = draw_inverse_cdf(probs) if draw_with == "inverse_cdf" else draw(probs, alive, rows)
+    if logprobs is not None:
+        picked = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).squeeze(1)
+        for row, value in zip(alive, picked.tolist()):
+            logprobs[row].append(value)
+    return chosen
 
 
 DRAWS = ("inverse_cdf", "multinomial")

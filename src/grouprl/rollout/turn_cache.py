@@ -165,27 +165,7 @@ def generate_with_turn_cache(
             return_dict_in_generate=True,
             **generate_kwargs(params),
         )
-        if any(h is not None for h in hits):
-            ids, mask, width = _layout(chunk, hits, pad)
-            ids, mask = ids.to(device), mask.to(device)
-            cache = _padded_cache(model, hits, width, device)
-            if ids.shape[1] - 1 > width:  # prefill the tails but their last token, which generate takes
-                positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
-                model(
-                    input_ids=ids[:, width:-1],
-                    attention_mask=mask[:, :-1],
-                    position_ids=positions[:, width:-1],
-                    **{cache_keyword(model): cache},
-                    use_cache=True,
-                    logits_to_keep=1,
-                )
-            kwargs[cache_keyword(model)] = cache
-        else:
-            shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
-            if shared is not None:
-                ids, mask, kwargs[cache_keyword(model)] = shared
-            else:
-                ids, mask = left_pad(chunk, pad)
+        ids, mask = _prefill(model, chunk, hits, pad, device, prefill_once, kwargs)
         store.stats.prompt_tokens += sum(len(p) for p in chunk)
         store.stats.reused_tokens += sum(len(h.ids) for h in hits if h is not None)
         width = ids.shape[1]
@@ -197,24 +177,56 @@ def generate_with_turn_cache(
             cut.append(end is None)
         texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
         out.extend(Completion(r, t, c) for r, t, c in zip(rows, texts, cut))
-        # transformers >= 5.24 names it ``cache`` (reading ``past_key_values`` warns); older releases do not have it
-        layers = _cache_layers(result["cache"] if "cache" in result else result.past_key_values)
-        bytes_per_token = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in layers)
-        for i, (prompt, generated) in enumerate(zip(chunk, rows)):
-            # the cache holds the prompt's real slots, then every generated token but the last one
-            slots = torch.cat([mask[i].nonzero().flatten().cpu(), torch.arange(width, width + len(generated) - 1)])
-            if kept_bytes + bytes_per_token * len(slots) > store.max_bytes:
-                continue
-            kept_bytes += bytes_per_token * len(slots)
-            index = slots.to(layers[0][0].device)
-            kept.append(
-                _Entry(
-                    tuple(prompt) + tuple(generated[:-1]),
-                    [(k[i].index_select(1, index).clone(), v[i].index_select(1, index).clone()) for k, v in layers],
-                )
-            )
+        kept_bytes = _keep(result, chunk, rows, mask, width, store, kept, kept_bytes)
     store.by_thread[thread] = kept
     store.stats.calls += 1
     if was_training:
         model.train()
     return out
+
+
+def _prefill(model, chunk, hits, pad, device, prefill_once: bool, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chunk's ids and mask for ``generate``, its cache in ``kwargs``: the kept caches padded to one width
+    and the tails prefilled where any row has a kept prefix; else the group's shared prefix prefilled once."""
+    if any(h is not None for h in hits):
+        ids, mask, width = _layout(chunk, hits, pad)
+        ids, mask = ids.to(device), mask.to(device)
+        cache = _padded_cache(model, hits, width, device)
+        if ids.shape[1] - 1 > width:  # prefill the tails but their last token, which generate takes
+            positions = (mask.cumsum(-1) - 1).masked_fill(mask == 0, 0)
+            model(
+                input_ids=ids[:, width:-1],
+                attention_mask=mask[:, :-1],
+                position_ids=positions[:, width:-1],
+                **{cache_keyword(model): cache},
+                use_cache=True,
+                logits_to_keep=1,
+            )
+        kwargs[cache_keyword(model)] = cache
+        return ids, mask
+    shared = shared_prefill(model, chunk, pad, device) if prefill_once else None
+    if shared is not None:
+        ids, mask, kwargs[cache_keyword(model)] = shared
+        return ids, mask
+    return left_pad(chunk, pad)
+
+
+def _keep(result, chunk, rows, mask, width: int, store: TurnCache, kept: list, kept_bytes: int) -> int:
+    """Each row's cache (prompt slots, then every generated token but the last) kept for its next turn while
+    the store's byte budget allows; returns the bytes now kept."""
+    # transformers >= 5.24 names it ``cache`` (reading ``past_key_values`` warns); older releases do not have it
+    layers = _cache_layers(result["cache"] if "cache" in result else result.past_key_values)
+    bytes_per_token = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in layers)
+    for i, (prompt, generated) in enumerate(zip(chunk, rows)):
+        slots = torch.cat([mask[i].nonzero().flatten().cpu(), torch.arange(width, width + len(generated) - 1)])
+        if kept_bytes + bytes_per_token * len(slots) > store.max_bytes:
+            continue
+        kept_bytes += bytes_per_token * len(slots)
+        index = slots.to(layers[0][0].device)
+        kept.append(
+            _Entry(
+                tuple(prompt) + tuple(generated[:-1]),
+                [(k[i].index_select(1, index).clone(), v[i].index_select(1, index).clone()) for k, v in layers],
+            )
+        )
+    return kept_bytes

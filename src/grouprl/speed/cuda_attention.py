@@ -8,7 +8,7 @@ decode step's keys are one token longer, a finished row leaves grouprl's decode 
 prompts and completions has its own lengths. On an H100 the profile of one tiny-model generation (128 rows x
 8 tokens, sampled) had 48 % of its host time in ``_cudnn_attention_forward`` (~1 ms a call, 4 us of GPU time);
 grouprl's decode loop took a median 263 ms in one run and 521 ms in another where HF ``generate`` on the same
-rows took 55-64 ms, and 75 ms with cuDNN off (docs/performance.md, "GPU check", third session). Without cuDNN,
+rows took 55-64 ms, and 75 ms with cuDNN off (docs/performance.md, "cuDNN attention on CUDA"). Without cuDNN,
 torch runs its memory-efficient kernel where a mask is passed (flash where none is), neither of which plans.
 
 The switch is torch's own, process-wide (``torch.backends.cuda.enable_cudnn_sdp``): it is set once, where a policy

@@ -8,7 +8,7 @@ returns a record; :meth:`Trainer.train_step` calls them in order and times each.
 (``job/observer.py``: evaluation, checkpoint rotation, hub uploads) read the records the step
 returns. The estimator (grpo, dr_grpo, rloo, gigpo or a user's) comes from the registry, so this
 one trainer trains all of them. ``collect`` asks the rollout scheduler for the next batch of finished groups:
-made here when asked (sync) or by a producer ahead of the learner (``train/async_rollouts.py``, docs/async.md).
+made here when asked (sync) or by a producer ahead of the learner (``train/scheduling.py``, docs/async.md).
 """
 
 from __future__ import annotations
@@ -31,22 +31,15 @@ from grouprl.rollout.env_pool import LocalEnvPool, make_pool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams, make_backend
 from grouprl.rollout.runner import episode_settings, run_episodes
 from grouprl.rollout.scheduler import AsyncScheduler, Drawn, SyncScheduler
-from grouprl.train.async_rollouts import add_times, build_scheduler, refuse_unsafe, staleness_metrics, step_staleness
+from grouprl.train.scheduling import add_times, build_scheduler, refuse_unsafe, staleness_metrics, step_staleness
 from grouprl.train.advantages import AdvantageRecord, compute_advantage_record, estimator_options, reward_parts
-from grouprl.train.checkpoint import (
-    RNG_FILE,
-    load_training_state,
-    read_rng_states,
-    restore_rng_states,
-    rng_state,
-    save_checkpoint,
-)
-from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, barrier, gather_objects, shard_slice
+from grouprl.train.parallel import SINGLE, DataParallel, GlobalBatch, shard_slice
 from grouprl.train.dynamic_sampling import DynamicSampler
 from grouprl.train.learner import Learner, StepSamples, UpdateStats, pack_samples
 from grouprl.train.run_state import EvaluateFn, RunState, StepView
 from grouprl.train.sampling import CurriculumSampler, RowSampler
 from grouprl.train.step_metrics import batch_metrics
+from grouprl.train.trainer_state import resume_trainer, save_trainer
 from grouprl.user_code import import_callable
 
 
@@ -270,65 +263,16 @@ class Trainer:
 
     # --- the loop -------------------------------------------------------------------------
     def resume(self, ckpt: str) -> None:
-        """Every process: the same optimizer/scheduler/learned state, its own RNG stream (another
-        process count: refused, or fresh streams with ``reshard_on_resume``), the global data position."""
-        state = load_training_state(ckpt, self.learner, self.scorer, self.parallel)
-        self.step = state["step"]
-        how = restore_rng_states(
-            read_rng_states(Path(ckpt) / RNG_FILE),
-            self.parallel.info,
-            self.cfg.runtime.reshard_on_resume,
-            self.cfg.train.seed,
-            self.step,
-            where=f"checkpoint {ckpt}",
-        )
-        if how == "reseeded" and self.console is not None:
-            self.console.log(
-                f"resumed {ckpt} with {self.parallel.info.world_size} process(es): same data order, "
-                "fresh per-process RNG streams (reshard_on_resume)"
-            )
-        self.sampler.position = state["data_position"]
-        self.run_state = RunState.from_dict(state.get("extra", {}), where=f"checkpoint {ckpt}")
-        objective = state.get("objective", {})  # the adaptive entropy coefficient, the curriculum's skips
-        if "entropy_bonus" in objective:
-            self.learner.entropy_bonus.load_state_dict(objective["entropy_bonus"])
-        if "curriculum" in objective:
-            self.sampler.load_state_dict(objective["curriculum"])
+        """Every process: the same optimizer/scheduler/learned state, its own RNG stream, the global data
+        position (``train/trainer_state.py``)."""
+        resume_trainer(self, ckpt)
 
     def checkpoint(self) -> Path:
-        """Save this step's checkpoint (once: an observer may have saved it already) and announce it.
-
-        Collective: every process's RNG state (and, under FSDP, full state dicts) gathered, process 0
-        writes and alone tells the observers (rotation, hub uploads)."""
-        path = self.out / f"checkpoint-{self.step}"
-        if self._saved_step == self.step:
-            return path
-        rng_states = gather_objects(rng_state())
-        model_state, optimizer_state = self.parallel.full_state(self.learner)
-        if self.parallel.is_main:
-            path = save_checkpoint(
-                self.out,
-                self.step,
-                self.policy.model,
-                self.policy.tokenizer,
-                self.learner.optimizer,
-                self.learner.scheduler,
-                {
-                    "data_position": self.data_position(),
-                    "extra": self.run_state.to_dict(),
-                    "objective": self.objective_state(),
-                },
-                scorer=self.scorer,
-                rng_states=rng_states,
-                model_state=model_state,
-                optimizer_state=optimizer_state,
-            )
-        barrier()
-        self._saved_step = self.step
-        if self.parallel.is_main:
-            for observer in self.observers:
-                observer.after_checkpoint(self.view(), path)
-        return path
+        """Save this step's checkpoint (once) and announce it to the observers (``train/trainer_state.py``)."""
+        if self._saved_step != self.step:
+            save_trainer(self)
+            self._saved_step = self.step
+        return self.out / f"checkpoint-{self.step}"
 
     def data_position(self) -> int:
         """After the last batch trained: rows a producer had in flight are regenerated by a resumed run."""
@@ -348,13 +292,6 @@ class Trainer:
         return self._evaluate(
             backend, self.policy.tokenizer, self.task, rows, params, self.scorer, out_path, self.settings, k=k
         )
-
-    def objective_state(self) -> dict[str, Any]:
-        state: dict[str, Any] = {"entropy_bonus": self.learner.entropy_bonus.state_dict()}
-        curriculum = self.sampler.state_dict()
-        if curriculum is not None:
-            state["curriculum"] = curriculum
-        return state
 
     def train(self, sink: Sink) -> list[dict[str, float]]:
         """Steps until ``max_steps``: each logged, shown to the observers (logs, evaluation, completions, hub,

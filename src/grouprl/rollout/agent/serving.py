@@ -91,6 +91,28 @@ def read_request(
             f"the model {model!r} does not exist; this endpoint serves {' or '.join(repr(n) for n in model_names)}",
             "model",
         )
+    _refuse_unsupported(body)
+    choice = body.get("tool_choice")
+    tools = _tools(body)
+    try:
+        messages = normalise_messages(body.get("messages"))
+    except ValueError as err:
+        raise EndpointError(400, "bad_request", str(err), "messages") from None
+    cap = body.get("max_completion_tokens") or body.get("max_tokens")
+    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
+        raise EndpointError(400, "bad_request", f"'max_tokens' must be a positive integer, got {cap!r}", "max_tokens")
+    return ChatRequest(
+        episode,
+        model,
+        messages,
+        None if choice == "none" else tools,
+        min(cap or run_max_new_tokens, run_max_new_tokens),
+        bool(body.get("logprobs")),
+    )
+
+
+def _refuse_unsupported(body: dict[str, Any]) -> None:
+    """An OpenAI-style 400 naming the first parameter this endpoint does not serve."""
     if body.get("n") not in (None, 1):
         raise _unsupported("n", f"= {body.get('n')!r} (one choice per call: run the agent K times instead)")
     if body.get("stream"):
@@ -111,6 +133,10 @@ def read_request(
     choice = body.get("tool_choice")
     if choice not in (None, "auto", "none"):
         raise _unsupported("tool_choice", f"= {choice!r} (only auto and none)")
+
+
+def _tools(body: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The request's function tools (checked: a list of named function objects), or None."""
     tools = body.get("tools") or None
     if tools is not None and (
         not isinstance(tools, list)
@@ -128,21 +154,7 @@ def read_request(
             '\'tools\' must be a list of {"type": "function", "function": {"name": ...}} objects',
             "tools",
         )
-    try:
-        messages = normalise_messages(body.get("messages"))
-    except ValueError as err:
-        raise EndpointError(400, "bad_request", str(err), "messages") from None
-    cap = body.get("max_completion_tokens") or body.get("max_tokens")
-    if cap is not None and (not isinstance(cap, int) or isinstance(cap, bool) or cap < 1):
-        raise EndpointError(400, "bad_request", f"'max_tokens' must be a positive integer, got {cap!r}", "max_tokens")
-    return ChatRequest(
-        episode,
-        model,
-        messages,
-        None if choice == "none" else tools,
-        min(cap or run_max_new_tokens, run_max_new_tokens),
-        bool(body.get("logprobs")),
-    )
+    return tools
 
 
 def _reply(parsed: ParsedTurn, text: str) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The trainer's side of asynchronous rollouts: which scheduler a config asks for, what cannot be made
-safe (refused in one line before any work), and the staleness of a batch the learner takes.
+"""The trainer's side of the rollout scheduler: which scheduler a config asks for (sync, one_step_off, async),
+what an asynchronous producer cannot make safe (refused in one line before any work), and the staleness of a
+batch the learner takes.
 
 The scheduler itself (``rollout/scheduler.py``) knows nothing of the trainer: it is handed a function that
 draws a batch's rows and one that generates and scores them. The policy version is the number of
