@@ -11,11 +11,11 @@ question, the two tool schemas). Greedy, a fixed ``max_new_tokens``, HF backend 
 
 The greedy completions must be the same ids both ways (checked). The wall time is the median of
 ``--repeats`` alternating runs; the figure is endpoint / direct per call, and the overhead in ms.
-Writes ``bench/results/agent_endpoint[_NAME].json``.
+Writes ``bench/agents/results/agent_endpoint[_NAME].json``.
 
-    python bench/agent_endpoint.py                       # a tiny model built here (hidden 96, 3 layers)
-    python bench/agent_endpoint.py --model path/to/model --name real
-    python bench/agent_endpoint.py --device cuda --hidden 512 --layers 8 --name cuda_512x8
+    python -m bench.agents.agent_endpoint          # a tiny model built here (hidden 96, 3 layers)
+    python -m bench.agents.agent_endpoint --model path/to/model --name real
+    python -m bench.agents.agent_endpoint --device cuda --hidden 512 --layers 8 --name cuda_512x8
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from grouprl.rollout.agent_endpoint import AgentEndpoint
+from grouprl.rollout.agent.endpoint import AgentEndpoint
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.tasks.tool_arithmetic import SYSTEM_PROMPT, ToolArithmeticTask, rows
 from grouprl.tools import resolve_tools
@@ -40,13 +40,20 @@ TOOLS = [t.schema for t in resolve_tools(["calculator", "lookup"])]
 
 
 def chats(n: int) -> list[list[dict]]:
-    return [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": r["question"]}]
-            for r in rows(n, 3_000_000)]
+    return [
+        [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": r["question"]}]
+        for r in rows(n, 3_000_000)
+    ]
 
 
 def direct(backend, tokenizer, messages, params, concurrent: bool):
-    ids = [tokenizer(tokenizer.apply_chat_template(m, tools=TOOLS, add_generation_prompt=True, tokenize=False),
-                     add_special_tokens=False)["input_ids"] for m in messages]
+    ids = [
+        tokenizer(
+            tokenizer.apply_chat_template(m, tools=TOOLS, add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+        )["input_ids"]
+        for m in messages
+    ]
     start = time.perf_counter()
     out = backend.generate(ids, params) if concurrent else [c for p in ids for c in backend.generate([p], params)]
     return time.perf_counter() - start, [c.ids for c in out]
@@ -56,30 +63,38 @@ def through_endpoint(backend, tokenizer, messages, params, concurrent: bool):
     import openai
 
     with AgentEndpoint(backend, tokenizer, params, api_key="bench", model_name="policy") as served:
-        records = [served.open_episode(f"e{i}") for i in range(len(messages))]
-        if not concurrent:  # one agent at a time: only the one calling may call (the batcher need not wait)
-            for i in range(len(messages)):
-                served.finish_episode(f"e{i}")
+        # concurrent: every episode open at once; one at a time: each opens just before its call and closes after
+        # it, so the batcher never waits for episodes that will not call
+        records = [served.open_episode(f"e{i}") for i in range(len(messages))] if concurrent else []
 
-        async def one(i: int, client):
-            served.episodes[f"e{i}"].finished = False
-            await client.chat.completions.create(model="policy", messages=messages[i], tools=TOOLS)
-            served.finish_episode(f"e{i}")
+        async def one(i: int):
+            records.append(served.open_episode(f"e{i}"))
+            async with openai.AsyncOpenAI(
+                base_url=served.base_url(f"e{i}"), api_key=served.episode_key(f"e{i}"), max_retries=0
+            ) as client:
+                await client.chat.completions.create(model="policy", messages=messages[i], tools=TOOLS)
+            served.close_episode(f"e{i}")
 
         async def play():
-            clients = [openai.AsyncOpenAI(base_url=served.base_url(f"e{i}"), api_key="bench", max_retries=0)
-                       for i in range(len(messages))]
             start = time.perf_counter()
             if concurrent:
-                await asyncio.gather(*(c.chat.completions.create(model="policy", messages=m, tools=TOOLS)
-                                       for c, m in zip(clients, messages)))
-            else:
-                for i, client in enumerate(clients):
-                    await one(i, client)
-            seconds = time.perf_counter() - start
-            for c in clients:
-                await c.close()
-            return seconds
+                clients = [
+                    openai.AsyncOpenAI(base_url=served.base_url(f"e{i}"), api_key=r.key, max_retries=0)
+                    for i, r in enumerate(records)
+                ]
+                await asyncio.gather(
+                    *(
+                        c.chat.completions.create(model="policy", messages=m, tools=TOOLS)
+                        for c, m in zip(clients, messages)
+                    )
+                )
+                seconds = time.perf_counter() - start
+                for c in clients:
+                    await c.close()
+                return seconds
+            for i in range(len(messages)):
+                await one(i)
+            return time.perf_counter() - start
 
         seconds = asyncio.run(play())
     return seconds, [r.calls[0].completion.ids for r in records], list(served.batcher.batches)
@@ -98,18 +113,19 @@ def main() -> None:
     args = parser.parse_args()
     torch.manual_seed(0)
     if args.model is None:
-        from grouprl.policy.tiny import build_tiny_model
-        from grouprl.policy.tiny_words import build_word_tokenizer
+        from grouprl.models.tiny import build_tiny_model
+        from grouprl.models.tiny_words import build_word_tokenizer
 
         task = ToolArithmeticTask("tool_arithmetic", rows(2), rows(1))
         tokenizer = build_word_tokenizer(task.tokenizer_corpus(), split_digits=True)
-        model = build_tiny_model(tokenizer, hidden=args.hidden, layers=args.layers, heads=4, seed=0,
-                                 max_positions=2048).eval()
+        model = build_tiny_model(
+            tokenizer, hidden=args.hidden, layers=args.layers, heads=4, seed=0, max_positions=2048
+        ).eval()
         which = f"tiny (hidden {args.hidden}, {args.layers} layers, word_digits tokenizer)"
     else:
         from transformers import AutoModelForCausalLM
 
-        from grouprl.policy.loading import load_tokenizer
+        from grouprl.models.loading import load_tokenizer
 
         tokenizer, model = load_tokenizer(args.model), AutoModelForCausalLM.from_pretrained(args.model).eval()
         which = args.model
@@ -118,9 +134,16 @@ def main() -> None:
     backend = HFBackend(model.to(device), tokenizer, device)
     params = SamplingParams(max_new_tokens=args.max_new_tokens, greedy=True, batch_size=args.calls)
     messages = chats(args.calls)
-    result: dict = {"model": which, "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-                    "cpu_count": os.cpu_count(), "calls": args.calls, "max_new_tokens": args.max_new_tokens,
-                    "repeats": args.repeats, "load_average": os.getloadavg(), "torch_threads": torch.get_num_threads()}
+    result: dict = {
+        "model": which,
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+        "cpu_count": os.cpu_count(),
+        "calls": args.calls,
+        "max_new_tokens": args.max_new_tokens,
+        "repeats": args.repeats,
+        "load_average": os.getloadavg(),
+        "torch_threads": torch.get_num_threads(),
+    }
     for mode, concurrent in (("concurrent", True), ("sequential", False)):
         times: dict[str, list[float]] = {"direct": [], "endpoint": []}
         same, batches = True, []
@@ -132,11 +155,18 @@ def main() -> None:
             times["endpoint"].append(t_endpoint)
             same = same and ids_direct == ids_endpoint
         per_call = {k: statistics.median(v) / args.calls for k, v in times.items()}
-        result[mode] = {"seconds_per_call": per_call, "ratio": per_call["endpoint"] / per_call["direct"],
-                        "overhead_ms_per_call": 1000 * (per_call["endpoint"] - per_call["direct"]),
-                        "same_completions": same, "times": times, "endpoint_batches": batches}
-        print(f"{mode}: direct {1000 * per_call['direct']:.1f} ms/call, endpoint {1000 * per_call['endpoint']:.1f} "
-              f"ms/call, ratio {result[mode]['ratio']:.2f}, same completions: {same}")
+        result[mode] = {
+            "seconds_per_call": per_call,
+            "ratio": per_call["endpoint"] / per_call["direct"],
+            "overhead_ms_per_call": 1000 * (per_call["endpoint"] - per_call["direct"]),
+            "same_completions": same,
+            "times": times,
+            "endpoint_batches": batches,
+        }
+        print(
+            f"{mode}: direct {1000 * per_call['direct']:.1f} ms/call, endpoint {1000 * per_call['endpoint']:.1f} "
+            f"ms/call, ratio {result[mode]['ratio']:.2f}, same completions: {same}"
+        )
     out = Path(__file__).parent / "results" / f"agent_endpoint{'_' + args.name if args.name else ''}.json"
     out.write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {out}")

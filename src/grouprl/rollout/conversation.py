@@ -35,6 +35,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from grouprl.config import Config, ConfigError
 from grouprl.records import Episode, Step
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
@@ -318,10 +319,10 @@ def _grow(
     state.observation = "\n".join(m["content"] for m in tool_messages)
 
 
-def conversation_settings(cfg) -> ConversationSettings | None:
+def conversation_settings(cfg: Config) -> ConversationSettings | None:
     """The config's conversation settings, or None in window mode (``rollout.runner.episode_settings``)."""
-    tools_config = getattr(cfg, "tools", None)
-    if tools_config is None or tools_config.episode_mode != "conversation":
+    tools_config = cfg.tools
+    if tools_config.episode_mode != "conversation":
         return None
     from grouprl.tools import resolve_tools
 
@@ -329,8 +330,6 @@ def conversation_settings(cfg) -> ConversationSettings | None:
         tools = resolve_tools(tools_config.tools, tools_config.tool_sandbox)
         get_parser(tools_config.tool_parser)
     except KeyError as err:
-        from grouprl.config import ConfigError
-
         raise ConfigError(str(err).strip("'\"")) from None
     return ConversationSettings(
         tools=tools,

@@ -204,8 +204,7 @@ def _vllm_server_backend(policy, cfg: "Config") -> GenerationBackend:
 
 def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
     turn_cache = None
-    tools = getattr(cfg, "tools", None)
-    if cfg.speed.turn_kv_cache and tools is not None and tools.episode_mode == "conversation":
+    if cfg.speed.turn_kv_cache and cfg.tools.episode_mode == "conversation":
         from grouprl.rollout.turn_cache import TurnCache
 
         turn_cache = TurnCache()

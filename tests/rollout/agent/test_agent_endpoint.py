@@ -36,7 +36,9 @@ def endpoint(tokenizer, reply=lambda prompt: CALL, **kw):
     return AgentEndpoint(backend, tokenizer, SamplingParams(max_new_tokens=200), **kw), backend
 
 
-def client(served: AgentEndpoint, episode: str = "ep0", key: str = KEY) -> openai.OpenAI:
+def client(served: AgentEndpoint, episode: str = "ep0", key: str | None = None) -> openai.OpenAI:
+    """A client of ``episode`` holding that episode's own key (or ``key``)."""
+    key = key or (served.episode_key(episode) if episode in served.episodes else KEY)
     return openai.OpenAI(base_url=served.base_url(episode), api_key=key, max_retries=0)
 
 
@@ -69,20 +71,25 @@ def test_models_auth_episode_routing(tokenizer):
         with pytest.raises(openai.AuthenticationError) as err:
             client(served, key="wrong").models.list()
         assert err.value.code == "invalid_api_key"
-        with pytest.raises(openai.NotFoundError) as err:
-            client(served, "nobody").chat.completions.create(model="tiny", messages=QUESTION)
-        assert err.value.code == "episode_not_found"
-        # the episode in a header instead of the path; "policy" names the model too
-        plain = openai.OpenAI(
-            base_url=f"{served.url}/v1", api_key=KEY, max_retries=0, default_headers={EPISODE_HEADER: "ep0"}
-        )
-        assert plain.chat.completions.create(model="policy", messages=QUESTION).model == "policy"
-        with pytest.raises(openai.BadRequestError) as err:
-            openai.OpenAI(base_url=f"{served.url}/v1", api_key=KEY, max_retries=0).chat.completions.create(
+        assert sorted(m.id for m in client(served, key=KEY).models.list().data) == ["policy", "tiny"]  # run key
+        with pytest.raises(openai.PermissionDeniedError) as err:  # ep0's key on another episode's route
+            client(served, "nobody", key=served.episode_key("ep0")).chat.completions.create(
                 model="tiny", messages=QUESTION
             )
-        assert err.value.code == "episode_missing"
-        assert len(served.episodes["ep0"].calls) == 1
+        assert err.value.code == "episode_mismatch"
+        with pytest.raises(openai.AuthenticationError) as err:  # the run's key serves no episode
+            client(served, key=KEY).chat.completions.create(model="tiny", messages=QUESTION)
+        assert err.value.code == "invalid_api_key"
+        # the episode in a header instead of the path (or named by the key alone); "policy" names the model too
+        key = served.episode_key("ep0")
+        plain = openai.OpenAI(
+            base_url=f"{served.url}/v1", api_key=key, max_retries=0, default_headers={EPISODE_HEADER: "ep0"}
+        )
+        assert plain.chat.completions.create(model="policy", messages=QUESTION).model == "policy"
+        bare = openai.OpenAI(base_url=f"{served.url}/v1", api_key=key, max_retries=0)
+        assert bare.chat.completions.create(model="tiny", messages=QUESTION).model == "tiny"
+        assert len(served.episodes["ep0"].calls) == 2
+        assert served.episodes["ep0"].refused == {"episode_mismatch": 1}
 
 
 @pytest.mark.parametrize(
@@ -168,7 +175,10 @@ def test_concurrent_requests_share_one_generate_call(tokenizer):
 
         async def all_at_once():
             clients = [
-                openai.AsyncOpenAI(base_url=served.base_url(f"ep{i}"), api_key=KEY, max_retries=0) for i in range(16)
+                openai.AsyncOpenAI(
+                    base_url=served.base_url(f"ep{i}"), api_key=served.episode_key(f"ep{i}"), max_retries=0
+                )
+                for i in range(16)
             ]
             answers = await asyncio.gather(
                 *(c.chat.completions.create(model="tiny", messages=QUESTION, tools=TOOLS) for c in clients)
@@ -225,7 +235,8 @@ def test_raw_http_bad_bodies_get_json_errors(tokenizer):
         for body, headers in [(b"{not json", {}), (b"{}", {"Content-Length": "nope"})]:
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
             conn.putrequest("POST", "/ep/ep0/v1/chat/completions")
-            for key, value in {"Authorization": f"Bearer {KEY}", "Content-Length": str(len(body)), **headers}.items():
+            auth = {"Authorization": f"Bearer {record.key}", "Content-Length": str(len(body)), **headers}
+            for key, value in auth.items():
                 conn.putheader(key, value)
             conn.endheaders(body)
             response = conn.getresponse()
@@ -242,7 +253,7 @@ def test_the_batcher_stops_waiting_once_every_live_episode_has_asked(tokenizer):
     with served:
         served.open_episode("ep0")
         served.open_episode("ep1")
-        served.finish_episode("ep1")  # its agent is done: only ep0 may still call
+        served.close_episode("ep1")  # its agent is done: only ep0 may still call
         start = time.monotonic()
         client(served).chat.completions.create(model="tiny", messages=QUESTION)
         assert time.monotonic() - start < 10

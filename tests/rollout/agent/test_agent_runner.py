@@ -296,3 +296,57 @@ def test_a_sub_agent_s_calls_are_their_own_sample_between_the_main_chat_s(tokeni
     samples = pack_conversations([episode], torch.ones(3), tokenizer.pad_token_id, mask_truncated=False)
     assert trained_spans(samples.batch, 0) == [episode.steps[0].action_ids, episode.steps[2].action_ids]
     assert trained_spans(samples.batch, 1) == [episode.steps[1].action_ids]
+
+
+# --- episode integrity: a sample trains on exactly the calls its own agent made while its episode was open ---
+async def leaves_a_thread_behind(client, row, model, base_url, api_key, **_):
+    """One real call, then a thread that keeps calling after the agent has returned (a leaked worker)."""
+    import threading
+    import time
+
+    import openai
+
+    await client.chat.completions.create(model=model, messages=[{"role": "user", "content": row["question"]}])
+
+    def keep_calling():
+        late = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=30)
+        for _ in range(24):
+            try:
+                late.chat.completions.create(model=model, messages=[{"role": "user", "content": "again"}])
+            except openai.APIError:
+                pass
+            time.sleep(0.01)
+
+    threading.Thread(target=keep_calling, daemon=True).start()
+    time.sleep(0.05)  # it has started calling before the agent returns
+    return 1.0
+
+
+async def writes_into_a_sibling(client, row, model, base_url, api_key, **_):
+    """Its own call, then calls with its own key on every guessable sibling route (g<G>-e<K>)."""
+    import openai
+
+    await client.chat.completions.create(model=model, messages=[{"role": "user", "content": row["question"]}])
+    root = base_url.split("/ep/")[0]
+    for sibling in ("g0-e0", "g0-e1", "g1-e0", "g1-e1"):
+        if f"/ep/{sibling}/" in base_url + "/":
+            continue
+        other = openai.AsyncOpenAI(base_url=f"{root}/ep/{sibling}/v1", api_key=api_key, max_retries=0)
+        try:
+            await other.chat.completions.create(model=model, messages=[{"role": "user", "content": "hijack"}])
+        except openai.PermissionDeniedError:
+            pass
+        await other.close()
+    return 1.0
+
+
+@pytest.mark.parametrize("agent", [leaves_a_thread_behind, writes_into_a_sibling])
+def test_an_episode_trains_only_on_its_own_agent_s_calls_while_open(tokenizer, agent):
+    task_rows = rows(2)
+    episodes = play(tokenizer, agent, task_rows, group_size=2)
+    assert all(ep.agent.failure is None and ep.agent.calls == 1 for ep in episodes)
+    assert all(len(ep.steps) == 1 for ep in episodes)  # the one call each agent made itself
+    for ep, row in zip(episodes, [r for r in task_rows for _ in range(2)]):
+        assert ep.steps[0].messages[-1]["content"] == row["question"]
+    if agent is writes_into_a_sibling:
+        assert all(ep.agent.refused == {"episode_mismatch": 3} for ep in episodes)

@@ -52,11 +52,11 @@ class EpisodeCalls:
     """Everything the endpoint saw for one episode; written by the endpoint's threads, read after it closed."""
 
     episode_id: str
+    key: str = field(default="", repr=False)  # the episode's own credential: its agent's api_key
     calls: list[CallRecord] = field(default_factory=list)
     refused: Counter = field(default_factory=Counter)  # error kind -> requests answered with it
     admitted: int = 0  # calls let through to the batcher (max_calls counts these)
-    closed: bool = False
-    finished: bool = False  # its agent returned (or failed): no more requests will come
+    closed: bool = False  # its agent returned, failed or timed out: every later call is refused, never recorded
     over_limit: bool = False  # a call past max_calls was asked for
     lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -1,31 +1,48 @@
 """The OpenAI-compatible endpoint an agent drives the policy through, on 127.0.0.1 while rollouts run.
 
-Routes (every one needs ``Authorization: Bearer <the run's key>``):
+Routes:
 
 - ``POST /ep/<episode-id>/v1/chat/completions`` -- a chat completion recorded against that episode
   (the runner hands each agent a client whose ``base_url`` is ``.../ep/<episode-id>/v1``);
-  ``POST /v1/chat/completions`` with an ``X-Grouprl-Episode: <episode-id>`` header does the same.
+  ``POST /v1/chat/completions`` does the same for the episode its key names (an ``X-Grouprl-Episode``
+  header, if sent, must name that episode).
 - ``GET /v1/models`` (and ``/ep/<episode-id>/v1/models``) -- the served model name and ``policy``.
 
+Episode integrity: each episode has its own unguessable key (``Authorization: Bearer <key>``, handed to its
+agent as ``api_key``). A call is recorded against the episode its key names, never another: a call with one
+episode's key to another episode's route is refused (``episode_mismatch``, 403) and counted on the caller's
+episode. An episode closes the moment its agent returns, fails or times out; every later call (a thread the
+agent left behind) is refused with ``episode_closed`` and counted, never recorded. So what a sample trains on
+is exactly the calls its own agent made while its episode was open.
+
+Reading safely: the key is checked from the headers before any body byte is read; a declared
+``Content-Length`` over ``max_request_bytes`` is refused unread (413) and the connection closed; a request
+(its line, headers and body) must arrive within ``read_deadline_s`` of the connection starting to wait for it,
+else the connection is closed and its thread reclaimed (a reaper thread enforces it, so a trickling client
+cannot hold a thread); a body that is not JSON, of any shape (deeply nested, a 5,000-digit number), is a 400,
+never a 500; at most ``max_connections`` connections are served at once (more: 503), and every connection is
+closed and its thread joined when the endpoint closes.
+
 The HTTP layer is the standard library's threading server (one thread per connection, HTTP/1.1 keep-alive,
-as the ``openai`` client's pool expects); every request is checked here and in
-``agent_serving.read_request``, then handed to the one generation thread (``agent_serving.CallBatcher``),
-which batches concurrent requests into one ``backend.generate`` call. An episode that has made
-``max_calls`` calls is refused the next one (``max_calls_exceeded``) and marked over its limit; a
-closed episode (ended, timed out) is refused everything.
+as the ``openai`` client's pool expects); every request is checked here and in ``serving.read_request``, then
+handed to the one generation thread (``serving.CallBatcher``), which batches concurrent requests into one
+``backend.generate`` call. An episode that has made ``max_calls`` calls is refused the next one
+(``max_calls_exceeded``) and marked over its limit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
 import re
+import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from grouprl.rollout.agent.calls import EpisodeCalls
+from grouprl.rollout.agent.http_server import EndpointServer, handler_for
 from grouprl.rollout.agent.serving import CallBatcher, EndpointError, read_request
 from grouprl.rollout.sampling import GenerationBackend, SamplingParams
 
@@ -54,8 +71,13 @@ class AgentEndpoint:
         policy_version: int = 0,
         window_s: float = 0.005,
         request_timeout_s: float = 600.0,
+        max_request_bytes: int = 32 * 1024 * 1024,
+        read_deadline_s: float = 60.0,
+        max_connections: int = 256,
     ):
         self.api_key, self.max_calls, self.params = api_key, max_calls, params
+        self.max_request_bytes, self.read_deadline_s = max_request_bytes, read_deadline_s
+        self.max_connections = max_connections
         self.model_names = tuple(dict.fromkeys([model_name, "policy"]))
         self.request_timeout_s = request_timeout_s
         self.batcher = CallBatcher(
@@ -70,14 +92,15 @@ class AgentEndpoint:
             self.live_episodes,
         )
         self.episodes: dict[str, EpisodeCalls] = {}
+        self._by_key: dict[bytes, EpisodeCalls] = {}  # sha256 of an episode's key -> the episode
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: EndpointServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- lifetime -------------------------------------------------------------------------------------
     def __enter__(self) -> "AgentEndpoint":
         self.batcher.start()
-        self._server = _Server(("127.0.0.1", 0), _handler_for(self))
+        self._server = EndpointServer(("127.0.0.1", 0), handler_for(self), self.read_deadline_s, self.max_connections)
         self._thread = threading.Thread(
             target=self._server.serve_forever,
             kwargs={"poll_interval": 0.05},
@@ -88,9 +111,13 @@ class AgentEndpoint:
         return self
 
     def __exit__(self, *exc) -> None:
+        with self._lock:  # nothing more is recorded, whatever is still connected
+            for record in self.episodes.values():
+                with record.lock:
+                    record.closed = True
         if self._server is not None:
             self._server.shutdown()
-            self._server.server_close()
+            self._server.server_close()  # every connection closed, its thread joined
         self.batcher.stop()
 
     @property
@@ -102,44 +129,72 @@ class AgentEndpoint:
         return f"{self.url}/ep/{episode_id}/v1"
 
     def open_episode(self, episode_id: str) -> EpisodeCalls:
+        """A new episode and its own key (``record.key``: the api_key its agent must send)."""
+        record = EpisodeCalls(episode_id, key="grouprl-ep-" + secrets.token_hex(24))
         with self._lock:
-            self.episodes[episode_id] = record = EpisodeCalls(episode_id)
+            self.episodes[episode_id] = record
+            self._by_key[_digest(record.key)] = record
         return record
 
-    def finish_episode(self, episode_id: str) -> None:
-        """Its agent is done: the batcher stops waiting for it (a late request is still served until closed)."""
-        with self._lock:
-            self.episodes[episode_id].finished = True
+    def episode_key(self, episode_id: str) -> str:
+        return self.episodes[episode_id].key
 
     def live_episodes(self) -> int:
         """Episodes whose agents may still call (the batcher flushes once all of them wait)."""
         with self._lock:
-            return sum(not (e.finished or e.closed) for e in self.episodes.values())
+            return sum(not e.closed for e in self.episodes.values())
 
     def close_episode(self, episode_id: str) -> EpisodeCalls:
+        """Its agent returned, failed or timed out: every later call is refused (``episode_closed``), never
+        recorded; a call already generating when it closes is answered with that refusal too."""
         record = self.episodes[episode_id]
         with record.lock:
             record.closed = True
         return record
 
     # --- one request ----------------------------------------------------------------------------------
+    def authorise(self, method: str, path: str, headers) -> tuple[str, EpisodeCalls | None]:
+        """From the request line and headers alone (no body read yet): the route, and the episode the key
+        names (None for the model list asked with the run's key). ``EndpointError`` otherwise."""
+        match = _ROUTE.match(path.split("?", 1)[0])
+        sent = headers.get("Authorization", "")
+        with self._lock:
+            episode = self._by_key.get(_digest(sent.removeprefix("Bearer "))) if sent.startswith("Bearer ") else None
+        run_key = hmac.compare_digest(sent.encode(), f"Bearer {self.api_key}".encode())
+        if episode is None and not (run_key and match is not None and match["what"] == "models"):
+            raise EndpointError(401, "invalid_api_key", "incorrect API key provided", type_="authentication_error")
+        if match is None:
+            raise EndpointError(404, "not_found", f"no route {method} {path}; try POST .../v1/chat/completions")
+        if match["what"] == "models":
+            return "models", None
+        assert episode is not None
+        named = match["episode"] or headers.get(EPISODE_HEADER)
+        if named and named != episode.episode_id:
+            raise self._refused(
+                episode,
+                EndpointError(403, "episode_mismatch", f"this key belongs to another episode than {named!r}"),
+            )
+        return "chat", episode
+
     def handle(self, method: str, path: str, headers, body: bytes) -> tuple[int, dict[str, Any]]:
-        """(status, JSON answer) for one HTTP request; never raises."""
+        """(status, JSON answer) for one whole HTTP request; never raises."""
         try:
-            return self._route(method, path, headers, body)
+            return self.answer(method, path, self.authorise(method, path, headers), body)
+        except EndpointError as err:
+            return err.status, err.body()
+
+    def answer(self, method: str, path: str, routed: tuple[str, EpisodeCalls | None], body: bytes):
+        """(status, JSON answer) for an authorised request and its body; never raises."""
+        try:
+            return self._serve(method, path, *routed, body)
         except EndpointError as err:
             return err.status, err.body()
         except Exception as err:  # noqa: BLE001 - a bug here answers 500; it must not take the server down
             log.exception("agent endpoint: request failed")
             return 500, EndpointError(500, "server_error", f"{type(err).__name__}: {err}", type_="server_error").body()
 
-    def _route(self, method: str, path: str, headers, body: bytes) -> tuple[int, dict[str, Any]]:
-        if not hmac.compare_digest(headers.get("Authorization", "").encode(), f"Bearer {self.api_key}".encode()):
-            raise EndpointError(401, "invalid_api_key", "incorrect API key provided", type_="authentication_error")
-        match = _ROUTE.match(path.split("?", 1)[0])
-        if match is None:
-            raise EndpointError(404, "not_found", f"no route {method} {path}; try POST .../v1/chat/completions")
-        if match["what"] == "models":
+    def _serve(self, method: str, path: str, what: str, episode: EpisodeCalls | None, body: bytes):
+        if what == "models":
             if method != "GET":
                 raise EndpointError(405, "method_not_allowed", f"{method} {path}: use GET")
             return 200, {
@@ -148,17 +203,10 @@ class AgentEndpoint:
                     {"id": name, "object": "model", "created": 0, "owned_by": "grouprl"} for name in self.model_names
                 ],
             }
+        assert episode is not None
         if method != "POST":
             raise EndpointError(405, "method_not_allowed", f"{method} {path}: use POST")
-        episode = self._episode(match["episode"] or headers.get(EPISODE_HEADER))
-        try:
-            parsed_body = json.loads(body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise self._refused(episode, EndpointError(400, "bad_request", f"the body is not JSON: {err}")) from None
-        try:
-            request = read_request(parsed_body, episode, self.model_names, self.params.max_new_tokens)
-        except EndpointError as err:
-            raise self._refused(episode, err) from None
+        request = self._read(episode, body)
         with episode.lock:
             if episode.closed:
                 episode.refused["episode_closed"] += 1
@@ -175,19 +223,19 @@ class AgentEndpoint:
         served = self.batcher.submit(request, self.request_timeout_s)
         return served.status, served.answer
 
-    def _episode(self, episode_id: str | None) -> EpisodeCalls:
-        if not episode_id:
-            raise EndpointError(
-                400,
-                "episode_missing",
-                "no episode: use the base_url grouprl gave the agent "
-                f"(.../ep/<episode-id>/v1) or set the {EPISODE_HEADER} header",
-            )
-        with self._lock:
-            episode = self.episodes.get(episode_id)
-        if episode is None:
-            raise EndpointError(404, "episode_not_found", f"no episode {episode_id!r} is running")
-        return episode
+    def _read(self, episode: EpisodeCalls, body: bytes):
+        """The body as a request; any body that is not one (of any shape) is a 400, counted on the episode."""
+        try:
+            parsed_body = json.loads(body or b"null")
+        except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, a number past int's digit limit
+            raise self._refused(episode, EndpointError(400, "bad_request", f"the body is not JSON: {err}"[:300]))
+        try:
+            return read_request(parsed_body, episode, self.model_names, self.params.max_new_tokens)
+        except EndpointError as err:
+            raise self._refused(episode, err) from None
+        except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as err:
+            bad = EndpointError(400, "bad_request", f"the request has an unexpected shape: {err}"[:300])
+            raise self._refused(episode, bad) from None
 
     @staticmethod
     def _refused(episode: EpisodeCalls, err: EndpointError) -> EndpointError:
@@ -196,43 +244,6 @@ class AgentEndpoint:
         return err
 
 
-class _Server(ThreadingHTTPServer):
-    request_queue_size = 1024  # every episode of a rollout may connect at once (the default backlog is 5)
-    daemon_threads = True
-
-
-def _handler_for(endpoint: AgentEndpoint) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the openai client reuses its connections
-
-        def _answer(self, method: str) -> None:
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if length < 0:
-                self.close_connection = True
-                status, answer = 400, EndpointError(400, "bad_request", "a bad Content-Length header").body()
-            else:
-                body = self.rfile.read(length) if length else b""
-                status, answer = endpoint.handle(method, self.path, self.headers, body)
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            try:
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the agent gave up on this call (its timeout)
-                self.close_connection = True
-
-        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            self._answer("GET")
-
-        def do_POST(self) -> None:  # noqa: N802
-            self._answer("POST")
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - requests are not logged
-            pass
-
-    return Handler
+def _digest(key: str) -> bytes:
+    """Keys are looked up by their hash: a dict lookup on the secret itself would compare it byte by byte."""
+    return hashlib.sha256(key.encode()).digest()

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from grouprl.config import Config, ConfigError
 from grouprl.records import AgentRun, Episode, Step
 from grouprl.rollout.agent.calls import EpisodeCalls, call_segments, calls_to_steps
 from grouprl.rollout.agent.endpoint import AgentEndpoint
@@ -57,12 +58,11 @@ class AgentSettings(ConversationSettings):
     batch_window_s: float = 0.005  # how long the endpoint collects concurrent requests into one batch
 
 
-def agent_settings(cfg) -> AgentSettings | None:
+def agent_settings(cfg: Config) -> AgentSettings | None:
     """The config's agent settings, or None without ``agent`` (``rollout.runner.episode_settings``)."""
-    tools_config = getattr(cfg, "tools", None)
-    if tools_config is None or not tools_config.agent:
+    tools_config = cfg.tools
+    if not tools_config.agent:
         return None
-    from grouprl.config import ConfigError
     from grouprl.user_code import import_callable
 
     try:
@@ -131,8 +131,9 @@ def run_agent_episodes(
         outcomes = _play_all(
             settings,
             [endpoint.base_url(ep.episode_id) for ep in episodes],
+            [record.key for record in records],
             [ep.row for ep in episodes],
-            [functools.partial(endpoint.finish_episode, ep.episode_id) for ep in episodes],
+            [functools.partial(endpoint.close_episode, ep.episode_id) for ep in episodes],
         )
         for ep in episodes:
             endpoint.close_episode(ep.episode_id)
@@ -150,15 +151,21 @@ class _Outcome:
 
 
 def _play_all(
-    settings: AgentSettings, base_urls: list[str], rows: list[dict[str, Any]], finished: list[Callable[[], None]]
+    settings: AgentSettings,
+    base_urls: list[str],
+    keys: list[str],
+    rows: list[dict[str, Any]],
+    finished: list[Callable[[], Any]],
 ) -> list[_Outcome]:
+    """Every agent run concurrently; each episode closes (``finished[i]``) the moment its agent returns, raises or
+    times out, so a thread it left behind cannot add calls to it. Each agent holds its own episode's key."""
     outcomes = [_Outcome() for _ in base_urls]
 
     async def play(i: int) -> None:
         import openai
 
         client = openai.AsyncOpenAI(
-            base_url=base_urls[i], api_key=settings.api_key, max_retries=0, timeout=settings.episode_timeout
+            base_url=base_urls[i], api_key=keys[i], max_retries=0, timeout=settings.episode_timeout
         )
         try:
             result = await asyncio.wait_for(
@@ -167,7 +174,7 @@ def _play_all(
                     dict(rows[i]),
                     model=settings.model_name,  # type: ignore[misc]
                     base_url=base_urls[i],
-                    api_key=settings.api_key,
+                    api_key=keys[i],
                 ),
                 settings.episode_timeout,
             )
