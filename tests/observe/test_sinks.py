@@ -90,3 +90,31 @@ def test_report_to_names_the_choices():
         build_config(None, {"report_to": "mlflow"}, environ={})
     with pytest.raises(ValueError, match="expected one of none, wandb, trackio, tensorboard"):
         MetricsSink("/nonexistent-never-created", "mlflow")
+
+
+def test_metrics_jsonl_is_strict_json_and_counts_non_finite_values(tmp_path):
+    import json as strict_json
+
+    from grouprl.observe.sinks import MetricsSink
+
+    sink = MetricsSink(str(tmp_path), report_to="none", logging_steps=100)
+    sink.log(1, {"reward": 1.0, "reward_std": float("inf"), "loss": float("nan")})
+    sink.log(2, {"reward": 0.5})
+    sink.close()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    lines = [
+        strict_json.loads(line, parse_constant=refuse) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert lines[0] == {"step": 1, "reward": 1.0, "reward_std": None, "loss": None, "nonfinite_metrics": 2.0}
+    assert lines[1] == {"step": 2, "reward": 0.5}
+
+
+def test_a_score_of_insane_magnitude_is_an_error_not_a_reward():
+    from grouprl.rewards.guard import MAX_ABS_SCORE, finite_score
+
+    assert finite_score("r", 1e300)[0] is None and "beyond" in finite_score("r", 1e300)[1]
+    assert finite_score("r", -1e300)[0] is None
+    assert finite_score("r", MAX_ABS_SCORE) == (MAX_ABS_SCORE, None)

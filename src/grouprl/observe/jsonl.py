@@ -9,6 +9,7 @@ one whole line and the next starts on a fresh one.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Iterable
@@ -30,7 +31,7 @@ class JsonlAppender:
         """All the records or none: a write that fails (a full disk) is cut back to where it began,
         so the file never ends in a torn line, and raises ``DiskFull`` naming the device and file."""
         # encodable: text a policy or a server wrote may hold a lone surrogate, which UTF-8 cannot write
-        data = encodable("".join(json.dumps(record, ensure_ascii=False, default=_plain) + "\n" for record in records))
+        data = encodable("".join(_line(record) + "\n" for record in records))
         if not data:
             return
         start = os.fstat(self._fd).st_size
@@ -55,6 +56,26 @@ class JsonlAppender:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _line(record: dict[str, Any]) -> str:
+    """One record as strict JSON: a non-finite float (``inf``, ``nan``) is written as null, never as the
+    ``Infinity``/``NaN`` that JSON does not have (readers in other languages reject the whole line)."""
+    try:
+        return json.dumps(record, ensure_ascii=False, default=_plain, allow_nan=False)
+    except ValueError:  # rare: walk the record only when it holds one
+        return json.dumps(finite_only(record), ensure_ascii=False, default=_plain, allow_nan=False)
+
+
+def finite_only(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by None (dicts, lists and tuples walked)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_only(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_only(v) for v in value]
+    return value
 
 
 def _plain(value: Any) -> Any:

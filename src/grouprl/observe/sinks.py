@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import numbers
+import math
 import os
 from typing import Any, Protocol
 
 from rich.console import Console
 
-from grouprl.observe.jsonl import JsonlAppender
+from grouprl.observe.jsonl import JsonlAppender, finite_only
 from grouprl.config.redact import redact, redact_argv
 
 
@@ -165,10 +166,14 @@ class MetricsSink:
         return self.tracker.run if isinstance(self.tracker, WandbTracker) else None
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
-        record = {"step": step, **metrics}
-        self.jsonl.write(record)
+        # trackers and metrics.jsonl get the same finite values: a non-finite metric is dropped to null and
+        # counted (nonfinite_metrics), so a chart and a JSON reader never meet Infinity or NaN
+        bad = sum(isinstance(v, float) and not math.isfinite(v) for v in metrics.values())
+        if bad:
+            metrics = {**finite_only(metrics), "nonfinite_metrics": float(bad)}
+        self.jsonl.write({"step": step, **metrics})
         if self.tracker is not None:
-            self.tracker.log(step, metrics)
+            self.tracker.log(step, {k: v for k, v in metrics.items() if v is not None})
         if step % self.logging_steps == 0:
             keys = ("reward", "accuracy", "frac_reward_zero_std", "completions/mean_length", "entropy", "step_time")
             shown = "  ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in keys if k in metrics)

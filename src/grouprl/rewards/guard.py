@@ -141,7 +141,14 @@ def finite_score(name: str, value: Any) -> tuple[float | None, str | None]:
         return None, f"{name}: returned {_short(value)} ({err}); expected a float or None"
     if not math.isfinite(number):
         return None, f"{name}: returned a non-finite score ({number}); expected a finite float or None"
+    if abs(number) > MAX_ABS_SCORE:
+        return None, f"{name}: returned {number:g}, beyond +-{MAX_ABS_SCORE:g}; expected a score of sane magnitude"
     return number, None
+
+
+# A score past this is an error, not a reward: float32 advantages overflow at ~3e38 and a group's variance at
+# ~1e19 (the square of a 1e300 reward is inf in any float), which would zero or poison the group silently.
+MAX_ABS_SCORE = 1e9
 
 
 def _short(value: Any, n: int = 60) -> str:

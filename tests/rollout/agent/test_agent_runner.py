@@ -181,6 +181,11 @@ async def nan_reward(client, row, model, **_):
     return {"score": math.nan}
 
 
+async def huge_reward(client, row, model, **_):  # finite, but its square is inf: the group's std would be
+    await client.chat.completions.create(model=model, messages=[{"role": "user", "content": row["question"]}])
+    return 1e300
+
+
 @pytest.mark.parametrize(
     "agent, kind, calls",
     [
@@ -190,6 +195,7 @@ async def nan_reward(client, row, model, **_):
         (never_calls, "no_calls", 0),
         (odd_reward, "invalid_reward", 1),
         (nan_reward, "invalid_reward", 1),
+        (huge_reward, "invalid_reward", 1),
     ],
 )
 def test_every_agent_failure_is_a_counted_failed_episode(tokenizer, agent, kind, calls):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import math
 import secrets
 import threading
 from dataclasses import dataclass, field
@@ -33,6 +32,7 @@ from typing import Any, Callable
 
 from grouprl.config import Config, ConfigError
 from grouprl.records import AgentRun, Episode, Step
+from grouprl.rewards.guard import finite_score
 from grouprl.rollout.agent.calls import EpisodeCalls, call_segments, calls_to_steps
 from grouprl.rollout.agent.endpoint import AgentEndpoint
 from grouprl.rollout.conversation import ConversationSettings, conversation_settings, initial_prompt
@@ -259,9 +259,10 @@ def _reward(result: Any) -> tuple[float, bool, str | None]:
             f"the agent returned {type(result).__name__}; expected a number, an EvaluateResult, "
             "a dict with 'score', or None",
         )
-    if not math.isfinite(result):
-        return 0.0, False, f"the agent returned a non-finite reward {result!r}"
-    return float(result), bool(success) if success is not None else result >= 1.0, None
+    score, problem = finite_score("the agent's reward", result)  # the reward functions' rule: finite, sane size
+    if problem is not None or score is None:
+        return 0.0, False, problem or "the agent returned no score"
+    return score, bool(success) if success is not None else score >= 1.0, None
 
 
 def _placeholder_step(factory: EnvFactory, seed: int | None, tokenizer, settings: AgentSettings) -> Step:
