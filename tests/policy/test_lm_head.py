@@ -78,8 +78,9 @@ def test_chunked_head_equals_whole_logits(real, monkeypatch, temperature, suppor
     scale = max(float(g.abs().max()) for g in ref_grads.values())
     for scorer in (completion_logps, grouped_completion_logps):
         logps, entropy, grads = run(model, scorer, batch, weights, **kw)
-        # fp32 rounding of log-probs around -10..-20 (other summation orders): 1e-5 plus 1e-6 of the value
-        assert bool(((logps - ref_logps).abs() <= 1e-5 + 1e-6 * ref_logps.abs())[mask].all()), scorer.__name__
+        # fp32 rounding of log-probs around -10..-20 (other summation orders over a 49k vocabulary): 3e-5 plus
+        # 1e-6 of the value (1e-5 was exceeded by 1.9e-5 at -9.0 on this machine's CPU kernels, origin code too)
+        assert bool(((logps - ref_logps).abs() <= 3e-5 + 1e-6 * ref_logps.abs())[mask].all()), scorer.__name__
         assert bool(((entropy - ref_entropy).abs() <= 1e-5 + 1e-6 * ref_entropy.abs())[mask].all()), scorer.__name__
         worst = max(float((grads[n] - g).abs().max()) for n, g in ref_grads.items()) / scale
         assert worst < 1e-5, f"{scorer.__name__}: gradients differ by {worst:.2e} of their scale"
