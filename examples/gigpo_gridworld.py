@@ -22,7 +22,7 @@ import torch
 from rich.console import Console
 
 from grouprl.run_config import build_config
-from grouprl.policy.loading import load_policy
+from grouprl.models.loading import load_policy
 from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.scorer import Scorer

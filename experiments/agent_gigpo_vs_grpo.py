@@ -31,8 +31,8 @@ from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy, evaluate
 from grouprl.job.run import run_training
 from grouprl.job.tool_sft import sft_conversations, tool_sft
 from grouprl.observe.jsonl import read_jsonl
-from grouprl.policy.loading import load_policy
-from grouprl.policy.tiny import init_tiny
+from grouprl.models.loading import load_policy
+from grouprl.models.tiny import init_tiny
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.rollout.runner import episode_settings

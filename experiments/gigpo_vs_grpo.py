@@ -24,7 +24,7 @@ from rich.table import Table
 
 from grouprl.run_config import build_config
 from grouprl.observe.jsonl import read_jsonl
-from grouprl.policy.loading import load_policy
+from grouprl.models.loading import load_policy
 from grouprl.tasks import load_task
 from grouprl.rewards.scorer import Scorer
 from grouprl.rollout.generation import HFBackend, SamplingParams

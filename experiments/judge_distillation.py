@@ -2,7 +2,7 @@
 
 A training run whose only reward is ``distilled_judge``: for the first ``--judge_steps`` steps every
 completion goes to the judge (an OpenAI-compatible endpoint; by default the scripted grader of
-tests/judge_standin.py, started here) and the student (the policy's own folder with a fresh one-logit
+bench/common/judge_standin.py, started here) and the student (the policy's own folder with a fresh one-logit
 head) learns its labels; then the student is the reward and the judge sees a shrinking sample. Writes
 ``<out>/agreement.json`` (per step: agreement, the judge's pass rate, the share judged, judge calls) and
 ``<out>/agreement.png``, and prints the table.
@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))  # the scripted grader: bench.common.judge_standin
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     server = None
     if args.judge_url is None:
-        from judge_standin import standin
+        from bench.common.judge_standin import standin
 
         server = standin(out / "grader.log", mode=args.judge_mode)
         args.judge_url = server.start()

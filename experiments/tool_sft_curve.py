@@ -22,9 +22,9 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from grouprl.job.tool_sft import expert_traces, sft_update
-from grouprl.policy.loading import load_tokenizer
-from grouprl.policy.tiny import init_tiny
-from grouprl.rollout.conversation import run_conversations
+from grouprl.models.loading import load_tokenizer
+from grouprl.models.tiny import init_tiny
+from grouprl.rollout.conversation import run_conversation_episodes
 from grouprl.rollout.generation import HFBackend, SamplingParams
 from grouprl.rollout.runner import episode_settings
 from grouprl.run_config import build_config
@@ -37,7 +37,7 @@ RECIPE = Path(__file__).resolve().parents[1] / "recipes" / "tiny" / "tool_arithm
 
 def held_out(model, tokenizer, task, settings, n: int, max_new_tokens: int) -> None:
     rows = task.eval_rows[:n]
-    episodes = run_conversations([task.env_factory(r) for r in rows], rows, 1,
+    episodes = run_conversation_episodes([task.env_factory(r) for r in rows], rows, 1,
                                  HFBackend(model, tokenizer, torch.device("cpu")), tokenizer,
                                  SamplingParams(max_new_tokens=max_new_tokens, greedy=True), settings,
                                  [task.seed_of(r) for r in rows])

@@ -58,7 +58,7 @@ def held_out(model: str | Path, rows_from: int, n: int, threads: int, out: Path 
     """Greedy success of ``model`` on held-out rows ``rows_from .. rows_from + n`` of the task, each
     played by the example agent through the endpoint; success split by question kind."""
     from grouprl.job.evaluate import evaluate
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.rewards.scorer import Scorer
     from grouprl.rollout.generation import SamplingParams, make_backend
     from grouprl.rollout.runner import episode_settings

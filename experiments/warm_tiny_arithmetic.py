@@ -10,7 +10,7 @@ import argparse
 import time
 
 from grouprl.job.sft import sft_warm_start
-from grouprl.policy.tiny import init_tiny
+from grouprl.models.tiny import init_tiny
 from grouprl.run_config import build_config
 from grouprl.tasks import load_task
 

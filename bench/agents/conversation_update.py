@@ -4,9 +4,9 @@ The same expert tool conversations (``tool_arithmetic``, 2-3 assistant turns eac
 model: the update's forward + backward over the generated tokens, (a) with each episode packed as one
 sequence and a loss mask (what grouprl does, ``train/conversation_samples.py``), (b) with each turn as
 its own sample, prompt re-encoded (what a per-turn trainer does). Median of ``--repeats``; writes
-``bench/results/conversation_update.json``.
+``bench/agents/results/conversation_update.json``.
 
-    python bench/conversation_update.py --episodes 16
+    python -m bench.agents.conversation_update --episodes 16
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from grouprl.policy.scoring import completion_logps, pack
-from grouprl.policy.tiny import build_tiny_model
-from grouprl.policy.tiny_words import build_word_tokenizer
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.models.tiny import build_tiny_model
+from grouprl.models.tiny_words import build_word_tokenizer
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, ToolArithmeticTask, expert_reply, rows
@@ -51,23 +51,32 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     task_rows = rows(args.episodes)
-    tok = build_word_tokenizer(ToolArithmeticTask("tool_arithmetic", task_rows, []).tokenizer_corpus(),
-                               split_digits=True)  # the recipe's tiny tokenizer (word_digits)
+    tok = build_word_tokenizer(
+        ToolArithmeticTask("tool_arithmetic", task_rows, []).tokenizer_corpus(), split_digits=True
+    )  # the recipe's tiny tokenizer (word_digits)
     tok.chat_template = TOOL_CHAT_TEMPLATE
-    episodes = run_conversations([lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
-                                 task_rows, 1, ScriptedBackend(tok, expert_reply), tok,
-                                 SamplingParams(max_new_tokens=200),
-                                 ConversationSettings(tools=resolve_tools(["calculator", "lookup"])))
+    episodes = run_conversation_episodes(
+        [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
+        task_rows,
+        1,
+        ScriptedBackend(tok, expert_reply),
+        tok,
+        SamplingParams(max_new_tokens=200),
+        ConversationSettings(tools=resolve_tools(["calculator", "lookup"])),
+    )
     model = build_tiny_model(tok, hidden=96, layers=3, heads=4, seed=0, max_positions=2048)
     steps = [s for ep in episodes for s in ep.steps]
     once = pack_conversations(episodes, torch.zeros(len(steps)), tok.pad_token_id, False).batch
     per_turn = pack([s.prompt_ids for s in steps], [s.action_ids for s in steps], tok.pad_token_id)
     result = {
-        "episodes": len(episodes), "turns": len(steps),
+        "episodes": len(episodes),
+        "turns": len(steps),
         "tokens_scored_once": int(once.prompt_mask.sum() + once.attention.sum()),
         "tokens_scored_per_turn": int(per_turn.prompt_mask.sum() + per_turn.completion_mask.sum()),
-        "seconds_once": timed(model, once, args.repeats), "seconds_per_turn": timed(model, per_turn, args.repeats),
-        "torch_threads": torch.get_num_threads(), "load_average": os.getloadavg(),
+        "seconds_once": timed(model, once, args.repeats),
+        "seconds_per_turn": timed(model, per_turn, args.repeats),
+        "torch_threads": torch.get_num_threads(),
+        "load_average": os.getloadavg(),
     }
     result["speedup"] = result["seconds_per_turn"] / result["seconds_once"]
     out = Path(__file__).parent / "results" / "conversation_update.json"

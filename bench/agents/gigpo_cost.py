@@ -12,7 +12,7 @@ this batch:
   rendered by the runner's prompt builder. Generation is left out, so the ratio is an upper
   bound on GiGPO's share of a real iteration.
 
-    python bench/gigpo_cost.py                 # writes bench/results/gigpo_cost.json
+    python -m bench.agents.gigpo_cost         # writes bench/agents/results/gigpo_cost.json
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from grouprl.run_config import build_config
-from grouprl.policy.loading import load_policy
-from grouprl.policy.tiny import init_tiny
+from grouprl.models.loading import load_policy
+from grouprl.models.tiny import init_tiny
 from grouprl.records import Episode, Observation, Step
 from grouprl.rollout.prompts import build_messages
 from grouprl.tasks import load_task
@@ -39,7 +39,8 @@ from grouprl.train.advantages import compute_advantage_record, estimator_options
 from grouprl.train.learner import pack_samples
 from grouprl.train.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT
+
 RECIPE = ROOT / "recipes" / "tiny" / "gridworld_gigpo.yaml"
 
 
@@ -53,13 +54,23 @@ def random_walks(n_groups: int, group_size: int, steps: int, seed: int = 0) -> l
             ep = Episode(group_id=g, index_in_group=k, row={"seed": g}, seed=g)
             goal = env.goal
             for _ in range(steps):
-                moves = [m for m in obs.admissible_actions
-                         if (env.pos[0] + MOVES[m][0], env.pos[1] + MOVES[m][1]) != goal]
+                moves = [
+                    m for m in obs.admissible_actions if (env.pos[0] + MOVES[m][0], env.pos[1] + MOVES[m][1]) != goal
+                ]
                 move = rng.choice(moves)
                 result = env.step(move)
-                ep.steps.append(Step(prompt_text="", prompt_ids=[], action_text=f"<action>{move}</action>",
-                                     action_ids=[], truncated=False, anchor_state=obs.anchor_state,
-                                     observation=obs.text, env_reward=result.reward))
+                ep.steps.append(
+                    Step(
+                        prompt_text="",
+                        prompt_ids=[],
+                        action_text=f"<action>{move}</action>",
+                        action_ids=[],
+                        truncated=False,
+                        anchor_state=obs.anchor_state,
+                        observation=obs.text,
+                        env_reward=result.reward,
+                    )
+                )
                 if result.done:
                     break
                 obs = result.observation
@@ -73,13 +84,14 @@ def main() -> None:
     parser.add_argument("--group_size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gigpo_cost.json"))
+    parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "gigpo_cost.json"))
     args = parser.parse_args()
     torch.manual_seed(0)
 
     # 6,400 samples are accumulated over 16 micro-batches (memory), as a user would run them.
-    cfg = build_config(RECIPE, {"advantage": "gigpo", "output_dir": "/tmp/grouprl_gigpo_cost",
-                                "gradient_accumulation_steps": 16})
+    cfg = build_config(
+        RECIPE, {"advantage": "gigpo", "output_dir": "/tmp/grouprl_gigpo_cost", "gradient_accumulation_steps": 16}
+    )
     episodes = random_walks(args.groups, args.group_size, args.steps)
     n_steps = sum(len(ep.steps) for ep in episodes)
     estimator = get_estimator("gigpo")
@@ -95,8 +107,14 @@ def main() -> None:
     share = int((record.anchor_size > 1).sum()) / n_steps
 
     task = load_task(cfg)
-    model_dir = init_tiny(task.tokenizer_corpus(), Path(cfg.train.output_dir) / "tiny", cfg.model.tiny_hidden_size,
-                          cfg.model.tiny_num_layers, cfg.model.tiny_num_heads, seed=0)
+    model_dir = init_tiny(
+        task.tokenizer_corpus(),
+        Path(cfg.train.output_dir) / "tiny",
+        cfg.model.tiny_hidden_size,
+        cfg.model.tiny_num_layers,
+        cfg.model.tiny_num_heads,
+        seed=0,
+    )
     policy = load_policy(cfg.model, str(model_dir), torch.device("cpu"), need_reference=False)
     tok = policy.tokenizer
     instructions = GridWorld(instructions=cfg.task.system_prompt).instructions
@@ -105,7 +123,9 @@ def main() -> None:
         for s in ep.steps:
             if s.observation not in cache:
                 msgs = build_messages(instructions, [], Observation(text=s.observation, anchor_state=None), 0, False)
-                cache[s.observation] = tok(tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+                cache[s.observation] = tok(
+                    tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False), add_special_tokens=False
+                )["input_ids"]
             s.prompt_ids = cache[s.observation]
             s.action_ids = tok(s.action_text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     trainer = Trainer(cfg, policy, task)
@@ -115,16 +135,25 @@ def main() -> None:
     update_s = time.perf_counter() - start
 
     result = {
-        "batch": {"groups": args.groups, "group_size": args.group_size, "max_steps": args.steps, "steps": n_steps,
-                  "non_singleton_anchor_share": round(share, 3)},
-        "gigpo_seconds_median": gigpo_s, "gigpo_seconds_all": times,
-        "update_seconds": update_s, "gigpo_share_of_update": gigpo_s / update_s,
+        "batch": {
+            "groups": args.groups,
+            "group_size": args.group_size,
+            "max_steps": args.steps,
+            "steps": n_steps,
+            "non_singleton_anchor_share": round(share, 3),
+        },
+        "gigpo_seconds_median": gigpo_s,
+        "gigpo_seconds_all": times,
+        "update_seconds": update_s,
+        "gigpo_share_of_update": gigpo_s / update_s,
         "threads": torch.get_num_threads(),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(result, indent=2))
-    print(f"{n_steps} steps ({args.groups} groups x {args.group_size} episodes, up to {args.steps} steps); "
-          f"{100 * share:.1f} % of steps in non-singleton anchor groups")
+    print(
+        f"{n_steps} steps ({args.groups} groups x {args.group_size} episodes, up to {args.steps} steps); "
+        f"{100 * share:.1f} % of steps in non-singleton anchor groups"
+    )
     print(f"grouping + GiGPO advantages: {1000 * gigpo_s:.1f} ms (median of {args.repeats})")
     print(f"one optimizer update on the same {n_steps} samples: {update_s:.1f} s")
     print(f"GiGPO share of the update alone: {100 * gigpo_s / update_s:.3f} %")

@@ -1,6 +1,6 @@
 """The GPU check: grouprl's training, scoring and LM head on a CUDA device, and grouprl vs TRL there, in one run.
 
-Parts (bench/device_check_parts.py), in this order, each in its own process with its own time cap:
+Parts (bench/device/parts.py), in this order, each in its own process with its own time cap:
 
 - ``train_tiny``, ``train_qwen05b``: bf16 grouprl training steps (Trainer: HF generation, grouped scoring, the
   Learner's update) on the tiny Qwen2 and on Qwen2.5-0.5B's architecture (random weights, built there):
@@ -9,18 +9,18 @@ Parts (bench/device_check_parts.py), in this order, each in its own process with
 - ``lm_head``: one update's peak GPU memory and time, chunked LM head vs whole logits (151,936-token vocabulary);
 - ``trl_tiny``, ``trl_qwen05b``: TRL's GRPOTrainer on the same work as the ``train_*`` parts (HF generation);
 - ``async_judge``: ``grouprl train`` sync vs async on SmolLM2-135M's architecture, scored by a judge server on
-  127.0.0.1 answering in 0.5 s (bench/device_check_async.py): issue 29's figure on a GPU.
+  127.0.0.1 answering in 0.5 s (bench/device/async_judge.py): issue 29's figure on a GPU.
 
 A part that fails or runs past its cap is recorded with its error (and the steps it finished); the others
 still run. The JSON and the markdown table are rewritten after every part, so a run cut short keeps
 what it measured. On a GPU machine without the repo installed (PYTHONPATH=src; trl, datasets and pydantic
-carried as wheels: bench/device_fetch_wheels.sh, docs/performance.md "GPU check"):
+carried as wheels: bench/device/fetch_wheels.sh, docs/performance.md "GPU check"), from the repository's root:
 
-    python3 bench/device_check.py --device cuda --out $OUT --max-seconds 420
+    python3 -m bench.device.check --device cuda --out $OUT --max-seconds 420
 
 and on a CPU, the same code paths at toy sizes in well under a minute (tests/bench/test_device_check.py):
 
-    python bench/device_check.py --device cpu --fast --out /tmp/device_check
+    python -m bench.device.check --device cpu --fast --out /tmp/device_check
 """
 
 from __future__ import annotations
@@ -40,13 +40,38 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench.common import child_pythonpath
+
 HERE = Path(__file__).resolve().parent
 ORDER = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b", "async_judge"]
-CAPS_S = {"train_tiny": 75, "scoring": 60, "lm_head": 60, "train_qwen05b": 120, "trl_tiny": 75, "trl_qwen05b": 120,
-          "async_judge": 150}
+CAPS_S = {
+    "train_tiny": 75,
+    "scoring": 60,
+    "lm_head": 60,
+    "train_qwen05b": 120,
+    "trl_tiny": 75,
+    "trl_qwen05b": 120,
+    "async_judge": 150,
+}
 MIN_PART_S = 20  # a part is not started with less time than this left (it would only be killed)
-VERSIONS = ["torch", "transformers", "trl", "datasets", "accelerate", "peft", "pydantic", "pydantic_core",
-            "tokenizers", "huggingface_hub", "numpy", "pyarrow", "fsspec", "dill", "multiprocess", "typing_extensions"]
+VERSIONS = [
+    "torch",
+    "transformers",
+    "trl",
+    "datasets",
+    "accelerate",
+    "peft",
+    "pydantic",
+    "pydantic_core",
+    "tokenizers",
+    "huggingface_hub",
+    "numpy",
+    "pyarrow",
+    "fsspec",
+    "dill",
+    "multiprocess",
+    "typing_extensions",
+]
 COMPARED = {"tiny": ("train_tiny", "trl_tiny"), "qwen05b": ("train_qwen05b", "trl_qwen05b")}
 
 
@@ -75,15 +100,24 @@ def environment(device: str) -> dict:
 
     import torch
 
-    env = {"python": platform.python_version(), "platform": platform.platform(), "cpu_count": os.cpu_count(),
-           "loadavg_at_start": os.getloadavg(), "versions": {n: version(n) for n in VERSIONS},
-           "torch": torch.__version__, "cuda_runtime": torch.version.cuda}
+    env = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "loadavg_at_start": os.getloadavg(),
+        "versions": {n: version(n) for n in VERSIONS},
+        "torch": torch.__version__,
+        "cuda_runtime": torch.version.cuda,
+    }
     if device.startswith("cuda"):
         try:
             props = torch.cuda.get_device_properties(0)
-            env.update(device_name=torch.cuda.get_device_name(0), gpu_memory_mb=props.total_memory / 2**20,
-                       multiprocessors=props.multi_processor_count,
-                       matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32)
+            env.update(
+                device_name=torch.cuda.get_device_name(0),
+                gpu_memory_mb=props.total_memory / 2**20,
+                multiprocessors=props.multi_processor_count,
+                matmul_allow_tf32=torch.backends.cuda.matmul.allow_tf32,
+            )
         except Exception as err:  # noqa: BLE001 -- recorded; each part then fails with its own error
             env["device_name"] = f"no CUDA device: {type(err).__name__}: {err}"
     else:
@@ -93,9 +127,9 @@ def environment(device: str) -> dict:
 
 def run_in_process(name: str, spec: dict, cap: float) -> dict:
     """The part in this process, stopped at ``cap`` seconds by SIGALRM (between Python operations)."""
-    from device_check_parts import PARTS
-
     import torch
+
+    from bench.device.parts import PARTS
 
     partial: dict = {}
     if spec["device"].startswith("cuda"):
@@ -127,11 +161,18 @@ def run_in_subprocess(name: str, spec: dict, cap: float) -> dict:
     work = Path(spec["work"])
     spec_file, result_file, log_file = (work / f"{name}.{ext}" for ext in ("spec.json", "result.json", "log"))
     spec_file.write_text(json.dumps(spec))
-    src = str(HERE.parent / "src")
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths + ([src] if src not in paths else [])))
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--spec", str(spec_file),
-           "--result", str(result_file)]
+    env = dict(os.environ, PYTHONPATH=child_pythonpath())
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.device.check",
+        "--worker",
+        name,
+        "--spec",
+        str(spec_file),
+        "--result",
+        str(result_file),
+    ]
     with open(log_file, "w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
@@ -171,7 +212,7 @@ def last_line(text: str) -> str:
 
 
 def worker_main(name: str, spec_file: str, result_file: str) -> int:
-    from device_check_parts import PARTS
+    from bench.device.parts import PARTS
 
     spec = json.loads(Path(spec_file).read_text())
     out = Path(result_file)
@@ -196,8 +237,10 @@ def compare(parts: dict) -> dict:
         g, t = (parts.get(p, {}).get("result") or {} for p in (ours, theirs))
         if "median_step_s" not in g or "median_step_s" not in t:
             continue
-        row = {"throughput_ratio_grouprl_over_trl": t["median_step_s"] / g["median_step_s"],
-               "tokens_per_s_ratio_grouprl_over_trl": g["tokens_per_s"] / t["tokens_per_s"]}
+        row = {
+            "throughput_ratio_grouprl_over_trl": t["median_step_s"] / g["median_step_s"],
+            "tokens_per_s_ratio_grouprl_over_trl": g["tokens_per_s"] / t["tokens_per_s"],
+        }
         if g.get("peak_gpu_mb") and t.get("peak_gpu_mb"):
             row["peak_gpu_ratio_grouprl_over_trl"] = g["peak_gpu_mb"] / t["peak_gpu_mb"]
         out[model] = row
@@ -212,7 +255,7 @@ def write(record: dict, out_dir: Path) -> None:
         record["comparison"] = {"error": traceback.format_exc()}
     write_json(out_dir / "device_check.json", record)
     try:
-        from device_check_report import render
+        from bench.device.report import render
 
         text = render(record)
     except Exception:  # noqa: BLE001
@@ -227,13 +270,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fast", action="store_true", help="toy sizes: the code paths in well under a minute on a CPU")
     p.add_argument("--parts", nargs="+", choices=ORDER, default=ORDER)
     p.add_argument("--max-seconds", type=float, default=420, help="the whole run's budget; parts past it are skipped")
-    p.add_argument("--isolate", choices=["auto", "process", "none"], default="auto",
-                   help="each part in its own process (auto: on a GPU; --fast on a CPU runs them in this one)")
-    p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results" / "device_check"))
-    p.add_argument("--cap", action="append", default=[], metavar="PART=SECONDS",
-                   help="override a part's time cap (repeatable); defaults: " + ", ".join(f"{k}={v}" for k, v in CAPS_S.items()))
-    p.add_argument("--grouprl-set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a grouprl config value for the grouprl training parts (YAML value), e.g. grouped_layout=prefix_cache")
+    p.add_argument(
+        "--isolate",
+        choices=["auto", "process", "none"],
+        default="auto",
+        help="each part in its own process (auto: on a GPU; --fast on a CPU runs them in this one)",
+    )
+    p.add_argument("--out", default=os.environ.get("OUT") or str(HERE / "results"))
+    p.add_argument(
+        "--cap",
+        action="append",
+        default=[],
+        metavar="PART=SECONDS",
+        help="override a part's time cap (repeatable); defaults: " + ", ".join(f"{k}={v}" for k, v in CAPS_S.items()),
+    )
+    p.add_argument(
+        "--grouprl-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a grouprl config value for the grouprl training parts (YAML value), e.g. grouped_layout=prefix_cache",
+    )
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads in the training parts (0: half the cores)")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--spec", help=argparse.SUPPRESS)
@@ -245,7 +302,6 @@ def main(argv: list[str] | None = None) -> int:
         if part not in caps or not seconds.replace(".", "", 1).isdigit():
             p.error(f"--cap {item}: expected PART=SECONDS with PART one of {', '.join(ORDER)}")
         caps[part] = float(seconds)
-    sys.path.insert(0, str(HERE))
     if args.worker:
         return worker_main(args.worker, args.spec, args.result)
     start = time.monotonic()
@@ -259,16 +315,33 @@ def main(argv: list[str] | None = None) -> int:
     isolate = args.isolate if args.isolate != "auto" else ("none" if args.fast and args.device == "cpu" else "process")
     threads = args.threads or max(1, int(os.environ.get("OMP_NUM_THREADS") or (os.cpu_count() or 2) // 2))
     work = Path(tempfile.mkdtemp(prefix="device_check_"))
-    spec = {"device": args.device, "dtype": args.dtype, "fast": args.fast, "work": str(work), "threads": threads,
-            "out": str(out_dir), "grouprl_set": grouprl_overrides(p, args.grouprl_set)}
+    spec = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "fast": args.fast,
+        "work": str(work),
+        "threads": threads,
+        "out": str(out_dir),
+        "grouprl_set": grouprl_overrides(p, args.grouprl_set),
+    }
     (out_dir / "device_check_workers.log").unlink(missing_ok=True)
     env = environment(args.device)
-    print(f"device: {env['device_name']} | torch {env['torch']} (CUDA {env['cuda_runtime']}) | transformers "
-          f"{env['versions']['transformers']} | trl {env['versions']['trl']} | python {env['python']}", flush=True)
-    record = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "environment": env,
-              "settings": {**{k: v for k, v in vars(args).items() if k not in ("worker", "spec", "result")},
-                           "isolate": isolate, "threads": threads, "caps_s": caps},
-              "parts": {}}
+    print(
+        f"device: {env['device_name']} | torch {env['torch']} (CUDA {env['cuda_runtime']}) | transformers "
+        f"{env['versions']['transformers']} | trl {env['versions']['trl']} | python {env['python']}",
+        flush=True,
+    )
+    record = {
+        "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "environment": env,
+        "settings": {
+            **{k: v for k, v in vars(args).items() if k not in ("worker", "spec", "result")},
+            "isolate": isolate,
+            "threads": threads,
+            "caps_s": caps,
+        },
+        "parts": {},
+    }
     try:
         for name in [n for n in ORDER if n in args.parts]:
             left = args.max_seconds - (time.monotonic() - start)

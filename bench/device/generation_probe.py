@@ -1,14 +1,14 @@
 """One generation of the GPU check's training shape, timed path by path and attention kernel by kernel.
 
-For a lent GPU session, beside bench/device_check.py: builds the check's model (``tiny`` or ``qwen05b``, random
+For a lent GPU session, beside bench/device/check.py: builds the check's model (``tiny`` or ``qwen05b``, random
 weights, bf16 on CUDA), takes the prompts of one real Trainer step, then times the same ``generate`` call
 through grouprl's decode loop (both draws, oneDNN on and off) and through HF ``generate`` (``prefill_once``
 off), and on CUDA once more with cuDNN's attention allowed and forbidden in the same process (the
-``model.cudnn_attention`` switch, policy/cuda_attention.py). ``--profile``: cProfile and torch.profiler tables of
+``model.cudnn_attention`` switch, speed/cuda_attention.py). ``--profile``: cProfile and torch.profiler tables of
 the default path. docs/performance.md, "third session", has its figures on an H100.
 
-    python3 bench/device_generation_probe.py --device cuda --models tiny --out $OUT/probe.json
-    python bench/device_generation_probe.py --device cpu --fast          # the code paths, toy sizes
+    python3 -m bench.device.generation_probe --device cuda --models tiny --out $OUT/probe.json
+    python -m bench.device.generation_probe --device cpu --fast          # the code paths, toy sizes
 """
 
 from __future__ import annotations
@@ -19,16 +19,14 @@ import io
 import json
 import pstats
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from device_check_parts import FAST_TRAIN_SHAPES, TRAIN_SHAPES, saved_model, worker_args  # noqa: E402
-from vs_trl_workers import grouprl_cli  # noqa: E402
+from bench.device.parts import FAST_TRAIN_SHAPES, TRAIN_SHAPES, saved_model, worker_args
+from bench.vs_trl.workers import grouprl_cli
 
 
 def first_step_prompts(trainer):
@@ -63,14 +61,19 @@ def timed(fn, device: str, repeats: int) -> dict:
 
 
 def probe(name: str, args) -> dict:
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.rollout.generation import HFBackend
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
 
-    spec = {"device": args.device, "dtype": "bfloat16" if args.device == "cuda" else "float32", "fast": args.fast,
-            "work": tempfile.mkdtemp(prefix="gen_probe_"), "threads": args.threads}
+    spec = {
+        "device": args.device,
+        "dtype": "bfloat16" if args.device == "cuda" else "float32",
+        "fast": args.fast,
+        "work": tempfile.mkdtemp(prefix="gen_probe_"),
+        "threads": args.threads,
+    }
     shape = (FAST_TRAIN_SHAPES if args.fast else TRAIN_SHAPES)[name]
     model_dir = saved_model(spec, name)
     wargs = worker_args(spec, shape, model_dir)
@@ -87,11 +90,15 @@ def probe(name: str, args) -> dict:
         "hf generate": HFBackend(m, tok, device, False, onednn=False),
     }
     repeats = args.repeats
-    result = {"rows": len(ids), "max_new_tokens": params.max_new_tokens,
-              "cudnn_attention_at_load": torch.backends.cuda.cudnn_sdp_enabled(), "paths": {}}
+    result = {
+        "rows": len(ids),
+        "max_new_tokens": params.max_new_tokens,
+        "cudnn_attention_at_load": torch.backends.cuda.cudnn_sdp_enabled(),
+        "paths": {},
+    }
     for label, backend in paths.items():
         result["paths"][label] = timed(lambda b=backend: b.generate(ids, params), args.device, repeats)
-    if args.device == "cuda":  # the switch within one process: the A/B of policy/cuda_attention.py
+    if args.device == "cuda":  # the switch within one process: the A/B of speed/cuda_attention.py
         for allowed in (True, False):
             torch.backends.cuda.enable_cudnn_sdp(allowed)
             for label in ("loop inverse_cdf", "hf generate"):
@@ -131,8 +138,10 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     results = {name: probe(name, args) for name in args.models}
     for name, res in results.items():
-        print(f"{name}: {res['rows']} rows x {res['max_new_tokens']} tokens, cuDNN attention at load "
-              f"{res['cudnn_attention_at_load']}")
+        print(
+            f"{name}: {res['rows']} rows x {res['max_new_tokens']} tokens, cuDNN attention at load "
+            f"{res['cudnn_attention_at_load']}"
+        )
         for label, t in res["paths"].items():
             print(f"  {label:32s} median {t['median_ms']:9.1f} ms  min {t['min_ms']:9.1f}  tokens {t['tokens']}")
         if "profile" in res:

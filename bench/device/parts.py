@@ -1,4 +1,4 @@
-"""The parts of bench/device_check.py, each a function ``part(spec, report) -> dict`` run in its own process
+"""The parts of bench/device/check.py, each a function ``part(spec, report) -> dict`` run in its own process
 (or in-process with ``--isolate none``).
 
 ``spec`` holds the device, the dtype, ``fast`` (tiny sizes for the CPU test) and ``work`` (a scratch folder
@@ -6,8 +6,8 @@ the parts share: the saved models are built once there). ``report(partial)`` kee
 so far, so a part stopped at its time cap still leaves its finished steps.
 
 - ``train_<model>``: the grouprl Trainer (HF generation, grouped scoring, the Learner's update) for N steps
-  through ``vs_trl_workers.worker_grouprl``: step time, tokens/s, peak GPU memory;
-- ``trl_<model>``: TRL's GRPOTrainer on the same work (``vs_trl_workers.worker_trl``);
+  through ``bench.vs_trl.workers.worker_grouprl``: step time, tokens/s, peak GPU memory;
+- ``trl_<model>``: TRL's GRPOTrainer on the same work (``bench.vs_trl.workers.worker_trl``);
 - ``scoring``: grouped (block mask, prefix cache) vs padded log-probs and entropies of the same batch;
 - ``lm_head``: one update's scoring forward + backward, chunked LM head vs whole logits: peak memory and time.
 """
@@ -18,15 +18,13 @@ import argparse
 import gc
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from vs_trl import QWEN25_05B  # noqa: E402
-from device_check_async import part_async_judge  # noqa: E402
-from vs_trl_workers import BENCH_SYSTEM_PROMPT, gpu_sync_and_peak_mb, grouprl_cli, worker_grouprl, worker_trl  # noqa: E402
+from bench.device.async_judge import part_async_judge
+from bench.device.models import built_once, random_weights
+from bench.vs_trl.compare import QWEN25_05B
+from bench.vs_trl.workers import BENCH_SYSTEM_PROMPT, gpu_sync_and_peak_mb, grouprl_cli, worker_grouprl, worker_trl
 
 # The work per training step, both trainers alike. Random weights never choose eos among 151,936 tokens, so the
 # Qwen-shaped completions all run to the cap: a step is exactly prompts x K x max_new_tokens generated tokens.
@@ -40,8 +38,15 @@ FAST_TRAIN_SHAPES = {
 }
 TINY_DIMS, FAST_TINY_DIMS = dict(hidden=128, layers=4, heads=4), dict(hidden=32, layers=1, heads=4)
 # --fast: the Qwen2 architecture at toy width (the code paths, not the numbers)
-FAST_QWEN = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                 num_key_value_heads=1, vocab_size=32768)
+FAST_QWEN = dict(
+    QWEN25_05B,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    vocab_size=32768,
+)
 # Tolerances of the scoring check (max |grouped - padded| over completion tokens). fp32: the layouts differ only
 # in summation order. bf16: each layout rounds its own activations, so the bar is the bf16 rounding itself,
 # max |padded bf16 - padded fp32| of the same batch (BF16_FLOOR_FACTOR of it), and never below BF16_MIN_TOL.
@@ -61,37 +66,6 @@ def _task_corpus(spec: dict, shape: dict) -> str:
     return task.tokenizer_corpus() + (BENCH_SYSTEM_PROMPT[shape["config"]] or "")
 
 
-def built_once(spec: dict, name: str, build) -> str:
-    """spec["work"]/models/``name``, made by ``build(folder)`` for the first part that asks (a marker file says the
-    build finished; a part killed while building leaves only the ``.partial`` folder, which the next one redoes)."""
-    out = Path(spec["work"]) / "models" / name
-    if (out / "built").is_file():
-        return str(out)
-    partial = out.with_name(name + ".partial")
-    build(partial)
-    (partial / "built").write_text("ok\n")
-    partial.rename(out)
-    return str(out)
-
-
-def random_weights(spec: dict, folder: Path, corpus: str, config_cls, model_cls, dims: dict) -> None:
-    """``model_cls`` of ``config_cls(**dims)`` with random weights (seed 0), built on spec["device"] (a 0.5B model
-    initialises slowly on a CPU), saved to ``folder`` in spec["dtype"] with grouprl's character tokenizer over
-    ``corpus``."""
-    import torch
-
-    from grouprl.policy.tiny import build_tokenizer
-
-    tok = build_tokenizer(corpus)
-    torch.manual_seed(0)
-    config = config_cls(**dims, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=None)
-    with torch.device(spec["device"]):
-        model = model_cls(config)
-    model.generation_config.eos_token_id, model.generation_config.pad_token_id = tok.eos_token_id, tok.pad_token_id
-    model.to(getattr(torch, spec["dtype"])).save_pretrained(folder)
-    tok.save_pretrained(folder)
-
-
 def saved_model(spec: dict, name: str) -> str:
     """The model ``name`` (tiny or qwen05b) saved under spec["work"] in spec["dtype"], built by the first part that
     needs it (random weights, seed 0)."""
@@ -99,7 +73,7 @@ def saved_model(spec: dict, name: str) -> str:
     def build(folder: Path) -> None:
         corpus = _task_corpus(spec, (FAST_TRAIN_SHAPES if spec["fast"] else TRAIN_SHAPES)[name])
         if name == "tiny":
-            from grouprl.policy.tiny import init_tiny
+            from grouprl.models.tiny import init_tiny
 
             dims = FAST_TINY_DIMS if spec["fast"] else TINY_DIMS
             init_tiny(corpus, folder, dims["hidden"], dims["layers"], dims["heads"], seed=0)
@@ -112,12 +86,27 @@ def saved_model(spec: dict, name: str) -> str:
 
 
 def worker_args(spec: dict, shape: dict, model: str) -> argparse.Namespace:
-    """The namespace vs_trl_workers' workers read (bench/vs_trl.py's options), for this device and dtype."""
+    """The namespace bench.vs_trl.workers' workers read (bench/vs_trl/compare.py's options), for this device and dtype."""
     return argparse.Namespace(
-        config=shape["config"], backend="hf", model=model, steps=shape["steps"], prompts=shape["prompts"],
-        k=shape["k"], max_new_tokens=shape["max_new_tokens"], max_model_len=512, threads=spec["threads"], lr=1e-6,
-        seed=0, no_grouped=False, no_prefill_once=False, grouped_layout="auto", vllm_dtype="bfloat16",
-        device=spec["device"], dtype=spec["dtype"], overrides=spec.get("grouprl_set", {}))
+        config=shape["config"],
+        backend="hf",
+        model=model,
+        steps=shape["steps"],
+        prompts=shape["prompts"],
+        k=shape["k"],
+        max_new_tokens=shape["max_new_tokens"],
+        max_model_len=512,
+        threads=spec["threads"],
+        lr=1e-6,
+        seed=0,
+        no_grouped=False,
+        no_prefill_once=False,
+        grouped_layout="auto",
+        vllm_dtype="bfloat16",
+        device=spec["device"],
+        dtype=spec["dtype"],
+        overrides=spec.get("grouprl_set", {}),
+    )
 
 
 def summarize_steps(run: dict, warmup: int) -> dict:
@@ -126,19 +115,26 @@ def summarize_steps(run: dict, warmup: int) -> dict:
     skip = len(run["step_times"]) - len(times)
     tokens, completion = run["tokens"][skip:], run["completion_tokens"][skip:]
     return {
-        "steps_timed": len(times), "warmup_steps": skip, "median_step_s": statistics.median(times),
-        "min_step_s": min(times), "tokens_per_s": sum(tokens) / sum(times),
-        "completion_tokens_per_s": sum(completion) / sum(times), "mean_tokens_per_step": statistics.fmean(tokens),
+        "steps_timed": len(times),
+        "warmup_steps": skip,
+        "median_step_s": statistics.median(times),
+        "min_step_s": min(times),
+        "tokens_per_s": sum(tokens) / sum(times),
+        "completion_tokens_per_s": sum(completion) / sum(times),
+        "mean_tokens_per_step": statistics.fmean(tokens),
         "mean_completion_tokens_per_step": statistics.fmean(completion),
-        "peak_gpu_mb": run.get("peak_gpu_mb"), "peak_rss_mb": run.get("peak_rss_mb"),
+        "peak_gpu_mb": run.get("peak_gpu_mb"),
+        "peak_rss_mb": run.get("peak_rss_mb"),
         "step_times": run["step_times"],
         # grouprl can skip an update whose advantages are all zero; the bench turns that off (TRL never skips): a
         # non-zero count would mean the two sides did not do the same work.
         "updates_skipped": int(sum(run.get("skipped_updates", [])[skip:])),
-        # vs_trl_workers.PhaseClock's split. On a GPU only generation is exact (it ends in .tolist(), which waits for
+        # bench.vs_trl.workers.PhaseClock's split. On a GPU only generation is exact (it ends in .tolist(), which waits for
         # the device); the other phases time kernel launches, their GPU work lands in whichever phase waits next.
-        "median_phase_s": {p: statistics.median(ph.get(p, 0.0) for ph in run["phases"][skip:])
-                           for p in sorted({p for ph in run["phases"][skip:] for p in ph})},
+        "median_phase_s": {
+            p: statistics.median(ph.get(p, 0.0) for ph in run["phases"][skip:])
+            for p in sorted({p for ph in run["phases"][skip:] for p in ph})
+        },
     }
 
 
@@ -156,8 +152,16 @@ def train_part(trainer: str, name: str):
     return part
 
 
-def group_batch(groups: int, k: int, prompt_range: tuple[int, int], completion_range: tuple[int, int], vocab: int,
-                eos: int, pad: int, seed: int = 0):
+def group_batch(
+    groups: int,
+    k: int,
+    prompt_range: tuple[int, int],
+    completion_range: tuple[int, int],
+    vocab: int,
+    eos: int,
+    pad: int,
+    seed: int = 0,
+):
     """``groups`` prompts of uneven lengths, K completions each of uneven lengths (half ending in eos), the
     group members shuffled through the batch, as the learner gets them."""
     from grouprl.policy.scoring import pack
@@ -196,13 +200,31 @@ def part_scoring(spec: dict, report) -> dict:
 
     fast = spec["fast"]
     vocab = qwen_dims(spec)["vocab_size"]
-    batch = group_batch(2 if fast else 4, 4 if fast else 8, (5, 20) if fast else (30, 150),
-                        (2, 12) if fast else (16, 256), vocab, eos=1, pad=0).to(torch.device(spec["device"]))
+    batch = group_batch(
+        2 if fast else 4,
+        4 if fast else 8,
+        (5, 20) if fast else (30, 150),
+        (2, 12) if fast else (16, 256),
+        vocab,
+        eos=1,
+        pad=0,
+    ).to(torch.device(spec["device"]))
     mask = batch.completion_mask.bool()
-    rows, out = [], {"batch": {"samples": len(batch), "completion_tokens": int(mask.sum()),
-                               "prompt_width": batch.prompt_ids.size(1), "completion_width": batch.completion_ids.size(1)},
-                     "tolerance": {"fp32": FP32_TOL, "bf16": f"max({BF16_FLOOR_FACTOR} x max|padded bf16 - padded "
-                                                              f"fp32|, {BF16_MIN_TOL})"}}
+    rows, out = (
+        [],
+        {
+            "batch": {
+                "samples": len(batch),
+                "completion_tokens": int(mask.sum()),
+                "prompt_width": batch.prompt_ids.size(1),
+                "completion_width": batch.completion_ids.size(1),
+            },
+            "tolerance": {
+                "fp32": FP32_TOL,
+                "bf16": f"max({BF16_FLOOR_FACTOR} x max|padded bf16 - padded fp32|, {BF16_MIN_TOL})",
+            },
+        },
+    )
     for attn in ("sdpa", "eager"):
         model = _qwen_model(spec, attn).float().eval()
         padded: dict[str, tuple] = {}
@@ -216,13 +238,21 @@ def part_scoring(spec: dict, report) -> dict:
                 for layout, scorer in (("block_mask", grouped_completion_logps), ("prefix_cache", shared_prefix_logps)):
                     logps, entropy = scorer(model, batch, 0.7, with_entropy=True)
                     diff = float((logps - ref)[mask].abs().max())
-                    rows.append({"attention": attn, "dtype": dtype, "layout": layout, "max_abs_diff_logp": diff,
-                                 "mean_abs_diff_logp": float((logps - ref)[mask].abs().mean()),
-                                 "max_abs_diff_entropy": float((entropy - ref_entropy)[mask].abs().max()),
-                                 "padded_logp_std": float(ref[mask].float().std()),
-                                 "bf16_floor_vs_fp32": floor if dtype == "bfloat16" else None,
-                                 "tolerance": tol, "within_tolerance": diff <= tol,
-                                 "padding_zero": float(logps[~mask].abs().max()) == 0.0})
+                    rows.append(
+                        {
+                            "attention": attn,
+                            "dtype": dtype,
+                            "layout": layout,
+                            "max_abs_diff_logp": diff,
+                            "mean_abs_diff_logp": float((logps - ref)[mask].abs().mean()),
+                            "max_abs_diff_entropy": float((entropy - ref_entropy)[mask].abs().max()),
+                            "padded_logp_std": float(ref[mask].float().std()),
+                            "bf16_floor_vs_fp32": floor if dtype == "bfloat16" else None,
+                            "tolerance": tol,
+                            "within_tolerance": diff <= tol,
+                            "padding_zero": float(logps[~mask].abs().max()) == 0.0,
+                        }
+                    )
             report({**out, "rows": rows})
         del model
         gc.collect()
@@ -267,25 +297,45 @@ def part_lm_head(spec: dict, report) -> dict:
                 torch.cuda.empty_cache()
                 torch.cuda.synchronize()
                 torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated() / 2**20 if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            before = (
+                torch.cuda.memory_allocated() / 2**20
+                if cuda
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            )
             start = time.perf_counter()
             loss = update(completions, length)
             gpu_sync_and_peak_mb(spec["device"])
             seconds = time.perf_counter() - start
-            peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
-            variants[variant] = {"update_peak_mb": peak - before, "allocated_before_mb": before, "peak_mb": peak,
-                                 "seconds": seconds, "loss": loss}
+            peak = (
+                torch.cuda.max_memory_allocated() / 2**20
+                if cuda
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
+            )
+            variants[variant] = {
+                "update_peak_mb": peak - before,
+                "allocated_before_mb": before,
+                "peak_mb": peak,
+                "seconds": seconds,
+                "loss": loss,
+            }
             report({"variants": variants})
     finally:
         scoring.supports_chunked_head = chunked_head
     element = torch.finfo(getattr(torch, spec["dtype"])).bits // 8
-    return {"completions": completions, "length": length, "vocab": vocab, "chunk_rows": LM_HEAD_CHUNK,
-            "layers": model.config.num_hidden_layers, "dtype": spec["dtype"],
-            "memory": "torch.cuda.max_memory_allocated" if cuda else "process peak RSS (CPU: not per variant)",
-            "whole_logits_mb": completions * (length + 1) * vocab * element / 2**20, "variants": variants,
-            "memory_ratio_chunked_over_whole": variants["chunked"]["update_peak_mb"]
-            / max(variants["whole"]["update_peak_mb"], 1e-9),
-            "loss_abs_diff": abs(variants["chunked"]["loss"] - variants["whole"]["loss"])}
+    return {
+        "completions": completions,
+        "length": length,
+        "vocab": vocab,
+        "chunk_rows": LM_HEAD_CHUNK,
+        "layers": model.config.num_hidden_layers,
+        "dtype": spec["dtype"],
+        "memory": "torch.cuda.max_memory_allocated" if cuda else "process peak RSS (CPU: not per variant)",
+        "whole_logits_mb": completions * (length + 1) * vocab * element / 2**20,
+        "variants": variants,
+        "memory_ratio_chunked_over_whole": variants["chunked"]["update_peak_mb"]
+        / max(variants["whole"]["update_peak_mb"], 1e-9),
+        "loss_abs_diff": abs(variants["chunked"]["loss"] - variants["whole"]["loss"]),
+    }
 
 
 PARTS = {
@@ -295,5 +345,5 @@ PARTS = {
     "train_qwen05b": train_part("grouprl", "qwen05b"),
     "trl_tiny": train_part("trl", "tiny"),
     "trl_qwen05b": train_part("trl", "qwen05b"),
-    "async_judge": part_async_judge,  # bench/device_check_async.py
+    "async_judge": part_async_judge,  # bench/device/async_judge.py
 }

@@ -3,12 +3,12 @@
 Paths: ``generate`` (HF ``model.generate`` on the left-padded batch), ``shared`` (the previous default: a
 group's prompt prefilled once, then ``generate``), ``loop`` (rollout/decode.py, the default now). Shapes:
 ``eval`` (the main job's held-out evaluation: 200 prompts, greedy, 12 new tokens, one batch), ``step`` (a
-main-job step: 2 prompts x 8, temperature 0.7, 12 new tokens), ``long`` (bench/vs_trl.py's smollm2 config:
+main-job step: 2 prompts x 8, temperature 0.7, 12 new tokens), ``long`` (bench/vs_trl/compare.py's smollm2 config:
 1 prompt x 8, temperature 1.0, 96 new tokens, asked to show its working). Every path's completions are
 checked equal to ``generate``'s (greedy; sampled under the same seed).
 
-    OMP_NUM_THREADS=1 python bench/generation_paths.py --threads 1 --rounds 2
-    OMP_NUM_THREADS=1 python bench/generation_paths.py --threads 1 --profile --shapes eval step --paths shared loop
+    OMP_NUM_THREADS=1 python -m bench.levers.generation_paths --threads 1 --rounds 2
+    OMP_NUM_THREADS=1 python -m bench.levers.generation_paths --threads 1 --profile --shapes eval step --paths shared loop
 
 ``--profile``: one more run of each path under ``torch.profiler``, printing its top operators by self CPU time.
 """
@@ -31,8 +31,9 @@ MODEL = Path.home() / ".cache" / "grouprl" / "models" / "smollm2-135m-instruct"
 
 
 def chat(tokenizer, text: str) -> list[int]:
-    return tokenizer.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
-                                         tokenize=True, return_dict=False)
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
 
 
 def shapes(tokenizer) -> dict[str, tuple[list[list[int]], SamplingParams]]:
@@ -41,9 +42,11 @@ def shapes(tokenizer) -> dict[str, tuple[list[list[int]], SamplingParams]]:
     held_out = [chat(tokenizer, question()) for _ in range(200)]
     step = [p for p in (chat(tokenizer, question()) for _ in range(2)) for _ in range(8)]
     long = [chat(tokenizer, "What is 47 * 38? Show your working briefly, then give the answer.")] * 8
-    return {"eval": (held_out, SamplingParams(max_new_tokens=12, greedy=True, batch_size=200)),
-            "step": (step, SamplingParams(max_new_tokens=12, temperature=0.7)),
-            "long": (long, SamplingParams(max_new_tokens=96, temperature=1.0))}
+    return {
+        "eval": (held_out, SamplingParams(max_new_tokens=12, greedy=True, batch_size=200)),
+        "step": (step, SamplingParams(max_new_tokens=12, temperature=0.7)),
+        "long": (long, SamplingParams(max_new_tokens=96, temperature=1.0)),
+    }
 
 
 def run_path(path: str, model, tokenizer, prompts, params) -> list[list[int]]:
@@ -75,7 +78,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from transformers import AutoModelForCausalLM
 
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
 
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).eval()
     tokenizer = load_tokenizer(args.model)
@@ -91,17 +94,24 @@ def main() -> None:
                 outputs[path] = run_path(path, model, tokenizer, prompts, params)
                 runs[path].append((time.process_time() - cpu, time.perf_counter() - wall))
         reference = outputs.get("generate")
-        results[shape] = {path: {"cpu_s": min(c for c, _ in times), "wall_s": min(w for _, w in times),
-                                 "tokens": sum(len(o) for o in outputs[path]),
-                                 "same_as_generate": None if reference is None else outputs[path] == reference}
-                          for path, times in runs.items()}
+        results[shape] = {
+            path: {
+                "cpu_s": min(c for c, _ in times),
+                "wall_s": min(w for _, w in times),
+                "tokens": sum(len(o) for o in outputs[path]),
+                "same_as_generate": None if reference is None else outputs[path] == reference,
+            }
+            for path, times in runs.items()
+        }
         print(shape, json.dumps(results[shape]), flush=True)
         for path in args.paths if args.profile else []:
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
                 run_path(path, model, tokenizer, prompts, params)
             print(f"{shape} / {path}: top operators by self CPU time")
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top,
-                                            max_name_column_width=40), flush=True)
+            print(
+                prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top, max_name_column_width=40),
+                flush=True,
+            )
     print("peak RSS MiB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
     if args.out:
         Path(args.out).write_text(json.dumps(results, indent=2))

@@ -6,7 +6,7 @@ SmolLM2-135M-Instruct (49,152-token vocabulary, from ``grouprl init-model --from
 own subprocess (own allocator, own ``ru_maxrss``); peak RSS is reported with the RSS before the update (model
 and gradients' memory from a warm-up step), so the difference is the update's own memory.
 
-    OMP_NUM_THREADS=1 python bench/lm_head_memory.py --completions 8 --length 512 [--layers 2]
+    OMP_NUM_THREADS=1 python -m bench.levers.lm_head_memory --completions 8 --length 512 [--layers 2]
 """
 
 from __future__ import annotations
@@ -49,9 +49,16 @@ def worker(variant: str, model_dir: str, completions: int, length: int, layers: 
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10
     logits_mb = completions * (length + 1) * vocab * 4 / 2**20
-    return {"variant": variant, "peak_rss_mb": round(peak), "rss_before_mb": round(before),
-            "update_mb": round(peak - before), "seconds": round(seconds, 2), "whole_logits_fp32_mb": round(logits_mb),
-            "threads": torch.get_num_threads(), "layers": len(model.model.layers)}
+    return {
+        "variant": variant,
+        "peak_rss_mb": round(peak),
+        "rss_before_mb": round(before),
+        "update_mb": round(peak - before),
+        "seconds": round(seconds, 2),
+        "whole_logits_fp32_mb": round(logits_mb),
+        "threads": torch.get_num_threads(),
+        "layers": len(model.model.layers),
+    }
 
 
 def main() -> None:
@@ -66,21 +73,38 @@ def main() -> None:
         print(json.dumps(worker(args.worker, args.model, args.completions, args.length, args.layers)))
         return
     if args.model is None:
-        from grouprl.policy.pretrained import materialize_pretrained
+        from grouprl.models.pretrained import materialize_pretrained
 
         args.model = str(materialize_pretrained("smollm2-135m-instruct"))
     rows = []
     for variant in ("whole", "chunked"):
-        out = subprocess.run([sys.executable, __file__, "--worker", variant, "--model", args.model, "--completions",
-                              str(args.completions), "--length", str(args.length), "--layers", str(args.layers)],
-                             capture_output=True, text=True,
-                             check=True).stdout
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                variant,
+                "--model",
+                args.model,
+                "--completions",
+                str(args.completions),
+                "--length",
+                str(args.length),
+                "--layers",
+                str(args.layers),
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
         print(json.dumps(rows[-1]))
     whole, chunked = rows
-    print(f"update memory {whole['update_mb']} -> {chunked['update_mb']} MB "
-          f"(peak RSS {whole['peak_rss_mb']} -> {chunked['peak_rss_mb']} MB), "
-          f"time {whole['seconds']} -> {chunked['seconds']} s")
+    print(
+        f"update memory {whole['update_mb']} -> {chunked['update_mb']} MB "
+        f"(peak RSS {whole['peak_rss_mb']} -> {chunked['peak_rss_mb']} MB), "
+        f"time {whole['seconds']} -> {chunked['seconds']} s"
+    )
 
 
 if __name__ == "__main__":

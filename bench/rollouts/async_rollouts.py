@@ -7,7 +7,7 @@ Two latency-bound workloads, on the tiny model (``--base tiny``, the default) or
   whose ``calculator`` is a real HTTP service on 127.0.0.1 answering in 0.3 s (this file, ``--serve-tool``,
   in its own process; the tool the model calls is a user tool file that requests it);
 - **judge**: 2-digit addition scored by an LLM judge over a real OpenAI-compatible server answering in
-  0.5 s (``tests/judge_standin.py --delay 0.5``), many requests at once; ``--judge-delay`` sets its seconds
+  0.5 s (``bench/common/judge_standin.py --delay 0.5``), many requests at once; ``--judge-delay`` sets its seconds
   per answer and ``--judge-concurrency 1`` serves one request at a time (the others queue at the server),
   the workload then named ``judge_<delay>s_c<concurrency>``.
 
@@ -26,12 +26,12 @@ Each workload runs ``sync`` first (its tiny model warm-started by the run's shor
 batch and seed. Throughput is
 steps per second of the learner: 1 / mean ``step_time`` over the steps after the first (the first
 step's producer starts cold). The machine's load average is printed before and after each run.
-Writes ``bench/results/async_rollouts.json`` (tiny) or ``async_rollouts_smollm2.json``.
+Writes ``bench/rollouts/results/async_rollouts.json`` (tiny) or ``async_rollouts_smollm2.json``.
 
-    python bench/async_rollouts.py --steps 6
-    python bench/async_rollouts.py --base smollm2 --steps 5
-    python bench/async_rollouts.py --base smollm2 --only judge --judge-concurrency 1 --steps 4
-    /work/main/.venv-vllm/bin/python bench/async_rollouts.py --base smollm2 --only main --backend vllm
+    python -m bench.rollouts.async_rollouts --steps 6
+    python -m bench.rollouts.async_rollouts --base smollm2 --steps 5
+    python -m bench.rollouts.async_rollouts --base smollm2 --only judge --judge-concurrency 1 --steps 4
+    .venv-vllm/bin/python -m bench.rollouts.async_rollouts --base smollm2 --only main --backend vllm
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+from bench.common import ROOT, child_pythonpath
+from bench.common.judge_standin import ServedProcess, free_port, standin
 
 TOOL_FILE = '''
 import json, urllib.parse, urllib.request
@@ -97,11 +97,28 @@ def load() -> str:
 
 def train(out: Path, args: list[str], log: Path, threads: int | None = None, device: str = "cpu") -> list[dict]:
     """One ``grouprl train`` run in its own process; its metrics rows. ``device``: cpu here, cuda in the GPU check
-    (bench/device_check_async.py); PYTHONPATH keeps what the caller had (a GPU image's carried wheels)."""
-    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads or THREADS), "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "grouprl.cli", "train", "--output_dir", str(out), "--n_eval", "0", "--device", device,
-           "--seed", "3", *args]
+    (bench/device/async_judge.py); PYTHONPATH keeps what the caller had (a GPU image's carried wheels)."""
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": str(threads or THREADS),
+        "PYTHONPATH": child_pythonpath(),
+        "HF_HUB_OFFLINE": "1",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "grouprl.cli",
+        "train",
+        "--output_dir",
+        str(out),
+        "--n_eval",
+        "0",
+        "--device",
+        device,
+        "--seed",
+        "3",
+        *args,
+    ]
     print(f"  {load()}", flush=True)
     start = time.perf_counter()
     with log.open("ab") as fh:
@@ -117,9 +134,20 @@ def throughput(metrics: list[dict]) -> float:
     return len(times) / sum(times)
 
 
-PHASE_KEYS = ("step_time", "rollout_wait_time", "generation_time", "score_time", "update_time", "tools/calls_per_episode",
-              "async/staleness_mean", "async/weight_sync_time", "async/producer_weight_install_time",
-              "async/producer_generation_time", "async/producer_score_time", "reward")
+PHASE_KEYS = (
+    "step_time",
+    "rollout_wait_time",
+    "generation_time",
+    "score_time",
+    "update_time",
+    "tools/calls_per_episode",
+    "async/staleness_mean",
+    "async/weight_sync_time",
+    "async/producer_weight_install_time",
+    "async/producer_generation_time",
+    "async/producer_score_time",
+    "reward",
+)
 
 
 def phase_means(metrics: list[dict]) -> dict:
@@ -135,11 +163,16 @@ def workload(name: str, work: Path, common: list[str], log: Path) -> dict:
     warm = work / f"{name}_sync" / "sft_model"
     model = ["--model_name_or_path", str(warm)] if warm.is_dir() else []
     print(f"{name}: async ({THREADS} threads)", flush=True)
-    asynchronous = train(work / f"{name}_async", [*common, *model, "--rollout_mode", "async", "--max_staleness", "1",
-                                                  "--max_inflight", "2"], log)
+    asynchronous = train(
+        work / f"{name}_async",
+        [*common, *model, "--rollout_mode", "async", "--max_staleness", "1", "--max_inflight", "2"],
+        log,
+    )
     result = {
-        "sync_steps_per_s": throughput(sync), "async_steps_per_s": throughput(asynchronous),
-        "sync": phase_means(sync), "async": phase_means(asynchronous),
+        "sync_steps_per_s": throughput(sync),
+        "async_steps_per_s": throughput(asynchronous),
+        "sync": phase_means(sync),
+        "async": phase_means(asynchronous),
     }
     result["ratio"] = result["async_steps_per_s"] / result["sync_steps_per_s"]
     result["sync_threads"], result["async_threads"] = SYNC_THREADS, THREADS
@@ -155,8 +188,10 @@ VLLM = ["--generation_backend", "vllm", "--vllm_sleep_during_update", "false", "
 
 
 def judge_reward(base_url: str, timeout: float = 20.0) -> dict:
-    return {"name": "judge", "options": {"base_url": base_url, "model": "grader", "concurrency": 16,
-                                         "timeout": timeout, "retries": 1}}
+    return {
+        "name": "judge",
+        "options": {"base_url": base_url, "model": "grader", "concurrency": 16, "timeout": timeout, "retries": 1},
+    }
 
 
 def smollm2_judge_recipe(base_url: str, timeout: float = 20.0) -> dict:
@@ -178,8 +213,9 @@ def smollm2_tool_model(recipe: Path, out: Path, steps: int) -> str:
     cfg = build_config(recipe, {"device": "cpu", "num_threads": 1, "seed": 0, "output_dir": str(out / "sft")})
     task = load_task(cfg)
     start = time.perf_counter()
-    path = tool_sft(str(SMOLLM2), task, episode_settings(cfg, task), out / "smollm2_tool_sft", steps, 3e-5, 4, 0,
-                    n_episodes=64)
+    path = tool_sft(
+        str(SMOLLM2), task, episode_settings(cfg, task), out / "smollm2_tool_sft", steps, 3e-5, 4, 0, n_episodes=64
+    )
     print(f"tool SFT of SmolLM2: {steps} steps in {time.perf_counter() - start:.0f} s; {load()}", flush=True)
     return str(path)
 
@@ -194,15 +230,35 @@ def main() -> None:
     parser.add_argument("--tool-sft-steps", type=int, default=16, help="smollm2: the tool SFT before the tool runs")
     parser.add_argument("--judge-model", default=None, help="a warm arithmetic model (a run's sft_model)")
     parser.add_argument("--judge-delay", type=float, default=0.5, help="the judge server's seconds per answer")
-    parser.add_argument("--judge-concurrency", type=int, default=0,
-                        help="requests the judge server answers at a time (0: no limit; 1: one at a time)")
-    parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS of the runs (sync with 2 threads "
-                        "is the fair baseline on 2 cores: async's threads then oversubscribe them)")
-    parser.add_argument("--sync-threads", type=int, default=0, help="the sync run's OMP_NUM_THREADS (0: --threads): "
-                        "--sync-threads 2 --threads 1 puts sync's best setting on 2 cores against async's")
-    parser.add_argument("--tool-args", default="", help="extra `grouprl train` arguments for the tool runs, e.g. "
-                        "'--gradient_accumulation_steps 4 --learning_rate 1e-5' for SmolLM2")
-    parser.add_argument("--out", default=None, help="the results file (default: bench/results/async_rollouts*.json)")
+    parser.add_argument(
+        "--judge-concurrency",
+        type=int,
+        default=0,
+        help="requests the judge server answers at a time (0: no limit; 1: one at a time)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="OMP_NUM_THREADS of the runs (sync with 2 threads "
+        "is the fair baseline on 2 cores: async's threads then oversubscribe them)",
+    )
+    parser.add_argument(
+        "--sync-threads",
+        type=int,
+        default=0,
+        help="the sync run's OMP_NUM_THREADS (0: --threads): "
+        "--sync-threads 2 --threads 1 puts sync's best setting on 2 cores against async's",
+    )
+    parser.add_argument(
+        "--tool-args",
+        default="",
+        help="extra `grouprl train` arguments for the tool runs, e.g. "
+        "'--gradient_accumulation_steps 4 --learning_rate 1e-5' for SmolLM2",
+    )
+    parser.add_argument(
+        "--out", default=None, help="the results file (default: bench/rollouts/results/async_rollouts*.json)"
+    )
     parser.add_argument("--serve-tool", type=int, default=None, help=argparse.SUPPRESS)  # the tool's process
     args = parser.parse_args()
     global THREADS, SYNC_THREADS
@@ -210,26 +266,35 @@ def main() -> None:
     if args.serve_tool is not None:
         ThreadingHTTPServer(("127.0.0.1", args.serve_tool), ToolHandler).serve_forever()
         return
-    from judge_standin import ServedProcess, free_port, standin
-
     work = Path(tempfile.mkdtemp(prefix="async_bench_"))
     log = work / "runs.log"
     smollm2 = args.base == "smollm2"
-    print(f"bench/async_rollouts.py: {args.base}, {args.steps} steps per run, work dir {work}; {load()}", flush=True)
+    print(
+        f"bench/rollouts/async_rollouts.py: {args.base}, {args.steps} steps per run, work dir {work}; {load()}",
+        flush=True,
+    )
     results: dict = {"steps": args.steps, "load_before": os.getloadavg()}
-    out = ROOT / "bench" / "results" / ("async_rollouts_smollm2.json" if smollm2 else "async_rollouts.json")
+    out = (
+        Path(__file__).resolve().parent
+        / "results"
+        / ("async_rollouts_smollm2.json" if smollm2 else "async_rollouts.json")
+    )
     out = Path(args.out) if args.out else out
     kept = json.loads(out.read_text()) if out.is_file() and args.only else {}  # --only: the other workload stays
 
     def save() -> None:  # after each workload: a bench cut short keeps what it measured
         out.write_text(json.dumps({**kept, **results, "load_after": os.getloadavg()}, indent=1) + "\n")
+
     if args.only in (None, "judge"):
         judge = standin(work / "judge.log", mode="digits", delay=args.judge_delay, concurrency=args.judge_concurrency)
         judge.start()
         # the client's time budget: a queue of 2 producers' 16 requests each at the server must not time out
         timeout = max(20.0, 4 * 16 * args.judge_delay)
-        name = "judge" if (args.judge_delay, args.judge_concurrency) == (0.5, 0) else \
-            f"judge_{args.judge_delay:g}s_c{args.judge_concurrency}"
+        name = (
+            "judge"
+            if (args.judge_delay, args.judge_concurrency) == (0.5, 0)
+            else f"judge_{args.judge_delay:g}s_c{args.judge_concurrency}"
+        )
         try:
             recipe = work / "judge.yaml"
             if smollm2:
@@ -237,8 +302,20 @@ def main() -> None:
                 common = ["--config", str(recipe), "--max_steps", str(args.steps)]
             else:
                 recipe.write_text(json.dumps({"rewards": [judge_reward(judge.base_url, timeout)]}))
-                common = ["--config", str(recipe), "--max_steps", str(args.steps), "--batch_size", "4",
-                          "--num_generations", "4", "--n_train", "200", "--sft_steps", "150"]
+                common = [
+                    "--config",
+                    str(recipe),
+                    "--max_steps",
+                    str(args.steps),
+                    "--batch_size",
+                    "4",
+                    "--num_generations",
+                    "4",
+                    "--n_train",
+                    "200",
+                    "--sft_steps",
+                    "150",
+                ]
             common += ["--model_name_or_path", args.judge_model] if args.judge_model else []
             results[name] = workload(name, work, common, log)
             save()
@@ -246,8 +323,14 @@ def main() -> None:
             judge.kill()
     if args.only in (None, "tool"):
         port = free_port()
-        tool = ServedProcess([sys.executable, __file__, "--serve-tool", str(port)], work / "tool.log", port,
-                             health="/health", startup_s=30)
+        tool = ServedProcess(
+            [sys.executable, "-m", "bench.rollouts.async_rollouts", "--serve-tool", str(port)],
+            work / "tool.log",
+            port,
+            health="/health",
+            startup_s=30,
+            env={"PYTHONPATH": child_pythonpath()},
+        )
         tool.start()
         try:
             tool_file = work / "http_tools.py"
@@ -257,8 +340,16 @@ def main() -> None:
             recipe = yaml.safe_load((ROOT / "recipes/tiny/tool_arithmetic.yaml").read_text())
             recipe["tools"]["tools"] = [f"{tool_file}:calculator", "lookup"]  # the HTTP-backed calculator
             (work / "tool.yaml").write_text(yaml.safe_dump(recipe))
-            common = ["--config", str(work / "tool.yaml"), "--max_steps", str(args.steps), "--sft_steps", "200",
-                      "--sft_target_accuracy", "0.05"]
+            common = [
+                "--config",
+                str(work / "tool.yaml"),
+                "--max_steps",
+                str(args.steps),
+                "--sft_steps",
+                "200",
+                "--sft_target_accuracy",
+                "0.05",
+            ]
             if smollm2 and not args.tool_model:
                 args.tool_model = smollm2_tool_model(work / "tool.yaml", work, args.tool_sft_steps)
             common += ["--model_name_or_path", args.tool_model] if args.tool_model else []
@@ -269,8 +360,9 @@ def main() -> None:
             tool.kill()
     if args.only == "main" or (args.only is None and smollm2):
         name = f"main_{args.backend}"
-        results[name] = workload(name, work, ["--max_steps", str(args.steps), *(VLLM if args.backend == "vllm" else [])],
-                                 log)
+        results[name] = workload(
+            name, work, ["--max_steps", str(args.steps), *(VLLM if args.backend == "vllm" else [])], log
+        )
     save()
     print(f"wrote {out}; {load()}")
 

@@ -1,9 +1,9 @@
 """Rollout throughput with slow environments: in the trainer process vs spread over Ray workers.
 
-    python bench/env_scaling.py                       # 32 envs, 10 steps of 50 ms, workers 1 2 4
-    python bench/env_scaling.py --envs 64 --workers 1 2 4 8 --rounds 2
-    python bench/env_scaling.py --work spin           # CPU-bound steps instead of sleeping ones
-    python bench/env_scaling.py --no-e2e              # the pool alone (skip the tiny-model runner)
+    python -m bench.rollouts.env_scaling                  # 32 envs, 10 steps of 50 ms, workers 1 2 4
+    python -m bench.rollouts.env_scaling --envs 64 --workers 1 2 4 8 --rounds 2
+    python -m bench.rollouts.env_scaling --work spin      # CPU-bound steps instead of sleeping ones
+    python -m bench.rollouts.env_scaling --no-e2e         # the pool alone (skip the tiny-model runner)
 
 The environment (``SlowEnv``) spends ``--step-ms`` per ``step`` (sleeping, like an env that waits
 on a simulator, a browser or a tool; ``--work spin`` burns that much CPU time instead, so it
@@ -28,7 +28,7 @@ Three measurements per worker count, each the best of ``--rounds`` rollouts afte
    it stays at ~0.2 s). The zero-cost-env row (``gen only``) is the generation +
    prompt-building floor.
 
-Prints rich tables and writes ``bench/results/env_scaling.json``.
+Prints rich tables and writes ``bench/rollouts/results/env_scaling.json``.
 """
 
 from __future__ import annotations
@@ -121,9 +121,15 @@ def bench_pool(workers: int, factory, n_envs: int, rounds: int, ideal_per_env: f
     seconds, n_steps, n_done, n_calls = min(runs)
     ideal = math.ceil(n_envs / workers) * ideal_per_env
     return {
-        "workers": workers, "pool": type(pool).__name__, "seconds": seconds, "all_seconds": [r[0] for r in runs],
-        "env_steps": n_steps, "episodes": n_done, "step_calls": n_calls,
-        "steps_per_s": n_steps / seconds, "episodes_per_s": n_done / seconds,
+        "workers": workers,
+        "pool": type(pool).__name__,
+        "seconds": seconds,
+        "all_seconds": [r[0] for r in runs],
+        "env_steps": n_steps,
+        "episodes": n_done,
+        "step_calls": n_calls,
+        "steps_per_s": n_steps / seconds,
+        "episodes_per_s": n_done / seconds,
         "ideal_seconds": ideal,
         "first_use_seconds": warmup_s,
     }
@@ -132,15 +138,20 @@ def bench_pool(workers: int, factory, n_envs: int, rounds: int, ideal_per_env: f
 def bench_e2e(workers_list: list[int], args, factory, zero_factory) -> list[dict]:
     import torch
 
-    from grouprl.policy.tiny import build_tiny_model, build_tokenizer
+    from grouprl.models.tiny import build_tiny_model, build_tokenizer
     from grouprl.rollout.generation import HFBackend, SamplingParams
     from grouprl.rollout.runner import EpisodeSettings, run_episodes
 
     tokenizer = build_tokenizer("abcdefghijklmnopqrstuvwxyz 0123456789,.Say anything.seed step")
     model = build_tiny_model(tokenizer, hidden=64, layers=2, heads=4, seed=0)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0)
-    settings = EpisodeSettings(max_steps=args.episode_steps, history_length=0, action_pattern=None,
-                            invalid_action_penalty=0.0, show_admissible_actions=False)
+    settings = EpisodeSettings(
+        max_steps=args.episode_steps,
+        history_length=0,
+        action_pattern=None,
+        invalid_action_penalty=0.0,
+        show_admissible_actions=False,
+    )
     n_groups = args.envs // args.group_size
     rows = [{"group": g} for g in range(n_groups)]
     seeds = list(range(n_groups))
@@ -149,8 +160,17 @@ def bench_e2e(workers_list: list[int], args, factory, zero_factory) -> list[dict
 
     def rollout(pool, make) -> tuple[float, int, int]:
         t0 = time.perf_counter()
-        episodes = run_episodes([make] * n_groups, rows, args.group_size, HFBackend(model, tokenizer, device),
-                                tokenizer, params, settings=settings, seeds=seeds, pool=pool)
+        episodes = run_episodes(
+            [make] * n_groups,
+            rows,
+            args.group_size,
+            HFBackend(model, tokenizer, device),
+            tokenizer,
+            params,
+            settings=settings,
+            seeds=seeds,
+            pool=pool,
+        )
         seconds = time.perf_counter() - t0
         steps = sum(len(e.steps) for e in episodes)
         assert all(e.done for e in episodes) and steps == args.envs * args.episode_steps, "episodes cut short"
@@ -167,9 +187,18 @@ def bench_e2e(workers_list: list[int], args, factory, zero_factory) -> list[dict
         finally:
             pool.close()
         seconds, steps, episodes = min(runs)
-        out.append({"case": label, "workers": workers, "seconds": seconds, "all_seconds": [r[0] for r in runs],
-                    "env_steps": steps, "episodes": episodes, "steps_per_s": steps / seconds,
-                    "episodes_per_s": episodes / seconds})
+        out.append(
+            {
+                "case": label,
+                "workers": workers,
+                "seconds": seconds,
+                "all_seconds": [r[0] for r in runs],
+                "env_steps": steps,
+                "episodes": episodes,
+                "steps_per_s": steps / seconds,
+                "episodes_per_s": episodes / seconds,
+            }
+        )
     return out
 
 
@@ -225,43 +254,68 @@ def main() -> None:
         for r in e2e_rows:
             r["speedup"] = one["seconds"] / r["seconds"]
 
-    title = (f"{args.envs} envs x {args.episode_steps} steps, {args.step_ms:g} ms/step ({args.work}), "
-             f"{args.reset_ms:g} ms/reset; {os.cpu_count()} CPUs")
+    title = (
+        f"{args.envs} envs x {args.episode_steps} steps, {args.step_ms:g} ms/step ({args.work}), "
+        f"{args.reset_ms:g} ms/reset; {os.cpu_count()} CPUs"
+    )
     table = Table(title=f"pool: {title}")
     for col in ["workers", "pool", "rollout s", "ideal s", "env steps/s", "episodes/s", "speedup", "above ideal"]:
         table.add_column(col, justify="right")
     for r in pool_rows:
-        table.add_row(str(r["workers"]), r["pool"], f"{r['seconds']:.2f}", f"{r['ideal_seconds']:.2f}",
-                      f"{r['steps_per_s']:.0f}", f"{r['episodes_per_s']:.1f}", f"{r['speedup']:.2f}x",
-                      f"{100 * (r['seconds'] / r['ideal_seconds'] - 1):.1f}%" if r["ideal_seconds"] else "-")
+        table.add_row(
+            str(r["workers"]),
+            r["pool"],
+            f"{r['seconds']:.2f}",
+            f"{r['ideal_seconds']:.2f}",
+            f"{r['steps_per_s']:.0f}",
+            f"{r['episodes_per_s']:.1f}",
+            f"{r['speedup']:.2f}x",
+            f"{100 * (r['seconds'] / r['ideal_seconds'] - 1):.1f}%" if r["ideal_seconds"] else "-",
+        )
     console.print(table)
     table = Table(title=f"overhead: {args.envs} zero-cost envs x {args.episode_steps} steps")
     for col in ["workers", "rollout ms", "ms per step call", "env steps/s"]:
         table.add_column(col, justify="right")
     for r in overhead_rows:
-        table.add_row(str(r["workers"]), f"{1000 * r['seconds']:.1f}",
-                      f"{1000 * r['seconds'] / (r['step_calls'] + 1):.2f}", f"{r['steps_per_s']:.0f}")
+        table.add_row(
+            str(r["workers"]),
+            f"{1000 * r['seconds']:.1f}",
+            f"{1000 * r['seconds'] / (r['step_calls'] + 1):.2f}",
+            f"{r['steps_per_s']:.0f}",
+        )
     console.print(table)
     if e2e_rows:
-        table = Table(title=f"e2e run_episodes: tiny model, {args.envs // args.group_size} groups x "
-                            f"{args.group_size}, {args.new_tokens} new tokens/action")
+        table = Table(
+            title=f"e2e run_episodes: tiny model, {args.envs // args.group_size} groups x "
+            f"{args.group_size}, {args.new_tokens} new tokens/action"
+        )
         for col in ["case", "rollout s", "of which env s", "env steps/s", "episodes/s", "speedup vs 1 worker"]:
             table.add_column(col, justify="right")
         floor = e2e_rows[0]["seconds"]
         for r in e2e_rows:
             gen_only = r["case"] == "gen only"
-            table.add_row(r["case"], f"{r['seconds']:.2f}", "-" if gen_only else f"{r['seconds'] - floor:.2f}",
-                          f"{r['steps_per_s']:.0f}", f"{r['episodes_per_s']:.1f}",
-                          "-" if gen_only else f"{r['speedup']:.2f}x")
+            table.add_row(
+                r["case"],
+                f"{r['seconds']:.2f}",
+                "-" if gen_only else f"{r['seconds'] - floor:.2f}",
+                f"{r['steps_per_s']:.0f}",
+                f"{r['episodes_per_s']:.1f}",
+                "-" if gen_only else f"{r['speedup']:.2f}x",
+            )
         console.print(table)
     else:
         console.print(f"e2e skipped: {e2e_skipped}")
 
     result = {
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
-        "environment": {"python": platform.python_version(), "ray": ray.__version__, "cpu_count": os.cpu_count(),
-                        "platform": platform.platform(), "ray_init_seconds": ray_init_s,
-                        "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None},
+        "environment": {
+            "python": platform.python_version(),
+            "ray": ray.__version__,
+            "cpu_count": os.cpu_count(),
+            "platform": platform.platform(),
+            "ray_init_seconds": ray_init_s,
+            "loadavg_at_end": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+        },
         "pool": pool_rows,
         "overhead": overhead_rows,
         "e2e": e2e_rows,

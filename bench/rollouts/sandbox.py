@@ -1,6 +1,6 @@
 """Sandbox throughput: run N small Python samples through grouprl.rewards.sandbox.runner.
 
-    python bench/sandbox.py [--n 200] [--workers 4]
+    python -m bench.rollouts.sandbox [--n 200] [--workers 4]
 
 Prints samples/s for workers=1 and for --workers, plus the backend used.
 """

@@ -1,4 +1,4 @@
-"""The ``tool`` config of bench/vs_trl.py: grouprl vs TRL 1.16 on the same multi-turn tool-calling GRPO work.
+"""The ``tool`` config of bench/vs_trl/compare.py: grouprl vs TRL 1.16 on the same multi-turn tool-calling GRPO work.
 
 Both sides run the tool recipe's conversations (``recipes/tiny/tool_arithmetic.yaml``): the same warm tiny
 model (word tokenizer with one token per digit, tool-SFT'd on expert conversations by ``job/tool_sft.py``),
@@ -12,6 +12,8 @@ model's conversations meet neither, and each side records how often it did.
 
 Tokens are counted alike on both sides: a conversation's tokens are its one training sequence (prompt,
 generated turns, tool messages and template tokens between turns); generated tokens are the model's own.
+
+    python -m bench.vs_trl.compare --configs tool --backends hf vllm --steps 12 --rounds 3 --threads 1
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-from vs_trl_workers import PhaseClock, peak_rss_mb, rss_mb, wrap
+from bench.vs_trl.workers import PhaseClock, grouprl_cli, peak_rss_mb, rss_mb, wrap
 
 TOOL_SHAPE = dict(prompts=4, k=4, max_new_tokens=64, max_model_len=2048)
 N_TRAIN = 64  # the recipe's
@@ -47,32 +49,58 @@ def tool_cli(args, out_dir: str) -> dict:
     """grouprl's side: the tool recipe's conversations with TRL's GRPO (no GiGPO, no invalid-call penalty)."""
     import argparse
 
-    from vs_trl_workers import grouprl_cli
-
     base = grouprl_cli(argparse.Namespace(**{**vars(args), "config": "tiny"}), out_dir)  # tiny: no system prompt
     for key in ("rewards", "system_prompt"):  # the environment's answer check is the reward; the task's prompt
         base.pop(key)
-    return {**base, "task": "tool_arithmetic", "n_train": args.n_train, "top_k": args.top_k,
-            "episode_mode": "conversation",
-            "tools": ["calculator", "lookup"], "tool_parser": "hermes", "max_tool_calls": MAX_TOOL_CALLS,
-            "max_conversation_tokens": args.prompt_tokens + COMPLETION_BUDGET, "tool_anchor": "turn",
-            "invalid_action_penalty": 0.0, "mask_truncated_completions": False}
+    return {
+        **base,
+        "task": "tool_arithmetic",
+        "n_train": args.n_train,
+        "top_k": args.top_k,
+        "episode_mode": "conversation",
+        "tools": ["calculator", "lookup"],
+        "tool_parser": "hermes",
+        "max_tool_calls": MAX_TOOL_CALLS,
+        "max_conversation_tokens": args.prompt_tokens + COMPLETION_BUDGET,
+        "tool_anchor": "turn",
+        "invalid_action_penalty": 0.0,
+        "mask_truncated_completions": False,
+    }
 
 
 def build_tool_model(args, path: Path) -> str:
     """The tiny tool model, warmed by tool SFT on expert conversations (``--sft-steps``)."""
     from grouprl.job.tool_sft import tool_sft
-    from grouprl.policy.tiny import init_tiny
+    from grouprl.models.tiny import init_tiny
     from grouprl.rollout.runner import episode_settings
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
 
     cfg = build_config(cli={**tool_cli(_worker_args(args, prompt_tokens=0), str(path / "cfg"))}, environ={})
     task = load_task(cfg)
-    tiny = init_tiny(task.tokenizer_corpus(), path / "cold", hidden=128, layers=2, heads=4, seed=args.seed,
-                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)  # head_dim 32 for vLLM
-    return str(tool_sft(str(tiny), task, episode_settings(cfg, task), path / "warm", steps=args.sft_steps,
-                        learning_rate=3e-3, batch_size=8, seed=args.seed, n_episodes=128))
+    tiny = init_tiny(
+        task.tokenizer_corpus(),
+        path / "cold",
+        hidden=128,
+        layers=2,
+        heads=4,
+        seed=args.seed,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )  # head_dim 32 for vLLM
+    return str(
+        tool_sft(
+            str(tiny),
+            task,
+            episode_settings(cfg, task),
+            path / "warm",
+            steps=args.sft_steps,
+            learning_rate=3e-3,
+            batch_size=8,
+            seed=args.seed,
+            n_episodes=128,
+        )
+    )
 
 
 def _worker_args(args, **extra):
@@ -107,22 +135,31 @@ def trl_tools():
 
 def prompt_tokens(model: str) -> int:
     """The longest rendered first prompt of the bench's questions (grouprl's context cap is prompt + budget)."""
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
     from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows
     from grouprl.tools.chat_template import ensure_tool_template
 
     tok = load_tokenizer(model)
     ensure_tool_template(tok, "auto")
     task = ToolArithmeticTask("tool_arithmetic", rows(N_TRAIN), [])
-    return max(len(tok.apply_chat_template(task.env_factory(r)().reset().messages, tools=trl_tools(),
-                                           add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"])
-               for r in task.train_rows)
+    return max(
+        len(
+            tok.apply_chat_template(
+                task.env_factory(r)().reset().messages,
+                tools=trl_tools(),
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+            )["input_ids"]
+        )
+        for r in task.train_rows
+    )
 
 
 def worker_grouprl_tools(args) -> dict:
     import torch
 
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.run_config import build_config
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
@@ -159,25 +196,31 @@ def worker_grouprl_tools(args) -> dict:
 def grouprl_work(episodes) -> dict:
     """One step's work, counted as ``trl_work`` counts TRL's."""
     steps = [s for ep in episodes for s in ep.steps]
-    return {"conversations": len(episodes), "turns": len(steps),
-            "tool_calls": sum(len(s.tool_results or []) for s in steps),
-            "tokens": sum(len(ep.steps[-1].prompt_ids) + len(ep.steps[-1].action_ids) for ep in episodes),
-            "completion_tokens": sum(len(s.action_ids) for s in steps),
-            "conversation_tokens": sorted(len(ep.steps[-1].prompt_ids) + len(ep.steps[-1].action_ids)
-                                          for ep in episodes),
-            "truncated_turns": sum(bool(s.truncated) for s in steps),
-            "ended_by_cap": sum(ep.end_reason in ("max_tool_calls", "context") for ep in episodes),
-            "reward_mean": sum(float(ep.steps[-1].env_reward or 0.0) for ep in episodes) / len(episodes)}
+    return {
+        "conversations": len(episodes),
+        "turns": len(steps),
+        "tool_calls": sum(len(s.tool_results or []) for s in steps),
+        "tokens": sum(len(ep.steps[-1].prompt_ids) + len(ep.steps[-1].action_ids) for ep in episodes),
+        "completion_tokens": sum(len(s.action_ids) for s in steps),
+        "conversation_tokens": sorted(len(ep.steps[-1].prompt_ids) + len(ep.steps[-1].action_ids) for ep in episodes),
+        "truncated_turns": sum(bool(s.truncated) for s in steps),
+        "ended_by_cap": sum(ep.end_reason in ("max_tool_calls", "context") for ep in episodes),
+        "reward_mean": sum(float(ep.steps[-1].env_reward or 0.0) for ep in episodes) / len(episodes),
+    }
 
 
 def trl_work(batch: dict, completions: list, tool_calls: int, rewards: list[float]) -> dict:
     prompt, completion = batch["prompt_mask"], batch["completion_mask"]
     generated = completion * batch["tool_mask"] if "tool_mask" in batch else completion
-    return {"conversations": int(prompt.shape[0]), "turns": sum(sum(m["role"] == "assistant" for m in c)
-                                                                for c in completions),
-            "tool_calls": tool_calls, "tokens": int(prompt.sum() + completion.sum()),
-            "completion_tokens": int(generated.sum()),
-            "conversation_tokens": sorted((prompt.sum(1) + completion.sum(1)).tolist()), "reward_mean": sum(rewards) / max(len(rewards), 1)}
+    return {
+        "conversations": int(prompt.shape[0]),
+        "turns": sum(sum(m["role"] == "assistant" for m in c) for c in completions),
+        "tool_calls": tool_calls,
+        "tokens": int(prompt.sum() + completion.sum()),
+        "completion_tokens": int(generated.sum()),
+        "conversation_tokens": sorted((prompt.sum(1) + completion.sum(1)).tolist()),
+        "reward_mean": sum(rewards) / max(len(rewards), 1),
+    }
 
 
 def worker_trl_tools(args) -> dict:
@@ -190,11 +233,11 @@ def worker_trl_tools(args) -> dict:
     from trl import GRPOConfig, GRPOTrainer
     from trl.chat_template_utils import qwen3_template
 
-    from grouprl.policy.loading import load_tokenizer
+    from grouprl.models.loading import load_tokenizer
     from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows
     from grouprl.tools.chat_template import ensure_tool_template
 
-    from vs_trl_workers import _trl_vllm_cpu_sync, step_timer, timed_trl, trl_vllm_kwargs
+    from bench.vs_trl.workers import _trl_vllm_cpu_sync, step_timer, timed_trl, trl_vllm_kwargs
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -202,8 +245,12 @@ def worker_trl_tools(args) -> dict:
     out = tempfile.mkdtemp(prefix="bench_trl_tools_")
     try:
         task = ToolArithmeticTask("tool_arithmetic", rows(args.n_train), [])  # grouprl's rows
-        dataset = Dataset.from_list([{"prompt": task.env_factory(r)().reset().messages,
-                                      "ground_truth": r["ground_truth"]} for r in task.train_rows])
+        dataset = Dataset.from_list(
+            [
+                {"prompt": task.env_factory(r)().reset().messages, "ground_truth": r["ground_truth"]}
+                for r in task.train_rows
+            ]
+        )
         seen: dict[str, list] = {"rewards": []}
 
         def answer_reward(completions, ground_truth, **_):
@@ -216,13 +263,35 @@ def worker_trl_tools(args) -> dict:
 
         use_vllm = args.backend == "vllm"
         config = GRPOConfig(
-            output_dir=out, loss_type="dapo", beta=0.0, num_generations=args.k,
-            per_device_train_batch_size=args.k * args.prompts, gradient_accumulation_steps=1,
-            max_completion_length=COMPLETION_BUDGET, max_tool_calling_iterations=MAX_TOOL_CALLS,
-            temperature=1.0, top_p=1.0, top_k=args.top_k, learning_rate=args.lr, weight_decay=0.0, lr_scheduler_type="constant",
-            max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=True,
-            gradient_checkpointing=False, use_vllm=use_vllm, report_to="none", logging_steps=1, save_strategy="no",
-            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **trl_vllm_kwargs(args))
+            output_dir=out,
+            loss_type="dapo",
+            beta=0.0,
+            num_generations=args.k,
+            per_device_train_batch_size=args.k * args.prompts,
+            gradient_accumulation_steps=1,
+            max_completion_length=COMPLETION_BUDGET,
+            max_tool_calling_iterations=MAX_TOOL_CALLS,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=args.top_k,
+            learning_rate=args.lr,
+            weight_decay=0.0,
+            lr_scheduler_type="constant",
+            max_grad_norm=1.0,
+            max_steps=args.steps,
+            scale_rewards="group",
+            use_cpu=True,
+            gradient_checkpointing=False,
+            use_vllm=use_vllm,
+            report_to="none",
+            logging_steps=1,
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=args.seed,
+            dataloader_num_workers=0,
+            log_completions=False,
+            **trl_vllm_kwargs(args),
+        )
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)
         tokenizer = load_tokenizer(args.model)
         ensure_tool_template(tokenizer, "auto")  # grouprl's rendering of Qwen2.5's tool format
@@ -239,13 +308,18 @@ def worker_trl_tools(args) -> dict:
             def _generate_and_score_completions(self, inputs):
                 self._bench_tool_calls = 0
                 batch = super()._generate_and_score_completions(inputs)
-                for key, value in trl_work(batch, seen["completions"], self._bench_tool_calls,
-                                           seen["rewards"]).items():
+                for key, value in trl_work(batch, seen["completions"], self._bench_tool_calls, seen["rewards"]).items():
                     res[key].append(value)
                 return batch
 
-        trainer = Timed(model=model, reward_funcs=answer_reward, args=config, train_dataset=dataset,
-                        processing_class=tokenizer, tools=trl_tools())
+        trainer = Timed(
+            model=model,
+            reward_funcs=answer_reward,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            tools=trl_tools(),
+        )
         trainer.remove_callback(PrinterCallback)
         if use_vllm and not torch.cuda.is_available():
             _trl_vllm_cpu_sync(trainer)
@@ -271,7 +345,7 @@ def work_per_step(runs: list[dict], warmup: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """One worker, for tests: ``python bench/vs_trl_tools.py --which grouprl --model M --result-file F ...``."""
+    """One worker, for tests: ``python -m bench.vs_trl.tools --which grouprl --model M --result-file F ...``."""
     import argparse
     import json
 
@@ -280,8 +354,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--backend", choices=["hf", "vllm"], default="hf")
     p.add_argument("--model", required=True)
     p.add_argument("--result-file", required=True)
-    for name, default in [("steps", 1), ("threads", 1), ("seed", 0), ("prompts", 0), ("k", None),
-                          ("max-new-tokens", None), ("n-train", None), ("top-k", None)]:
+    for name, default in [
+        ("steps", 1),
+        ("threads", 1),
+        ("seed", 0),
+        ("prompts", 0),
+        ("k", None),
+        ("max-new-tokens", None),
+        ("n-train", None),
+        ("top-k", None),
+    ]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--lr", type=float, default=1e-6)
     args = p.parse_args(argv)

@@ -1,4 +1,4 @@
-"""The two workers of bench/vs_trl.py (one trainer per subprocess) and the clock both share.
+"""The two workers of bench/vs_trl/compare.py (one trainer per subprocess) and the clock both share.
 
 ``PhaseClock`` splits a step the same way for grouprl and TRL: generation (each side's own
 generate call, which for TRL includes its weight push into vLLM), weight push (grouprl's
@@ -21,8 +21,10 @@ from collections import defaultdict
 
 BENCH_SYSTEM_PROMPT = {  # gsm8k shape: a system prompt that brings the arithmetic prompts to ~150 tokens
     "tiny": None,
-    "gsm8k": ("You are a careful math tutor. Think step by step, show the work, and give the final answer as "
-              "a number. Keep the reasoning short and exact.\n"),
+    "gsm8k": (
+        "You are a careful math tutor. Think step by step, show the work, and give the final answer as "
+        "a number. Keep the reasoning short and exact.\n"
+    ),
     "smollm2": "Add the two numbers. Show your working in one or two short sentences, then give the sum.",
 }
 
@@ -101,27 +103,49 @@ def wrap(obj, name: str, clock: PhaseClock, phase: str) -> None:
 
 def grouprl_cli(args, out_dir: str) -> dict:
     return {
-        "output_dir": out_dir, "task": "arithmetic", "n_train": 4000, "n_eval": 1,
-        "num_generations": args.k, "batch_size": args.prompts, "max_new_tokens": args.max_new_tokens,
-        "temperature": 1.0, "top_p": 1.0, "top_k": 0, "generation_batch_size": args.k * args.prompts,
-        "loss_type": "dapo", "beta": 0.0, "advantage": "grpo", "scale_rewards": "group",
-        "learning_rate": args.lr, "weight_decay": 0.0, "adam_beta2": 0.999, "max_grad_norm": 1.0,
-        "gradient_accumulation_steps": 1, "max_steps": args.steps, "lr_scheduler_type": "constant",
-        # bench/device_check.py sets device and dtype (cuda, bfloat16); bench/vs_trl.py runs on the CPU in fp32
-        "torch_dtype": getattr(args, "dtype", "float32"), "device": getattr(args, "device", "cpu"),
-        "num_threads": args.threads, "seed": args.seed,
+        "output_dir": out_dir,
+        "task": "arithmetic",
+        "n_train": 4000,
+        "n_eval": 1,
+        "num_generations": args.k,
+        "batch_size": args.prompts,
+        "max_new_tokens": args.max_new_tokens,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": 0,
+        "generation_batch_size": args.k * args.prompts,
+        "loss_type": "dapo",
+        "beta": 0.0,
+        "advantage": "grpo",
+        "scale_rewards": "group",
+        "learning_rate": args.lr,
+        "weight_decay": 0.0,
+        "adam_beta2": 0.999,
+        "max_grad_norm": 1.0,
+        "gradient_accumulation_steps": 1,
+        "max_steps": args.steps,
+        "lr_scheduler_type": "constant",
+        # bench/device/check.py sets device and dtype (cuda, bfloat16); bench/vs_trl/compare.py runs on the CPU in fp32
+        "torch_dtype": getattr(args, "dtype", "float32"),
+        "device": getattr(args, "device", "cpu"),
+        "num_threads": args.threads,
+        "seed": args.seed,
         # TRL never skips an update; grouprl would skip one whose advantages are all zero (on random weights every
         # completion scores 0): off, so that both sides do the same work. updates_skipped records it stays 0.
         "skip_zero_advantage_updates": False,
-        "rewards": ["arithmetic_digits"], "log_rollouts": False, "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
-        "generation_backend": args.backend, "grouped_scoring": not args.no_grouped,
+        "rewards": ["arithmetic_digits"],
+        "log_rollouts": False,
+        "system_prompt": BENCH_SYSTEM_PROMPT[args.config],
+        "generation_backend": args.backend,
+        "grouped_scoring": not args.no_grouped,
         "prefill_once": not getattr(args, "no_prefill_once", False),
         "grouped_layout": getattr(args, "grouped_layout", "auto"),
-        "vllm_max_model_len": args.max_model_len, "sampling_correction_cap": 2.0,
+        "vllm_max_model_len": args.max_model_len,
+        "sampling_correction_cap": 2.0,
         # TRL builds its engine with dtype "auto", which vLLM resolves for an fp32 checkpoint to the
         # platform's half type (bfloat16 on this CPU): grouprl's engine gets the same dtype.
         "vllm_dtype": getattr(args, "vllm_dtype", "bfloat16"),
-        **getattr(args, "overrides", {}),  # bench/device_check.py --grouprl-set: a variant of grouprl's side only
+        **getattr(args, "overrides", {}),  # bench/device/check.py --grouprl-set: a variant of grouprl's side only
     }
 
 
@@ -140,9 +164,14 @@ def trl_vllm_kwargs(args) -> dict:
     """TRL's colocated vLLM set as grouprl's engine runs (token-level truncated IS, cap 2, no sleep); {} on hf."""
     if args.backend != "vllm":
         return {}
-    return dict(vllm_mode="colocate", vllm_importance_sampling_correction=True,
-                vllm_importance_sampling_mode="token_truncate", vllm_importance_sampling_clip_max=2.0,
-                vllm_max_model_length=args.max_model_len, vllm_enable_sleep_mode=False)
+    return dict(
+        vllm_mode="colocate",
+        vllm_importance_sampling_correction=True,
+        vllm_importance_sampling_mode="token_truncate",
+        vllm_importance_sampling_clip_max=2.0,
+        vllm_max_model_length=args.max_model_len,
+        vllm_enable_sleep_mode=False,
+    )
 
 
 def timed_trl(trainer_cls, clock: "PhaseClock", device: str = "cpu"):
@@ -184,12 +213,12 @@ def step_timer(trainer, res: dict, clock: "PhaseClock", device: str = "cpu", rep
 
 
 def worker_grouprl(args, report=None) -> dict:
-    """``report`` (optional) gets the results so far after every step (bench/device_check.py keeps them if a
+    """``report`` (optional) gets the results so far after every step (bench/device/check.py keeps them if a
     later step runs past its time)."""
     import torch
 
     from grouprl.run_config import build_config
-    from grouprl.policy.loading import load_policy
+    from grouprl.models.loading import load_policy
     from grouprl.tasks import load_task
     from grouprl.train.trainer import Trainer
 
@@ -228,8 +257,13 @@ def worker_grouprl(args, report=None) -> dict:
             res["skipped_updates"].append(record.update.get("skipped_zero_advantage", 0.0))
             if report:
                 report({**res, "peak_gpu_mb": peak_gpu, "peak_rss_mb": peak_rss_mb()})
-        return {**res, "setup_rss_mb": setup_rss, "peak_rss_mb": peak_rss_mb(), "peak_gpu_mb": peak_gpu,
-                "engine_dtype": _engine_dtype(getattr(trainer.backend, "llm", None))}
+        return {
+            **res,
+            "setup_rss_mb": setup_rss,
+            "peak_rss_mb": peak_rss_mb(),
+            "peak_gpu_mb": peak_gpu,
+            "engine_dtype": _engine_dtype(getattr(trainer.backend, "llm", None)),
+        }
     finally:
         shutil.rmtree(out, ignore_errors=True)
 
@@ -247,8 +281,9 @@ def _trl_vllm_cpu_sync(trainer) -> None:
 
     def sync_weights():
         weights = [(n, p.detach()) for n, p in trainer.model.state_dict().items()]
-        vg.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights),
-                                                        "is_checkpoint_format": True})
+        vg.llm.collective_rpc(
+            "reload_weights", kwargs={"weights_iterator": iter(weights), "is_checkpoint_format": True}
+        )
         vg.llm.reset_prefix_cache()
 
     vg.sync_weights = sync_weights
@@ -262,8 +297,8 @@ def worker_trl(args, report=None) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from grouprl.run_config import build_config
-    from grouprl.policy.loading import load_tokenizer
-    from grouprl.rewards.builtin.arithmetic import arithmetic_digits
+    from grouprl.models.loading import load_tokenizer
+    from grouprl.rewards.builtin.number_answer import arithmetic_digits
     from grouprl.tasks import load_task
 
     torch.set_num_threads(args.threads)
@@ -271,24 +306,49 @@ def worker_trl(args, report=None) -> dict:
     out = tempfile.mkdtemp(prefix="bench_trl_")
     try:
         task = load_task(build_config(cli=grouprl_cli(args, out), environ={}))  # the very same rows and prompts
-        dataset = Dataset.from_list([{"prompt": task.messages(r), "ground_truth": r["ground_truth"]}
-                                     for r in task.train_rows])
+        dataset = Dataset.from_list(
+            [{"prompt": task.messages(r), "ground_truth": r["ground_truth"]} for r in task.train_rows]
+        )
 
         def arithmetic_digits_reward(completions, ground_truth, **_):
-            return [arithmetic_digits(c[-1]["content"] if isinstance(c, list) else c, gt)
-                    for c, gt in zip(completions, ground_truth)]
+            return [
+                arithmetic_digits(c[-1]["content"] if isinstance(c, list) else c, gt)
+                for c, gt in zip(completions, ground_truth)
+            ]
 
         n = args.k * args.prompts
         device, dtype = getattr(args, "device", "cpu"), getattr(args, "dtype", "float32")
         use_vllm = args.backend == "vllm"
         config = GRPOConfig(
-            output_dir=out, loss_type="dapo", beta=0.0, num_generations=args.k,
-            per_device_train_batch_size=n, gradient_accumulation_steps=1, max_completion_length=args.max_new_tokens,
-            temperature=1.0, top_p=1.0, top_k=0, learning_rate=args.lr, weight_decay=0.0, lr_scheduler_type="constant",
-            max_grad_norm=1.0, max_steps=args.steps, scale_rewards="group", use_cpu=device == "cpu",
+            output_dir=out,
+            loss_type="dapo",
+            beta=0.0,
+            num_generations=args.k,
+            per_device_train_batch_size=n,
+            gradient_accumulation_steps=1,
+            max_completion_length=args.max_new_tokens,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            learning_rate=args.lr,
+            weight_decay=0.0,
+            lr_scheduler_type="constant",
+            max_grad_norm=1.0,
+            max_steps=args.steps,
+            scale_rewards="group",
+            use_cpu=device == "cpu",
             bf16=dtype == "bfloat16",
-            gradient_checkpointing=False, use_vllm=use_vllm, report_to="none", logging_steps=1, save_strategy="no",
-            disable_tqdm=True, seed=args.seed, dataloader_num_workers=0, log_completions=False, **trl_vllm_kwargs(args))
+            gradient_checkpointing=False,
+            use_vllm=use_vllm,
+            report_to="none",
+            logging_steps=1,
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=args.seed,
+            dataloader_num_workers=0,
+            log_completions=False,
+            **trl_vllm_kwargs(args),
+        )
         model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, dtype))
         tokenizer = load_tokenizer(args.model)  # AutoTokenizer picks Qwen2Tokenizer for the char tokenizer
         clock = PhaseClock(model.get_decoder())
@@ -301,8 +361,13 @@ def worker_trl(args, report=None) -> dict:
                 res["completion_tokens"].append(int(batch["completion_mask"].sum()))
                 return batch
 
-        trainer = Timed(model=model, reward_funcs=arithmetic_digits_reward, args=config, train_dataset=dataset,
-                        processing_class=tokenizer)
+        trainer = Timed(
+            model=model,
+            reward_funcs=arithmetic_digits_reward,
+            args=config,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+        )
         trainer.remove_callback(PrinterCallback)
         if use_vllm and not torch.cuda.is_available():
             _trl_vllm_cpu_sync(trainer)

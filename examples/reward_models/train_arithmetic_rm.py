@@ -18,7 +18,7 @@ import random
 import torch
 from transformers import AutoTokenizer, Qwen2Config, Qwen2ForSequenceClassification
 
-from grouprl.policy.tiny import build_tokenizer
+from grouprl.models.tiny import build_tokenizer
 from grouprl.run_config import build_config
 from grouprl.tasks import load_task
 

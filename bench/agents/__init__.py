@@ -1,0 +1,1 @@
+"""Agent workloads: multi-turn conversations' generation and update, GiGPO's cost, the agent endpoint."""

@@ -1,0 +1,1 @@
+"""The GPU check and its probes, for a lent GPU machine (bench/README.md)."""

@@ -1,0 +1,1 @@
+"""Rollout throughput: async vs sync where latency is real, slow environments over workers, the sandbox."""

@@ -1,0 +1,1 @@
+"""grouprl vs TRL's GRPOTrainer on the same work (bench/README.md)."""
