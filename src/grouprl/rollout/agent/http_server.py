@@ -131,29 +131,7 @@ def handler_for(endpoint) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
 
         def _respond(self, method: str) -> tuple[int, dict[str, Any]]:
-            """Headers first: the key and the declared length are checked before any body byte is read."""
-            try:
-                routed = endpoint.authorise(method, self.path, self.headers)
-            except EndpointError as err:
-                self.close_connection = True  # its body, if any, is never read
-                return err.status, err.body()
-            try:
-                length = int(self.headers.get("Content-Length") or 0)
-            except ValueError:
-                length = -1
-            if length < 0 or self.headers.get("Transfer-Encoding"):
-                self.close_connection = True
-                return 400, EndpointError(400, "bad_request", "a bad Content-Length header (or a chunked body)").body()
-            if length > endpoint.max_request_bytes:
-                self.close_connection = True
-                cap = endpoint.max_request_bytes
-                return 413, EndpointError(413, "request_too_large", f"{length} bytes; at most {cap}").body()
-            body = self.rfile.read(length) if length else b""  # still under the reaper's deadline
-            self.server.reading(self.connection, None)  # generation may take long: not a slow read
-            if len(body) < length:
-                self.close_connection = True
-                return 400, EndpointError(400, "bad_request", "the body ended before its Content-Length").body()
-            return endpoint.answer(method, self.path, routed, body)
+            return respond(endpoint, self, method)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             self._answer("GET")
@@ -165,3 +143,29 @@ def handler_for(endpoint) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def respond(endpoint, handler: BaseHTTPRequestHandler, method: str) -> tuple[int, dict[str, Any]]:
+    """Headers first: the key and the declared length are checked before any body byte is read."""
+    try:
+        routed = endpoint.authorise(method, handler.path, handler.headers)
+    except EndpointError as err:
+        handler.close_connection = True  # its body, if any, is never read
+        return err.status, err.body()
+    try:
+        length = int(handler.headers.get("Content-Length") or 0)
+    except ValueError:
+        length = -1
+    if length < 0 or handler.headers.get("Transfer-Encoding"):
+        handler.close_connection = True
+        return 400, EndpointError(400, "bad_request", "a bad Content-Length header (or a chunked body)").body()
+    if length > endpoint.max_request_bytes:
+        handler.close_connection = True
+        cap = endpoint.max_request_bytes
+        return 413, EndpointError(413, "request_too_large", f"{length} bytes; at most {cap}").body()
+    body = handler.rfile.read(length) if length else b""  # still under the reaper's deadline
+    handler.server.reading(handler.connection, None)  # type: ignore[attr-defined]  # generation may take long: not a slow read
+    if len(body) < length:
+        handler.close_connection = True
+        return 400, EndpointError(400, "bad_request", "the body ended before its Content-Length").body()
+    return endpoint.answer(method, handler.path, routed, body)
