@@ -15,6 +15,7 @@ from grouprl.observe.disk import DiskFull
 from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
 from grouprl.job.preemption import Preempted
+from grouprl.rollout.scheduler import RolloutProducerError, RolloutTimeout
 
 RUN_FAILURES = (
     RewardFailure,
@@ -25,4 +26,6 @@ RUN_FAILURES = (
     HubRevisionError,
     DiskFull,
     Preempted,
+    RolloutProducerError,  # async: the producer's own failure, in sync's one-line form
+    RolloutTimeout,
 )

@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from grouprl.generate.pipeline import GenerateSpec, GenerationFailed, generate
+from grouprl.generate.pipeline import GenerationFailed, generate
+from grouprl.generate.spec import GenerateSpec
 from hostile_http import MB, Handler, HostileServer
 
 

@@ -185,7 +185,7 @@ def test_server_killed_mid_run_then_rerun_loses_and_duplicates_nothing(server, t
 
 def test_prompt_column_string_or_messages_and_template_errors_name_the_row(tmp_path):
     from grouprl.config import ConfigError
-    from grouprl.generate.pipeline import GenerateSpec, build_messages
+    from grouprl.generate.spec import GenerateSpec, build_messages
 
     spec = GenerateSpec(dataset="d.jsonl", model="m", base_url="u", output_dir=str(tmp_path), system_prompt="Be brief.")
     assert build_messages(spec, {"prompt": "hi"}, 0) == [

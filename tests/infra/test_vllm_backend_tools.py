@@ -13,7 +13,7 @@ from grouprl.models.loading import load_tokenizer  # noqa: E402
 from grouprl.policy.scoring import completion_logps  # noqa: E402
 from grouprl.models.tiny import init_tiny  # noqa: E402
 from grouprl.rollout.backends.vllm import VLLMBackend, VLLMOptions  # noqa: E402
-from grouprl.rollout.conversation import ConversationSettings, run_conversations  # noqa: E402
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes  # noqa: E402
 from grouprl.rollout.generation import SamplingParams  # noqa: E402
 from grouprl.tasks.tool_arithmetic import ToolArithmeticTask, rows  # noqa: E402
 from grouprl.tools import resolve_tools  # noqa: E402
@@ -43,7 +43,7 @@ def test_conversations_on_vllm(tmp_path):
     settings = ConversationSettings(
         tools=resolve_tools(["calculator", "lookup"]), max_tool_calls=2, max_conversation_tokens=2048
     )
-    episodes = run_conversations(
+    episodes = run_conversation_episodes(
         [task.env_factory(r) for r in task.train_rows],
         task.train_rows,
         2,

@@ -1,15 +1,19 @@
-"""SIGTERM (SLURM's warning before preemption) saves the last finished step's checkpoint, which resumes."""
+"""SIGTERM (SLURM's warning before preemption) saves the last finished step's checkpoint, which resumes, in
+every rollout mode: the finished step's rollout records are written before the save, an async run exits 143
+(never aborts with its producers inside torch), and after the resume every step's records are there once."""
 
 from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT
 from grouprl.cli import main
 
@@ -44,8 +48,16 @@ def steps(out: Path) -> list[int]:
     ]
 
 
-def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir, tmp_path):
+def rollout_steps(out: Path) -> Counter:
+    """Step -> how many rollout records rollouts/rollouts.jsonl holds for it."""
+    path = out / "rollouts" / "rollouts.jsonl"
+    return Counter(json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip())
+
+
+@pytest.mark.parametrize("mode", ["sync", "one_step_off", "async"])
+def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir, tmp_path, mode):
     out = tmp_path / "run"
+    args = [*ARGS, "--rollout_mode", mode]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src"), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(
         [
@@ -59,7 +71,7 @@ def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir
             str(out),
             "--max_steps",
             "500",
-            *ARGS,
+            *args,
         ],
         env=env,
         stdout=subprocess.PIPE,
@@ -78,6 +90,8 @@ def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir
     ckpt = out / f"checkpoint-{last}"
     assert (ckpt / "trainer_state.json").is_file() and (ckpt / "model.safetensors").is_file(), sorted(os.listdir(out))
     assert f"stopped by SIGTERM after step {last}" in err and str(ckpt) in err
+    assert "terminate called" not in err and "Traceback" not in err
+    assert rollout_steps(out) == {s: 8 for s in range(1, last + 1)}  # the preempted step's records too
     assert (
         main(
             [
@@ -90,9 +104,10 @@ def test_sigterm_saves_the_last_finished_step_and_it_resumes(tiny_arithmetic_dir
                 str(last + 1),
                 "--resume_from_checkpoint",
                 str(ckpt),
-                *ARGS,
+                *args,
             ]
         )
         == 0
     )
     assert steps(out)[-1] == last + 1 and (out / f"checkpoint-{last + 1}").is_dir()
+    assert rollout_steps(out) == {s: 8 for s in range(1, last + 2)}  # every step's records, each once

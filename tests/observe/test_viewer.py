@@ -11,7 +11,7 @@ from grouprl.observe.step_logs import write_trajectories
 from grouprl.observe.viewer import view_trajectories
 from grouprl.models.tiny import build_tokenizer
 from grouprl.records import Verdict
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, make_row
@@ -24,7 +24,7 @@ def test_trajectories_and_viewer_show_the_conversation(tmp_path):
     tok = build_tokenizer(string.printable)
     tok.chat_template = TOOL_CHAT_TEMPLATE
     row = next(make_row(s) for s in range(50) if make_row(s)["kind"] == "convert")
-    episodes = run_conversations(
+    episodes = run_conversation_episodes(
         [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
         [row],
         2,

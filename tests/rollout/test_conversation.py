@@ -5,7 +5,7 @@ import re
 import torch
 
 from grouprl.rewards.reward_calls import episode_messages
-from grouprl.rollout.conversation import ConversationSettings, interaction_key, run_conversations, tool_state
+from grouprl.rollout.conversation import ConversationSettings, interaction_key, run_conversation_episodes, tool_state
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import expert_reply, rows, ToolAnswerEnv
@@ -20,7 +20,7 @@ def settings(**kw):
 
 def play(tokenizer, task_rows, reply=expert_reply, group_size=2, max_new_tokens=200, **kw):
     factories = [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows]
-    return run_conversations(
+    return run_conversation_episodes(
         factories,
         task_rows,
         group_size,

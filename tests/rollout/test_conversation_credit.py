@@ -5,7 +5,7 @@ from grouprl.records import EvaluateResult, StepOutput
 from grouprl.rewards import registry
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.scorer import Scorer
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, make_row
@@ -33,7 +33,7 @@ def group(tokenizer, row):
         def reply(prompt, turns=turns):
             return turns.pop(0) if turns else expert_reply(_without_wasted(prompt))
 
-        episodes += run_conversations(
+        episodes += run_conversation_episodes(
             [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
             [row],
             1,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from grouprl.models.loading import load_tokenizer
 from grouprl.rewards.reward_calls import episode_messages
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, rows
@@ -21,7 +21,7 @@ def test_smollm2_tokenizer_conversations(smollm2_dir):  # noqa: F811
     assert not declares_tools(tok.chat_template)
     settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]))
     task_rows = rows(4)
-    episodes = run_conversations(
+    episodes = run_conversation_episodes(
         [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
         task_rows,
         1,

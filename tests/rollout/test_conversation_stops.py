@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from grouprl.models.tiny import build_tiny_model, build_tokenizer
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import Completion, SamplingParams, stop_token_ids
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, rows
@@ -52,7 +52,7 @@ def test_every_stop_id_ends_a_turn_and_the_conversation_goes_on(tokenizer, stops
     settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]))
     for stop in stops:
         factories = [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows]
-        episodes = run_conversations(
+        episodes = run_conversation_episodes(
             factories,
             task_rows,
             1,

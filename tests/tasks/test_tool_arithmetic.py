@@ -7,7 +7,7 @@ from grouprl.models.tiny_words import build_word_tokenizer
 from grouprl.records import Episode, Step
 from grouprl.run_config import build_config
 from grouprl.tasks import load_task
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import (
@@ -49,7 +49,7 @@ def test_word_digit_tokenizer_reads_every_expert_conversation_without_unknowns()
         "7",
     ]
     task_rows = rows(40, 5_000)
-    episodes = run_conversations(
+    episodes = run_conversation_episodes(
         [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
         task_rows,
         1,
@@ -131,7 +131,7 @@ def test_each_step_of_the_chain_is_measured_on_the_tool_results_it_saw(tokenizer
     settings = ConversationSettings(tools=resolve_tools(["calculator", "lookup"]))
     measured = {}
     for turns in (0, 1, 2):  # answer at once; after the lookup; after the calculator (the full chain, wrong answer)
-        episodes = run_conversations(
+        episodes = run_conversation_episodes(
             [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
             task_rows,
             1,

@@ -16,7 +16,7 @@ from grouprl.observe.jsonl import JsonlAppender, read_jsonl
 from grouprl.models.tiny import build_tokenizer
 from grouprl.records import Verdict
 from grouprl.observe.step_logs import episode_record
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.safe_text import JsonRejected, encodable, safe_json_loads
@@ -109,7 +109,7 @@ def test_hostile_calls_and_results_through_the_runner_tokenizer_and_logs(tmp_pat
     )
     settings = ConversationSettings(tools=resolve_tools(["calculator"]) + [make_tool(sly)], max_tool_calls=50)
     row = rows(1)[0]
-    [ep] = run_conversations(
+    [ep] = run_conversation_episodes(
         [lambda: ToolAnswerEnv(row["question"], row["ground_truth"])],
         [row],
         1,
@@ -135,7 +135,7 @@ def test_hostile_calls_and_results_through_the_runner_tokenizer_and_logs(tmp_pat
 def test_rewards_that_read_the_policys_json_use_the_same_decoder(label, obj):
     """``json_schema`` and ``tool_call_match`` read JSON the policy wrote through the same decoder."""
     from grouprl.records import Message
-    from grouprl.rewards.builtin.structured import extract_json
+    from grouprl.rewards.builtin.completion_blocks import extract_json
 
     arguments = obj.split('"arguments": ', 1)[1][:-1] if "as a string" not in label else None
     if arguments is None or '"name": "calculator"' not in obj:

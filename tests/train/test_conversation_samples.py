@@ -7,7 +7,7 @@ import torch
 
 from grouprl.policy.scoring import completion_logps, pack
 from grouprl.models.tiny import build_tiny_model, build_tokenizer
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tasks.tool_arithmetic import ToolAnswerEnv, expert_reply, rows
@@ -20,7 +20,7 @@ def episodes_and_model():
     tok = build_tokenizer(string.printable)
     tok.chat_template = TOOL_CHAT_TEMPLATE
     task_rows = rows(3)
-    episodes = run_conversations(
+    episodes = run_conversation_episodes(
         [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
         task_rows,
         1,

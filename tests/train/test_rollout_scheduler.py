@@ -19,7 +19,7 @@ from grouprl.rollout.sampling import SamplingParams
 from grouprl.rollout.weight_sync import GeneratorCopy
 from grouprl.run_config import build_config
 from grouprl.algos.importance import token_truncated_weights
-from grouprl.train.async_rollouts import staleness_metrics
+from grouprl.train.scheduling import staleness_metrics
 from grouprl.train.conversation_samples import pack_conversations
 from grouprl.train.learner import Learner
 from grouprl.train.step_samples import StepSamples

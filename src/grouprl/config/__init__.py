@@ -1,8 +1,9 @@
 """One typed ``Config`` at the bottom of grouprl: it imports nothing from tasks, backends or estimators.
 
 - ``base.py``: ``Section``, ``ConfigError``, the one value parser.
-- ``sections.py``: model, task, rollout, algorithm, objective, speed, tools. ``run_sections.py``: train (with the
-  schedule), eval (with evaluation during training), logging (with tracking), runtime, prompts, hub.
+- ``sections.py``: model, task, rollout, algorithm, speed, tools. ``objective_sections.py``: objective (loss,
+  entropy bonus, dynamic sampling, curriculum). ``run_sections.py``: train (with the schedule), eval (with
+  evaluation during training), logging (with tracking), runtime, prompts, hub.
 - ``task_sections.py``: each built-in task's own section, GRAIL's switches with their environment
   aliases.
 - ``model.py``: ``Config`` and its tables; ``register_section`` for a task that is not built in.
@@ -16,6 +17,7 @@ The whole run's config, with names resolved against their registries, is
 from grouprl.config.base import ConfigError, Section, parse_value
 from grouprl.config.load import ENV_VARS, env_overrides, env_vars, load_config, read_recipe
 from grouprl.config.model import EXTRA_SECTIONS, FIELD_SECTION, SECTIONS, Config, flat_dict, register_section
+from grouprl.config.objective_sections import ObjectiveConfig
 from grouprl.config.run_sections import (
     EvalConfig,
     HubConfig,
@@ -28,7 +30,6 @@ from grouprl.config.run_sections import (
 from grouprl.config.sections import (
     AlgorithmConfig,
     ModelConfig,
-    ObjectiveConfig,
     RewardSpec,
     RolloutConfig,
     SpeedConfig,

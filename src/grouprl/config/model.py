@@ -8,11 +8,11 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from grouprl.config.base import Section
+from grouprl.config.objective_sections import ObjectiveConfig
 from grouprl.config.run_sections import EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig, TrainConfig
 from grouprl.config.sections import (
     AlgorithmConfig,
     ModelConfig,
-    ObjectiveConfig,
     RolloutConfig,
     SpeedConfig,
     TaskConfig,

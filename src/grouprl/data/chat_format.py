@@ -5,6 +5,12 @@ one); ``chat_template_kwargs`` reach ``apply_chat_template`` (e.g. ``enable_thin
 ``max_prompt_length`` keeps the *last* N prompt tokens (left truncation, as TRL does: the end of
 the prompt, where the question and the generation prompt sit, matters most). Every truncated
 prompt is counted (the metric ``prompts/truncated``), and the first one is warned about.
+
+Without ``max_prompt_length``, a prompt that leaves no room in the model's context for the completion is
+refused (:class:`PromptTooLong`, one line naming the row, from the runner): it is never handed to the model,
+which would try to build an attention mask for it (a 30 MB row asked for 900 TB). A prompt whose UTF-8 size
+alone proves it too long (every token is at least one byte and at most the vocabulary's longest) is refused
+before it is tokenized.
 """
 
 from __future__ import annotations
@@ -13,7 +19,32 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from grouprl.config import ConfigError
+
 log = logging.getLogger(__name__)
+
+UNBOUNDED = 10**8  # a tokenizer's model_max_length above this states no context (transformers' default is 1e30)
+
+
+class PromptTooLong(ConfigError):
+    """A prompt longer than the model's context leaves for the completion, with no ``max_prompt_length``."""
+
+
+def prompt_room(tokenizer, max_new_tokens: int) -> int | None:
+    """The longest prompt the model's context leaves room for (its ``model_max_length`` less the completion's
+    cap), or None where the tokenizer states no context."""
+    context = getattr(tokenizer, "model_max_length", None)
+    if not isinstance(context, int) or context >= UNBOUNDED:
+        return None
+    return max(context - max_new_tokens, 1)
+
+
+def _longest_token_bytes(tokenizer) -> int:
+    cached = getattr(tokenizer, "_grouprl_longest_token_bytes", None)
+    if cached is None:
+        cached = max((len(t.encode("utf-8")) for t in tokenizer.get_vocab()), default=64)
+        tokenizer._grouprl_longest_token_bytes = cached
+    return cached
 
 
 def resolve_chat_template(value: str | None) -> str | None:
@@ -97,15 +128,21 @@ def render_prompt_ids(
     messages: list[dict[str, str]],
     chat_template_kwargs: dict[str, Any] | None = None,
     max_prompt_length: int | None = None,
+    room: int | None = None,
 ) -> tuple[str, list[int], bool]:
     """(prompt text, prompt token ids, truncated): the chat template with its kwargs, then the
     last ``max_prompt_length`` tokens. The first cut of a process is warned about; the runner
-    marks every cut step (``Step.prompt_truncated``), so the metrics count them."""
+    marks every cut step (``Step.prompt_truncated``), so the metrics count them. ``room`` (see
+    :func:`prompt_room`): without ``max_prompt_length``, a longer prompt raises :class:`PromptTooLong`."""
     global _warned
     text = tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=False, **(chat_template_kwargs or {})
     )
+    if room and not max_prompt_length and len(text.encode("utf-8")) > room * _longest_token_bytes(tokenizer):
+        raise PromptTooLong(f"a prompt of {len(text):,} characters, more than the model's context of {room:,} tokens")
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if room and not max_prompt_length and len(ids) > room:
+        raise PromptTooLong(f"a prompt of {len(ids):,} tokens, more than the {room:,} the model's context leaves")
     if not max_prompt_length or len(ids) <= max_prompt_length:
         return text, ids, False
     if not _warned:

@@ -7,7 +7,8 @@ import dataclasses
 import json
 import sys
 
-from grouprl.generate.pipeline import GenerateSpec, GenerationFailed, generate
+from grouprl.generate.pipeline import GenerationFailed, generate
+from grouprl.generate.spec import GenerateSpec
 
 HELP = {
     "dataset": "hub id, local dir or data file (.jsonl/.json/.parquet/.csv)",

@@ -34,7 +34,7 @@ from grouprl.job.machine_load import busy_machine_advice
 from grouprl.job.malloc_tuning import tune_malloc
 from grouprl.job.preemption import Preemption
 from grouprl.job.progress import phase_progress
-from grouprl.job.run_dir import RunFolder
+from grouprl.job.run_dir import RunFolder, RunPlan
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
 from grouprl.job.warm_start import prepare_tiny, warm_start_alone
 from grouprl.train.advantages import estimator_options
@@ -121,10 +121,45 @@ def run_training(cfg: Config, console: Console | None = None) -> dict[str, Any]:
 def _run(
     cfg: Config, console: Console | None, parallel: DataParallel, folder: RunFolder, preemption: Preemption
 ) -> dict[str, Any]:
+    """The run's phases in order: checks, warm start, evaluation before, the loop, evaluation after, summary."""
     main = parallel.is_main
     console = (console or Console()) if main else Console(quiet=True)
     start = time.perf_counter()
-    out = folder.out
+    _tune_process(cfg, main, console)
+    plan, resume = _plan_folder(cfg, folder, parallel)
+    task, scorer = _checked_before_any_model(cfg, parallel)
+    saved, packaged = _checked_start(cfg, resume, parallel, console)
+    if plan is not None:  # the main process, everything checked: the old run's files go, or its logs are cut back
+        _apply_plan(cfg, folder, plan)
+    seed_everything(cfg.train.seed)
+    model_path, base_model = _warm_start(cfg, task, scorer, resume, saved, packaged, parallel, console)
+    policy = _load_policy(cfg, model_path, base_model, resume, parallel)
+    prepare_tokenizer(cfg, policy.tokenizer)
+    held_out = HeldOut(cfg, task, scorer, policy.tokenizer, console, folder.out / "eval" if main else None)
+    trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel, evaluate=evaluate)
+    trainer.run_state.base_model = base_model
+    seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
+    if resume:
+        trainer.resume(resume)
+    elif held_out.rows:
+        trainer.run_state.eval_before = held_out.evaluate("before", trainer.backend)
+    sink = _metrics_sink(cfg, folder.out, console) if main else NullSink()
+    try:
+        trainer.observers += observers(cfg, sink, task.eval_rows, task.multi_step, preemption)
+        trainer.train(sink)
+        after = held_out.evaluate("after", trainer.backend) if held_out.rows else None
+        summary = _summary(trainer, held_out, after, model_path, folder.out, main, start)
+        sink.summary(summary)
+    finally:
+        sink.close()
+    if main:
+        (folder.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    end_processes()
+    return summary
+
+
+def _tune_process(cfg: Config, main: bool, console: Console) -> None:
+    """Threads and malloc as the config asks; on a busy machine, one line saying so (step times read against it)."""
     if cfg.runtime.num_threads:
         torch.set_num_threads(cfg.runtime.num_threads)
     if cfg.runtime.tune_malloc:
@@ -132,11 +167,26 @@ def _run(
     advice = busy_machine_advice() if main else None
     if advice:  # once, at the start: the run's step times are read against it
         console.log(advice)
-    # Checked, not yet changed: a resumed run's checkpoint is read through before any log is cut.
-    plan = folder.plan(cfg) if main else None
+
+
+def _plan_folder(cfg: Config, folder: RunFolder, parallel: DataParallel) -> tuple[RunPlan | None, str | None]:
+    """What becomes of the output folder (the main process's plan; ``None`` on the others) and the checkpoint
+    resumed from, known to every process. Checked, not yet changed: a resumed run's checkpoint is read through
+    before any log is cut."""
+    plan = folder.plan(cfg) if parallel.is_main else None
     resume = plan.resume if plan is not None else None
     if parallel.distributed:  # the other processes learn it from the main one
         resume = broadcast_object(resume)
+    return plan, resume
+
+
+def _apply_plan(cfg: Config, folder: RunFolder, plan: RunPlan) -> None:
+    folder.apply(plan)
+    (folder.out / "config.json").write_text(json.dumps(redact(cfg.model_dump()), indent=2))  # no api_key in clear
+
+
+def _checked_before_any_model(cfg: Config, parallel: DataParallel) -> tuple[Any, Scorer]:
+    """The task and the scorer, every name and option of the run resolved once, before any model loads."""
     task = checked_task(cfg)  # data and reward names are checked before any model loads
     try:  # every reward resolved once, before any model loads (a sandboxed file is read, never imported)
         scorer = Scorer.from_config(cfg, task)
@@ -150,33 +200,52 @@ def _run(
     prepare_schedule(cfg, task)  # epochs, warmup ratio, save strategy -> steps
     check_chat_template(cfg.prompts.chat_template, cfg.prompts.chat_template_kwargs)  # renders, before any model
     shard_slice(cfg.rollout.batch_size, parallel.info)  # an uneven split: refused before any model loads
-    saved = read_checkpoint_state(resume) if resume else {}
+    return task, scorer
+
+
+def _checked_start(
+    cfg: Config, resume: str | None, parallel: DataParallel, console: Console
+) -> tuple[dict[str, Any], str | None]:
+    """What the run starts from: a checkpoint's saved state (its world size checked), or the model's folder
+    (a packaged model materialised once; ``None`` for the tiny model)."""
     if resume:
+        saved = read_checkpoint_state(resume)
         check_world_size(
             saved.get("world_size", 1),
             parallel.info,
             cfg.runtime.reshard_on_resume,
             f"--resume_from_checkpoint {resume}",
         )
-    else:
-        check_model_path(cfg.model.model_name_or_path)
-        packaged = packaged_model_folder(cfg.model.model_name_or_path, parallel, console)
-    if plan is not None:  # the main process, everything checked: the old run's files go, or its logs are cut back
-        folder.apply(plan)
-        (out / "config.json").write_text(json.dumps(redact(cfg.model_dump()), indent=2))  # no api_key in clear
-    seed_everything(cfg.train.seed)
+        return saved, None
+    check_model_path(cfg.model.model_name_or_path)
+    return {}, packaged_model_folder(cfg.model.model_name_or_path, parallel, console)
 
+
+def _warm_start(
+    cfg: Config,
+    task,
+    scorer: Scorer,
+    resume: str | None,
+    saved: dict[str, Any],
+    packaged: str | None,
+    parallel: DataParallel,
+    console: Console,
+) -> tuple[str, str]:
+    """``(model_path, base_model)``: the checkpoint and the model it started from, the model named, or the
+    tiny model built and SFT-warmed (by process 0 alone; the others get its path)."""
     if resume:
-        model_path = resume
-        base_model = saved.get("extra", {}).get("base_model", resume)
-    else:
-        base_model = model_path = packaged or (
-            prepare_tiny(cfg, task, scorer, console)
-            if not parallel.distributed
-            else broadcast_object(warm_start_alone(cfg) if main else "")
-        )  # the others get process 0's path
+        return resume, saved.get("extra", {}).get("base_model", resume)
+    model_path = packaged or (
+        prepare_tiny(cfg, task, scorer, console)
+        if not parallel.distributed
+        else broadcast_object(warm_start_alone(cfg) if parallel.is_main else "")
+    )
+    return model_path, model_path
+
+
+def _load_policy(cfg: Config, model_path: str, base_model: str, resume: str | None, parallel: DataParallel):
     device = parallel.device or pick_device(cfg.runtime.device)
-    policy = load_policy(
+    return load_policy(
         cfg.model,
         model_path,
         device,
@@ -185,96 +254,83 @@ def _run(
         revision=None if resume else cfg.model.model_revision,
         attn_implementation=cfg.model.attn_implementation,
     )
-    prepare_tokenizer(cfg, policy.tokenizer)
-    eval_rows = task.eval_rows[: cfg.eval.n_eval]
-    params = SamplingParams.for_eval(cfg)
-    settings = episode_settings(cfg, task)
-    measure = "success rate" if task.multi_step else "accuracy"
 
-    trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel, evaluate=evaluate)
-    trainer.observers.insert(0, preemption)  # first: a SIGTERM saves before an evaluation starts
-    trainer.run_state.base_model = base_model
-    seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
-    if resume:
-        trainer.resume(resume)
-    elif eval_rows:
-        with phase_progress(console, "evaluating before RL", len(eval_rows)) as progress:
-            before = evaluate(
-                trainer.backend,
-                policy.tokenizer,
-                task,
-                eval_rows,
-                params,
-                scorer,
-                out / "eval" / "before.jsonl" if main else None,
-                settings,
+
+class HeldOut:
+    """The held-out evaluation before and after RL: the first ``n_eval`` held-out rows, greedy, written to
+    ``eval/<when>.jsonl`` (``folder``; ``None`` on the processes other than 0)."""
+
+    def __init__(self, cfg: Config, task, scorer: Scorer, tokenizer, console: Console, folder: Path | None):
+        self.task, self.scorer, self.tokenizer, self.console, self.folder = task, scorer, tokenizer, console, folder
+        self.rows = task.eval_rows[: cfg.eval.n_eval]
+        self.params = SamplingParams.for_eval(cfg)
+        self.settings = episode_settings(cfg, task)
+        self.measure = "success rate" if task.multi_step else "accuracy"
+
+    def evaluate(self, when: str, backend) -> dict[str, Any]:
+        """``when``: ``before`` or ``after`` (RL); ``backend``: the trainer's generation backend."""
+        with phase_progress(self.console, f"evaluating {when} RL", len(self.rows)) as progress:
+            result = evaluate(
+                backend,
+                self.tokenizer,
+                self.task,
+                self.rows,
+                self.params,
+                self.scorer,
+                self.folder / f"{when}.jsonl" if self.folder is not None else None,
+                self.settings,
                 progress=progress,
             )
-        trainer.run_state.eval_before = before
-        console.log(f"held-out {measure} before RL: {before['accuracy']:.3f} (n={before['n']})")
+        self.console.log(f"held-out {self.measure} {when} RL: {result['accuracy']:.3f} (n={result['n']})")
+        return result
 
-    sink: Sink = (
-        MetricsSink(
-            str(out),
-            cfg.logging.report_to,
-            cfg.logging.wandb_project,
-            run_name(cfg),
-            redact(flat_dict(cfg)),
-            logging_steps=cfg.logging.logging_steps,
-            console=console,
-            entity=cfg.logging.wandb_entity,
-            group=cfg.logging.wandb_run_group,
-        )
-        if main
-        else NullSink()
+
+def _metrics_sink(cfg: Config, out: Path, console: Console) -> Sink:
+    return MetricsSink(
+        str(out),
+        cfg.logging.report_to,
+        cfg.logging.wandb_project,
+        run_name(cfg),
+        redact(flat_dict(cfg)),
+        logging_steps=cfg.logging.logging_steps,
+        console=console,
+        entity=cfg.logging.wandb_entity,
+        group=cfg.logging.wandb_run_group,
     )
-    try:
-        trainer.observers += observers(cfg, sink, task.eval_rows, task.multi_step)
-        trainer.train(sink)
-        after = None
-        if eval_rows:
-            with phase_progress(console, "evaluating after RL", len(eval_rows)) as progress:
-                after = evaluate(
-                    trainer.backend,
-                    policy.tokenizer,
-                    task,
-                    eval_rows,
-                    params,
-                    scorer,
-                    out / "eval" / "after.jsonl" if main else None,
-                    settings,
-                    progress=progress,
-                )
-            console.log(f"held-out {measure} after RL: {after['accuracy']:.3f} (n={after['n']})")
-        plot = None
-        rollouts = out / "rollouts" / "rollouts.jsonl"
-        if main and rollouts.is_file() and rollouts.stat().st_size:
-            from grouprl.observe.plots import plot_rollouts
 
-            plot = str(plot_rollouts(rollouts, out / "reward_curve.png"))
-        before_rl = trainer.run_state.eval_before  # measured above, or restored from the checkpoint
-        summary = {
-            "task": task.name,
-            "model": model_path,
-            "steps": trainer.step,
-            "accuracy_before": before_rl["accuracy"] if before_rl else None,
-            "accuracy_after": after["accuracy"] if after else None,
-            "n_eval": len(eval_rows),
-            "mean_new_tokens_after": after["completions/mean_length"] if after else None,
-            "eval_before": before_rl,
-            "eval_after": after,
-            "wall_seconds": round(time.perf_counter() - start, 1),
-            "reward_curve": plot,
-            "rollouts": str(rollouts) if rollouts.is_file() else None,
-            "metrics": str(out / "metrics.jsonl"),
-            "final_checkpoint": str(out / f"checkpoint-{trainer.step}"),
-            "best_checkpoint": asdict(trainer.run_state.best) if trainer.run_state.best else None,
-            "hub_revisions": trainer.run_state.hub_revisions,
-        }
-        sink.summary(summary)
-    finally:
-        sink.close()
-    if main:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    end_processes()
-    return summary
+
+def _summary(
+    trainer: Trainer,
+    held_out: HeldOut,
+    after: dict[str, Any] | None,
+    model_path: str,
+    out: Path,
+    main: bool,
+    start: float,
+) -> dict[str, Any]:
+    """summary.json: the accuracies before and after, the run's files (the reward curve plotted here)."""
+    plot = None
+    rollouts = out / "rollouts" / "rollouts.jsonl"
+    if main and rollouts.is_file() and rollouts.stat().st_size:
+        from grouprl.observe.plots import plot_rollouts
+
+        plot = str(plot_rollouts(rollouts, out / "reward_curve.png"))
+    before_rl = trainer.run_state.eval_before  # measured above, or restored from the checkpoint
+    return {
+        "task": held_out.task.name,
+        "model": model_path,
+        "steps": trainer.step,
+        "accuracy_before": before_rl["accuracy"] if before_rl else None,
+        "accuracy_after": after["accuracy"] if after else None,
+        "n_eval": len(held_out.rows),
+        "mean_new_tokens_after": after["completions/mean_length"] if after else None,
+        "eval_before": before_rl,
+        "eval_after": after,
+        "wall_seconds": round(time.perf_counter() - start, 1),
+        "reward_curve": plot,
+        "rollouts": str(rollouts) if rollouts.is_file() else None,
+        "metrics": str(out / "metrics.jsonl"),
+        "final_checkpoint": str(out / f"checkpoint-{trainer.step}"),
+        "best_checkpoint": asdict(trainer.run_state.best) if trainer.run_state.best else None,
+        "hub_revisions": trainer.run_state.hub_revisions,
+    }

@@ -27,10 +27,14 @@ def prepare_tokenizer(cfg: Config, tokenizer) -> None:
     apply_chat_template(tokenizer, cfg.prompts.chat_template)
 
 
-def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bool) -> list[TrainObserver]:
-    """The step logs first, then evaluation (it may save the best step), then hub pushes, then rotation
-    (which spares checkpoints still uploading). Several processes: every one evaluates (generation is
-    collective under FSDP), process 0 alone writes logs, pushes and rotates."""
+def observers(
+    cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bool, preemption: TrainObserver | None = None
+) -> list[TrainObserver]:
+    """The step logs first (rollout records, trajectories), then a SIGTERM's save and stop (``preemption``:
+    after the logs, so a preempted step loses none of its records; before evaluation, which may take long),
+    then evaluation (it may save the best step), then hub pushes, then rotation (which spares checkpoints still
+    uploading). Several processes: every one evaluates (generation is collective under FSDP), process 0 alone
+    writes logs, pushes and rotates; the save is collective and comes at the same point on every process."""
     from grouprl.job.checkpoint_observers import CheckpointRotation, HubPushObserver
     from grouprl.job.periodic_eval import PeriodicEval
     from grouprl.job.rollout_logs import RolloutLogs
@@ -44,6 +48,8 @@ def observers(cfg: Config, sink, eval_rows: list[dict[str, Any]], multi_step: bo
                 Path(cfg.train.output_dir), cfg.logging.log_rollouts, cfg.logging.save_trajectories_every, multi_step
             )
         )
+    if preemption is not None:
+        found.append(preemption)
     if cfg.eval.eval_strategy == "steps":
         found.append(PeriodicEval(cfg, sink, eval_rows))
     if not main:

@@ -22,7 +22,7 @@ from grouprl.config import ConfigError
 from grouprl.policy.scoring import completion_logps
 from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
 from grouprl.records import Episode
-from grouprl.rollout.conversation import ConversationSettings, run_conversations
+from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.scripted import ScriptedBackend
 from grouprl.tools.chat_template import ensure_tool_template
@@ -41,7 +41,7 @@ def expert_traces(
         )
     rows = task.sft_rows(n_episodes)
     settings = dataclasses.replace(settings, max_conversation_tokens=None)  # the expert's turns are never cut
-    episodes = run_conversations(
+    episodes = run_conversation_episodes(
         [task.env_factory(r) for r in rows],
         rows,
         1,

@@ -319,7 +319,7 @@ def layout_costs(model, batch: TokenBatch) -> tuple[float, float]:
 
 
 # The KV-cache layout's cost beyond its FLOPs, per sample, in tokens of linear-layer work. Fitted on five shapes
-# (bench/scoring_levers.py, 2 threads, fwd+bwd; estimate without it -> measured, block/cache): tiny at T=8
+# (bench/levers/scoring.py, 2 threads, fwd+bwd; estimate without it -> measured, block/cache): tiny at T=8
 # 1.08 -> 0.87, SmolLM2 (main job) at T=12 1.03 -> 0.91, GSM8K shape at T=256 1.21 -> 1.18, and two uneven
 # batches (block both ways); with 3 tokens the estimates are 0.86, 0.88 and 1.20. A constant, not a share of the
 # prompt: it was fitted on 2 CPU threads only, and flips only near-ties (no measured choice changed but these).

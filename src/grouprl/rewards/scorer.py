@@ -54,6 +54,14 @@ class Scores:
         )
 
 
+def _correctness_judge(fns: dict[str, Any], judge_key: str | None, correct_reward: str | None, sandbox: bool):
+    """What decides ``correct``: one of the rewards (its score is read), or ``correct_reward`` resolved under
+    the same sandbox rule (with ``sandbox``, a user file named here is never imported into this process)."""
+    if judge_key is not None:
+        return fns[judge_key]
+    return resolve_reward(correct_reward, sandbox) if correct_reward else None
+
+
 class Scorer:
     """Reward functions (weighted), optional learned rewards and an optional mixer."""
 
@@ -89,15 +97,7 @@ class Scorer:
         self.keys = list(self.fns)
         self.weights = {key: all_weights[key] for key in self.keys}
         self.judge_key = correct_reward if correct_reward in self.keys else None
-        # The judge is one of the rewards (its score is read), or resolved under the same sandbox rule:
-        # with sandbox_user_rewards a user file named here is never imported into this process.
-        self.judge = (
-            self.fns[self.judge_key]
-            if self.judge_key is not None
-            else resolve_reward(correct_reward, sandbox_user_rewards)
-            if correct_reward
-            else None
-        )
+        self.judge = _correctness_judge(self.fns, self.judge_key, correct_reward, sandbox_user_rewards)
         self.predict = predict  # the task's answer parser (``task.predict``): what a completion answered
         self.max_error_fraction, self.default_step_reward = max_error_fraction, default_step_reward
         self.learned = list(learned or []) + list(named_learned.values())

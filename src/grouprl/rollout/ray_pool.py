@@ -8,7 +8,7 @@ Why it is shaped this way:
   (env, action) pairs and gathers them with one ``ray.get``, so the per-step overhead is a
   few round trips, however many environments there are. A remote call costs about a
   millisecond (serialization, scheduling, a round trip; a whole pool ``step`` measures 2-3 ms
-  on a 2-core machine in ``bench/env_scaling.py``), so one call per environment would pay that
+  on a 2-core machine in ``bench/rollouts/env_scaling.py``), so one call per environment would pay that
   for every env, every step.
 - **Generation stays batched in the trainer.** Only the environments move out of the process;
   the policy still generates every live episode's action in one batch, on the trainer's

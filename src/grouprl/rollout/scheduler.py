@@ -74,7 +74,14 @@ class RolloutTimeout(RuntimeError):
 
 
 class RolloutProducerError(RuntimeError):
-    """A producer worker raised while making a batch; the learner stops with its error."""
+    """A producer worker raised while making a batch; the learner stops with its error, in the same one line
+    the synchronous run prints for it (the cause's own message, then where it happened) and its exit code."""
+
+    def __init__(self, cause: BaseException, batch: int):
+        text = str(cause).strip() or type(cause).__name__
+        super().__init__(f"{text} (in the rollout producer, batch {batch}; {type(cause).__name__})")
+        self.cause, self.batch = cause, batch
+        self.exit_code = int(getattr(cause, "exit_code", 1))
 
 
 class ProducerStopped(Exception):
@@ -207,13 +214,14 @@ class AsyncScheduler:
             if not self._cond.wait_for(lambda: index in self._finished, timeout=self.timeout):
                 raise RolloutTimeout(
                     f"no rollout batch finished within rollout_timeout={self.timeout:g}s (batch {index}: "
-                    "a hung episode, tool or judge?); stopping the learner"
+                    "a hung episode, tool or judge?); raise rollout_timeout (section rollout) if batches are "
+                    "just slow"
                 )
             result = self._finished.pop(index)
             self._taken += 1
         if isinstance(result, BaseException):
             self.close()
-            raise RolloutProducerError(f"the rollout producer failed on batch {index}: {result!r}") from result
+            raise RolloutProducerError(result, index) from result
         self.data_position = result.data_position
         result.producer_seconds, result.seconds = result.seconds, {"rollout_wait_time": time.perf_counter() - start}
         return result

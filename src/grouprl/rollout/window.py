@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from grouprl.data.chat_format import render_prompt_ids
+from grouprl.data.chat_format import PromptTooLong, prompt_room, render_prompt_ids
 from grouprl.records import Episode, Observation, Step, StepResult
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
@@ -75,7 +75,7 @@ def run_window_episodes(
         live = list(observations)
         if not live:
             break
-        prompts = _prompts(live, instructions, history, observations, tokenizer, settings)
+        prompts = _prompts(live, instructions, history, observations, tokenizer, settings, params, episodes)
         completions = backend.generate([p[2] for p in prompts], params)
         parsed = [
             parse_action(c.text, settings.action_pattern, observations[i].admissible_actions)
@@ -97,9 +97,13 @@ def run_window_episodes(
     return episodes
 
 
-def _prompts(live, instructions, history, observations, tokenizer, settings: EpisodeSettings) -> list[Prompt]:
+def _prompts(
+    live, instructions, history, observations, tokenizer, settings: EpisodeSettings, params, episodes
+) -> list[Prompt]:
     """Every live episode's prompt. Episodes of a group often see the same prompt (always at the first step):
-    each distinct one is rendered and tokenized once."""
+    each distinct one is rendered and tokenized once. One longer than the model's context leaves for the
+    completion is refused naming its row (``max_prompt_length`` truncates instead)."""
+    room = prompt_room(tokenizer, params.max_new_tokens)
     cache: dict[tuple, tuple[str, list[int], bool]] = {}
     prompts = []
     for i in live:
@@ -108,9 +112,15 @@ def _prompts(live, instructions, history, observations, tokenizer, settings: Epi
         )
         key = tuple((m["role"], m["content"]) for m in messages)
         if key not in cache:
-            cache[key] = render_prompt_ids(
-                tokenizer, messages, settings.chat_template_kwargs, settings.max_prompt_length
-            )
+            try:
+                cache[key] = render_prompt_ids(
+                    tokenizer, messages, settings.chat_template_kwargs, settings.max_prompt_length, room
+                )
+            except PromptTooLong as err:
+                raise PromptTooLong(
+                    f"{_row_label(episodes[i].row)}: {err} (max_completion_length {params.max_new_tokens}); set "
+                    "max_prompt_length (section prompts) to keep its last tokens, or drop the row"
+                ) from None
         prompts.append((messages, *cache[key]))
     return prompts
 
@@ -155,3 +165,12 @@ def _record_step(
         else:
             observations[i] = result.observation
     episode.steps.append(step)
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    """The row as an error line names it: its id where it has one, else its first fields, shortened."""
+    for key in ("id", "_id", "row_id", "index"):
+        if key in row:
+            return f"row {key}={row[key]!r}"
+    shown = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in list(row.items())[:2])
+    return f"row ({shown})"

@@ -302,24 +302,35 @@ class Trainer:
         columns = (TextColumn(self.cfg.algorithm.advantage), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
         with Progress(*columns, TextColumn("{task.fields[info]}"), console=sink.console) as progress:
             bar = progress.add_task("train", total=train.max_steps, completed=self.step, info="")
-            while self.step < train.max_steps:
-                record = self.train_step()
-                self.last_record = record  # observers see the step's records
-                self.step += 1
-                metrics = self.metrics(record)
-                sink.log(self.step, metrics)
-                history.append({"step": self.step, **metrics})
-                info = f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}"
-                progress.update(bar, completed=self.step, info=info)
-                for observer in self.observers:  # logs, evaluation every eval_steps (may save the best step), ...
-                    observer.after_step(self.view(), self.step, metrics)
-                if train.save_steps and self.step % train.save_steps == 0 and self.step < train.max_steps:
-                    self.checkpoint()  # after the evaluation: the checkpoint's run state knows this step's best
+            try:
+                while self.step < train.max_steps:
+                    metrics = self.logged_step(sink)
+                    history.append({"step": self.step, **metrics})
+                    info = f"reward {metrics['reward']:.3f} acc {metrics['accuracy']:.2f}"
+                    progress.update(bar, completed=self.step, info=info)
+            except BaseException:  # a failure or a SIGTERM's stop: no producer may be left inside torch at exit
+                self.close()
+                raise
         self.close()
         self.checkpoint()
         for observer in self.observers:  # logs closed, hub uploads finish, ...
             observer.after_train(self.view())
         return history
+
+    def logged_step(self, sink: Sink) -> dict[str, float]:
+        """One step, logged, shown to the observers (logs first, then a SIGTERM's save and stop, evaluation,
+        completions, hub, rotation) and, every ``save_steps``, checkpointed after them."""
+        record = self.train_step()
+        self.last_record = record  # observers see the step's records
+        self.step += 1
+        metrics = self.metrics(record)
+        sink.log(self.step, metrics)
+        for observer in self.observers:
+            observer.after_step(self.view(), self.step, metrics)
+        save_steps = self.cfg.train.save_steps
+        if save_steps and self.step % save_steps == 0 and self.step < self.cfg.train.max_steps:
+            self.checkpoint()  # after the evaluation: the checkpoint's run state knows this step's best
+        return metrics
 
     def close(self) -> None:  # the rollout producer (batches in flight dropped) and the environment pool
         if self._scheduler is not None:

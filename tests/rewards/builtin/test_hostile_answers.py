@@ -140,17 +140,17 @@ def test_math_accuracy_finishes_within_its_budget_off_the_main_thread():
 def test_fenced_blocks_are_found_in_linear_time_as_the_regex_found_them():
     import random
 
-    from grouprl.rewards.builtin import structured
+    from grouprl.rewards.builtin import completion_blocks
 
     def by_regex(text):  # the reference: the regex the scan replaced (quadratic on a run of backticks)
-        return [(m.group(1).lower(), m.group(2)) for m in structured._FENCE.finditer(text)]
+        return [(m.group(1).lower(), m.group(2)) for m in completion_blocks._FENCE.finditer(text)]
 
     rng = random.Random(0)
     alphabet = ["`", "```", "\n", "py", "python", " ", "x", "\t", "json", "+", "é"]
     for _ in range(5000):
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 30)))
-        assert structured._fenced_blocks(text) == by_regex(text), repr(text)
+        assert completion_blocks._fenced_blocks(text) == by_regex(text), repr(text)
     start = time.monotonic()
-    assert structured._fenced_blocks("`" * 1_000_000) == []  # the regex took 38 s on 100k of them
+    assert completion_blocks._fenced_blocks("`" * 1_000_000) == []  # the regex took 38 s on 100k of them
     assert REWARDS["code_execution"](conversation("q", "`" * 1_000_000), test_cases=["assert f() == 1"]).score == 0.0
     assert time.monotonic() - start < 2.0

@@ -12,7 +12,7 @@ import pytest
 from grouprl.records import Message
 from grouprl.rewards.sandbox import runner as sandbox
 from grouprl.rewards.builtin.structured import code_execution
-from grouprl.rewards.sandbox.code_harness import UnsupportedTest, split_test
+from grouprl.rewards.sandbox.assert_split import UnsupportedTest, split_test
 
 TESTS = ["assert square(3) == 9", "assert square(-4) == 16", "assert sorted([square(2), 0]) == [0, 4]"]
 

@@ -17,7 +17,7 @@ import pytest
 
 from grouprl.records import Message
 from grouprl.rewards.builtin.structured import code_execution
-from grouprl.rewards.sandbox.code_harness import UnsupportedTest, split_test
+from grouprl.rewards.sandbox.assert_split import UnsupportedTest, split_test
 from grouprl.rewards.sandbox.runner import run_in_sandbox
 from grouprl.rewards.sandbox.user_reward import user_reward_in_sandbox
 

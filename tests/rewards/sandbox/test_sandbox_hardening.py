@@ -140,12 +140,12 @@ def test_sandbox_that_cannot_start_is_an_infrastructure_error_when_not_root():
     # After a passing probe, the user's hard process limit leaves no room: bwrap cannot start.
     out = as_nobody("""
         import json, resource, threading
-        from grouprl.rewards.sandbox import runner as sandbox
+        from grouprl.rewards.sandbox import launchers, runner as sandbox
         assert sandbox.bwrap_available(PYTHON)[0]
         stop = threading.Event()
         threads = [threading.Thread(target=stop.wait) for _ in range(20)]
         for t in threads: t.start()
-        n = sandbox._user_task_count(65534)
+        n = launchers._user_task_count(65534)
         # Room for our own reader threads and the fork, not for the sandbox's process budget.
         resource.setrlimit(resource.RLIMIT_NPROC, (n + 8, n + 8))
         try:
@@ -279,7 +279,7 @@ def test_unremovable_fallback_scratch_is_removed_when_not_root():
     out = as_nobody(
         """
         import json, os, tempfile
-        from grouprl.rewards.sandbox.runner import remove_tree
+        from grouprl.rewards.sandbox.launchers import remove_tree
         d = tempfile.mkdtemp(prefix="grouprl-sbx-")
         os.makedirs(os.path.join(d, "a", "b"))
         open(os.path.join(d, "a", "b", "f"), "w").write("x")

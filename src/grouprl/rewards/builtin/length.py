@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from grouprl.records import EvaluateResult, Message
+from grouprl.records import EvaluateResult, Message, MetricResult
 from grouprl.rewards.builtin.answers import completion_text, is_correct, metric, option_or, shorten
 from grouprl.rewards.kit import reward_function
 
@@ -20,6 +20,35 @@ def _lengths(completions: list[str], lengths: Any) -> list[float]:
     if lengths is None:
         return [float(len(c)) for c in completions]
     return [float(len(c)) if v is None else float(v) for c, v in zip(completions, lengths)]
+
+
+def _unknown_correctness(metrics: dict[str, MetricResult], truth: Any) -> EvaluateResult:
+    """No opinion: neither ``correct`` nor a gold answer math-verify can parse says whether it is right."""
+    return EvaluateResult(
+        score=0.0,
+        is_score_valid=False,
+        metrics=metrics,
+        reason=f"correctness unknown (gold {shorten(truth)} unparsable and no `correct`); no opinion",
+    )
+
+
+def _length_result(ok: bool | None, length: float, lo: float, hi: float, group: Any, truth: Any) -> EvaluateResult:
+    """One sample's Kimi length reward, its group's lengths spanning [lo, hi]; no opinion when ``ok`` is None."""
+    rel = 0.0 if hi == lo else (length - lo) / (hi - lo)
+    lam = 0.0 if hi == lo else 0.5 - rel
+    metrics = {"relative_length": metric(rel, f"len {length:g} in group range [{lo:g}, {hi:g}]")}
+    if ok is None:
+        return _unknown_correctness(metrics, truth)
+    score = lam if ok else min(0.0, lam)
+    metrics["correct"] = metric(float(ok), "correct" if ok else "wrong")
+    why = (
+        "all lengths in the group are equal"
+        if hi == lo
+        else f"lambda = 0.5 - ({length:g} - {lo:g}) / ({hi:g} - {lo:g}) = {lam:.4f}"
+    )
+    return EvaluateResult(
+        score=score, metrics=metrics, reason=f"{'correct' if ok else 'wrong'} in group {group!r}: {why}"
+    )
 
 
 @reward_function(id="length", mode="batch", requirements=["math-verify"])
@@ -68,27 +97,7 @@ def length_reward(
         lo, hi = min(lens[i] for i in members), max(lens[i] for i in members)
         for i in members:
             ok = is_correct(completions[i], truths[i], flags[i], timeout_seconds)
-            rel = 0.0 if hi == lo else (lens[i] - lo) / (hi - lo)
-            lam = 0.0 if hi == lo else 0.5 - rel
-            metrics = {"relative_length": metric(rel, f"len {lens[i]:g} in group range [{lo:g}, {hi:g}]")}
-            if ok is None:
-                results[i] = EvaluateResult(
-                    score=0.0,
-                    is_score_valid=False,
-                    metrics=metrics,
-                    reason=f"correctness unknown (gold {shorten(truths[i])} unparsable and no `correct`); no opinion",
-                )
-                continue
-            score = lam if ok else min(0.0, lam)
-            metrics["correct"] = metric(float(ok), "correct" if ok else "wrong")
-            why = (
-                "all lengths in the group are equal"
-                if hi == lo
-                else f"lambda = 0.5 - ({lens[i]:g} - {lo:g}) / ({hi:g} - {lo:g}) = {lam:.4f}"
-            )
-            results[i] = EvaluateResult(
-                score=score, metrics=metrics, reason=f"{'correct' if ok else 'wrong'} in group {g!r}: {why}"
-            )
+            results[i] = _length_result(ok, lens[i], lo, hi, g, truths[i])
     return results  # type: ignore[return-value]
 
 
@@ -135,12 +144,7 @@ def cosine_length(
     frac = min(1.0, max(0.0, length / max_len))
     metrics = {"length_fraction": metric(frac, f"L={length:g} of max_len={max_len}")}
     if ok is None:
-        return EvaluateResult(
-            score=0.0,
-            is_score_valid=False,
-            metrics=metrics,
-            reason=f"correctness unknown (gold {shorten(ground_truth)} unparsable and no `correct`); no opinion",
-        )
+        return _unknown_correctness(metrics, ground_truth)
     if ok:
         lo, hi = option_or(min_value_correct, 0.5), option_or(max_value_correct, 1.0)
     else:

@@ -44,40 +44,12 @@ from grouprl.config.redact import REDACTED
 from grouprl.rewards.kit import reward_function
 from grouprl.rewards.learned.judge_cache import JudgeCache
 from grouprl.rewards.learned.judge_client import JudgeClient
+from grouprl.rewards.learned.judge_templates import GROUP_TEMPLATE, POINTWISE_TEMPLATE, load_template
 from grouprl.rewards.learned.judge_verdict import JudgeParseError, check_not_quoted, read_group_scores, read_score
 
 __all__ = ["JudgeParseError", "build_judge", "parse_group_scores", "parse_score", "settings_from"]
 
 log = logging.getLogger(__name__)
-
-POINTWISE_TEMPLATE = """Grade the response to the question below on a scale from 0 (useless or wrong) to 10 \
-(correct, complete and clear).
-
-Question:
-{{ question }}
-
-Response:
-{{ completion }}
-{% if reference is not none %}
-Reference answer (the response is correct only if it agrees with it):
-{{ reference }}
-{% endif %}
-Explain briefly, then end with a line of the form SCORE: <0-10>."""
-
-GROUP_TEMPLATE = """Here are {{ k }} responses to the same question. Score each from 0 (useless or wrong) to 10 \
-(correct, complete and clear), comparing them with each other: better responses get higher scores.
-
-Question:
-{{ question }}
-{% if reference is not none %}
-Reference answer:
-{{ reference }}
-{% endif %}
-{% for c in completions %}
-Response {{ loop.index }}:
-{{ c }}
-{% endfor %}
-Reply with exactly {{ k }} lines, one per response, of the form <response number>: <score>."""
 
 FORMATS = ("score_line", "json", "number")
 
@@ -176,18 +148,6 @@ def api_key_of(name: str, api_key: str | None) -> str:
             )
         api_key = None
     return api_key or os.environ.get("OPENAI_API_KEY") or "EMPTY"
-
-
-def load_template(name: str, template: str | None, default: str):
-    import jinja2
-
-    text = template or default
-    if template and len(template) < 300 and "\n" not in template and Path(template).is_file():
-        text = Path(template).read_text()
-    try:
-        return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True).from_string(text)
-    except jinja2.TemplateSyntaxError as err:
-        raise ConfigError(f"reward '{name}': template line {err.lineno}: {err.message}") from None
 
 
 # --- parsing (judge_verdict.py: only the judge's own verdict, from a complete reply, counts) ---------

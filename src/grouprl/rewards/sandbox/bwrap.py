@@ -12,7 +12,8 @@ The sandbox is built from an empty root, not from the host's ``/``: it holds onl
 
 So the project, the datasets, caches (``HF_HOME``), other runs' scratch dirs, ``/run`` and the
 host's unix sockets are simply not there. Process control (limits, timeouts, the memory cgroup,
-output caps, the fallback) lives in ``runner.py``; the seccomp filter in ``seccomp.py``.
+output caps, the fallback) lives in ``runner.py``, ``launchers.py`` and ``process.py``; the seccomp
+filter in ``seccomp.py``.
 """
 
 from __future__ import annotations
@@ -152,7 +153,23 @@ def bwrap_command(
         "--new-session",
     ]
     args += _system_args()
-    args += [
+    args += _scratch_args(scratch_bytes)
+    made: set[str] = set()
+    for prefix in interpreter_prefixes(python):
+        args += _bind_ro_with_parents(prefix, prefix, made)
+    if expose_grouprl:
+        args += _bind_ro_with_parents(grouprl_package_dir(), f"{GROUPRL_MOUNT}/grouprl", made)
+    args += ["--perms", "0644", "--file", str(code_fd), f"{SCRATCH}/{code_name}"]
+    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH]
+    args += _env_args()
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
+    return args + _identity_args()
+
+
+def _scratch_args(scratch_bytes: int) -> list[str]:
+    """A fresh ``/proc`` and ``/dev``, and the two size-capped tmpfs: ``/dev/shm`` and the scratch ``/tmp``."""
+    return [
         "--proc",
         "/proc",
         "--dev",
@@ -170,14 +187,11 @@ def bwrap_command(
         "--tmpfs",
         SCRATCH,
     ]
-    made: set[str] = set()
-    for prefix in interpreter_prefixes(python):
-        args += _bind_ro_with_parents(prefix, prefix, made)
-    if expose_grouprl:
-        args += _bind_ro_with_parents(grouprl_package_dir(), f"{GROUPRL_MOUNT}/grouprl", made)
-    args += ["--perms", "0644", "--file", str(code_fd), f"{SCRATCH}/{code_name}"]
-    args += ["--remount-ro", "/dev", "--remount-ro", "/", "--chdir", SCRATCH]
-    args += [
+
+
+def _env_args() -> list[str]:
+    """The program's environment: cleared, then only the path, the scratch as home, and Python's I/O settings."""
+    return [
         "--clearenv",
         "--setenv",
         "PATH",
@@ -198,15 +212,16 @@ def bwrap_command(
         "PYTHONIOENCODING",
         "utf-8",
     ]
-    if seccomp_fd is not None:
-        args += ["--seccomp", str(seccomp_fd)]
+
+
+def _identity_args() -> list[str]:
+    """Who the program runs as: as root, the capabilities to drop to the per-run uid (``setpriv`` inside);
+    else a user namespace as nobody, with no further user namespaces."""
     if is_root():
         # Privileged bwrap: keep only what is needed to drop to the unprivileged uid. There is no
         # user namespace to disable here; the seccomp filter refuses CLONE_NEWUSER instead.
-        args += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
-    else:
-        args += ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
-    return args
+        return ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return ["--unshare-user", "--disable-userns", "--uid", "65534", "--gid", "65534"]
 
 
 def drop_privileges_prefix(uid: int) -> list[str]:

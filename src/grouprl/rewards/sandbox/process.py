@@ -1,4 +1,4 @@
-"""Run one sandbox command under limits and collect what happened (used by ``runner.py``).
+"""Run one sandbox command under limits and collect what happened (used by ``launchers.py``).
 
 Limits are set by util-linux ``prlimit`` exec'd before the sandbox (``preexec_fn`` is unsafe
 in a threaded parent and is only the fallback); output is read incrementally with a cap; a
@@ -187,21 +187,8 @@ def execute(
     launcher's pipe (both ends are closed here); ``pass_fds`` are inherited by the command."""
     start = time.monotonic()
     start_r, start_w = start_pipe
-    killed: list[str] = []
-    prefix = prlimit_prefix(limits, nproc)
-    preexec = None if prefix else _make_preexec(limits, nproc)
-    proc = subprocess.Popen(
-        prefix + cmd if prefix else cmd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=cwd,
-        start_new_session=True,
-        close_fds=True,
-        pass_fds=(*pass_fds, start_w),
-        preexec_fn=preexec,
-    )
+    killed: list[str] = []  # why we killed it ("output", "timeout"); the first reason is the one reported
+    proc = _spawn(cmd, env, cwd, limits, nproc, (*pass_fds, start_w))
     os.close(start_w)
 
     def overflow() -> None:
@@ -216,44 +203,15 @@ def execute(
     for r in readers:
         r.start()
     threading.Thread(target=_feed_stdin, args=(proc, stdin.encode("utf-8", "replace")), daemon=True).start()
-
-    timed_out = False
-    try:
-        proc.wait(timeout=limits.timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        if not killed:
-            killed.append("timeout")
-        _kill_group(proc)
-        proc.wait()
-    _kill_group(proc)  # reap any stragglers left in the group (rlimits backend)
-    for r in readers:
-        r.join(timeout=2.0)
-    for s in (proc.stdout, proc.stderr):
-        try:
-            if s is not None:
-                s.close()
-        except OSError:
-            pass
-    os.set_blocking(start_r, False)
-    try:
-        started = os.read(start_r, 1) == b"1"
-    except BlockingIOError:
-        started = False
-    finally:
-        os.close(start_r)
+    timed_out = _wait(proc, limits.timeout_s, killed)
+    _close_pipes(proc, readers)
+    started = _launcher_started(start_r)
     duration = time.monotonic() - start
 
     exit_code = proc.returncode
     stdout = readers[0].buf.decode("utf-8", "replace")
     stderr = readers[1].buf.decode("utf-8", "replace")
-    infra = None
-    if not started:
-        last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no message"]
-        infra = (
-            f"sandbox ({backend}) could not start the program (exit {exit_code}"
-            f"{', timed out' if timed_out else ''}): {last[0][:300]}"
-        )
+    infra = None if started else _not_started(backend, exit_code, timed_out, stderr)
     reason = killed[0] if killed else _kill_reason(exit_code, backend, stderr, bool(oom_killed and oom_killed()))
     return SandboxResult(
         ok=exit_code == 0 and not killed and not timed_out and infra is None,
@@ -266,4 +224,71 @@ def execute(
         backend=backend,
         duration_s=duration,
         infra_error=infra,
+    )
+
+
+def _spawn(
+    cmd: list[str], env: dict[str, str], cwd: str | None, limits: Limits, nproc: int, pass_fds: tuple[int, ...]
+) -> subprocess.Popen:
+    """``cmd`` started in its own session under ``limits``: by ``prlimit`` when there is one, else by a
+    ``preexec_fn`` (unsafe in a threaded parent, so only the fallback)."""
+    prefix = prlimit_prefix(limits, nproc)
+    preexec = None if prefix else _make_preexec(limits, nproc)
+    return subprocess.Popen(
+        prefix + cmd if prefix else cmd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=cwd,
+        start_new_session=True,
+        close_fds=True,
+        pass_fds=pass_fds,
+        preexec_fn=preexec,
+    )
+
+
+def _wait(proc: subprocess.Popen, timeout_s: float, killed: list[str]) -> bool:
+    """Wait for the program until the wall-clock timeout, then kill its whole group; whether it timed out."""
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        if not killed:
+            killed.append("timeout")
+        _kill_group(proc)
+        proc.wait()
+    _kill_group(proc)  # reap any stragglers left in the group (rlimits backend)
+    return timed_out
+
+
+def _close_pipes(proc: subprocess.Popen, readers: list[_Reader]) -> None:
+    for r in readers:
+        r.join(timeout=2.0)
+    for s in (proc.stdout, proc.stderr):
+        try:
+            if s is not None:
+                s.close()
+        except OSError:
+            pass
+
+
+def _launcher_started(start_r: int) -> bool:
+    """Whether the launcher wrote its byte (the program started); closes the pipe's read end."""
+    os.set_blocking(start_r, False)
+    try:
+        return os.read(start_r, 1) == b"1"
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(start_r)
+
+
+def _not_started(backend: str, exit_code: int | None, timed_out: bool, stderr: str) -> str:
+    """The infrastructure error of a run whose program never started, with the sandbox's last line."""
+    last = [ln for ln in stderr.strip().splitlines() if ln.strip()][-1:] or ["no message"]
+    return (
+        f"sandbox ({backend}) could not start the program (exit {exit_code}"
+        f"{', timed out' if timed_out else ''}): {last[0][:300]}"
     )

@@ -130,6 +130,30 @@ def stable_anchor(obs: Any) -> Hashable:
     return obs
 
 
+def _action_table(
+    space: Any, discrete: Any, action_names: Sequence[str] | None, parse_action: Callable[[str], Any] | None
+) -> tuple[list[str] | None, dict[str, Any]]:
+    """The action names and, for a ``Discrete`` space, each name's action (its key: ``action_text`` of the
+    name); ``ValueError`` when the names do not fit the space or a non-``Discrete`` space has no parser."""
+    if isinstance(space, discrete):
+        n, start = int(space.n), int(space.start)
+        names = [str(start + i) for i in range(n)] if action_names is None else [str(a) for a in action_names]
+        if len(names) != n:
+            raise ValueError(
+                f"gym_text: action_names has {len(names)} names {names} but the action space {space} has {n} actions"
+            )
+        keys = [action_text(name) for name in names]
+        if "" in keys or len(set(keys)) != n:
+            raise ValueError(f"gym_text: action_names must be non-empty and distinct (case-insensitive), got {names}")
+        return names, {key: start + i for i, key in enumerate(keys)}
+    if parse_action is None:
+        raise ValueError(
+            f"gym_text: the action space {space} is not Discrete; pass parse_action "
+            "(a function from the action text to an action of this space)"
+        )
+    return (None if action_names is None else [str(a) for a in action_names]), {}
+
+
 class GymTextEnv(Environment):
     """A gymnasium environment behind the grouprl text protocol.
 
@@ -184,32 +208,9 @@ class GymTextEnv(Environment):
         self.success = success or default_success
         self.parse_action = parse_action
 
-        space = self.env.action_space
-        self._action_by_name: dict[str, Any] = {}
-        self.action_names: list[str] | None = None
-        if isinstance(space, gymnasium.spaces.Discrete):
-            n, start = int(space.n), int(space.start)
-            names = [str(start + i) for i in range(n)] if action_names is None else [str(a) for a in action_names]
-            if len(names) != n:
-                raise ValueError(
-                    f"gym_text: action_names has {len(names)} names {names} but the action "
-                    f"space {space} has {n} actions"
-                )
-            keys = [action_text(name) for name in names]
-            if "" in keys or len(set(keys)) != n:
-                raise ValueError(
-                    f"gym_text: action_names must be non-empty and distinct (case-insensitive), got {names}"
-                )
-            self.action_names = names
-            self._action_by_name = {key: start + i for i, key in enumerate(keys)}
-        elif parse_action is None:
-            raise ValueError(
-                f"gym_text: the action space {space} is not Discrete; pass parse_action "
-                "(a function from the action text to an action of this space)"
-            )
-        elif action_names is not None:
-            self.action_names = [str(a) for a in action_names]
-
+        self.action_names, self._action_by_name = _action_table(
+            self.env.action_space, gymnasium.spaces.Discrete, action_names, parse_action
+        )
         if instructions is None:
             instructions = ""
             if self.action_names:
