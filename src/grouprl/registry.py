@@ -15,10 +15,13 @@ parameters are its options, and an option it does not declare is an error naming
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar
 
 from grouprl.user_code import CodeRef, code_ref, import_callable
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -37,6 +40,31 @@ def check_options(kind: str, name: str, declared: tuple[str, ...], given: dict[s
         raise ValueError(
             f"{kind} '{name}': unknown option '{unknown[0]}'; it takes: {', '.join(declared) or 'no options'}"
         )
+
+
+def options_from_config(
+    section: Any, fields: dict[str, str], declared: tuple[str, ...], kind: str, name: str, only_set: bool = False
+) -> dict[str, Any]:
+    """A plug-in's options read from its config section: ``fields`` maps an option to the section's field that
+    sets it; only the options the plug-in declares are read (``only_set``: and only fields the user set). A
+    field the user set for a plug-in that does not declare it is warned about, never dropped silently."""
+    options = {
+        option: getattr(section, field)
+        for option, field in fields.items()
+        if option in declared and (not only_set or field in section.model_fields_set)
+    }
+    ignored = [
+        field for option, field in fields.items() if field in section.model_fields_set and option not in declared
+    ]
+    if ignored:
+        log.warning(
+            "%s '%s' does not use %s (it takes: %s)",
+            kind,
+            name,
+            ", ".join(ignored),
+            ", ".join(declared) or "no options",
+        )
+    return options
 
 
 def _as_is(name: str, fn: Callable[..., Any]) -> Any:

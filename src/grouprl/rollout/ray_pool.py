@@ -143,7 +143,6 @@ class RayEnvPool:
         import ray
 
         self._ray = ray
-        self.started_ray = False
         if not ray.is_initialized():
             if address is not None:
                 ray.init(address=address, ignore_reinit_error=True)
@@ -154,7 +153,6 @@ class RayEnvPool:
                     log_to_driver=False,
                     ignore_reinit_error=True,
                 )
-            self.started_ray = True
         actor = ray.remote(num_cpus=num_cpus, scheduling_strategy="SPREAD", max_restarts=0)(EnvWorker)
         self.num_workers = num_workers
         # actor handles: Ray's types do not model ``handle.method.remote(...)``, so they stay Any

@@ -18,6 +18,7 @@ from grouprl.algos.advantages import Estimator, RewardParts, StepTensors, discou
 from grouprl.algos.anchors import anchor_group_ids
 from grouprl.config import ConfigError
 from grouprl.records import Episode, Verdict
+from grouprl.registry import options_from_config
 
 log = logging.getLogger(__name__)
 
@@ -46,19 +47,7 @@ class AdvantageRecord:
 
 def estimator_options(algorithm, estimator: Estimator) -> dict[str, Any]:
     """The options the estimator declares, from the config; unknown ``advantage_options`` are errors."""
-    options = {opt: getattr(algorithm, field) for opt, field in CONFIG_OPTIONS.items() if opt in estimator.options}
-    ignored = [
-        field
-        for opt, field in CONFIG_OPTIONS.items()
-        if field in algorithm.model_fields_set and opt not in estimator.options
-    ]
-    if ignored:  # set by the user, but this estimator has no such option: say so rather than drop it silently
-        log.warning(
-            "advantage estimator '%s' does not use %s (it takes: %s)",
-            estimator.name,
-            ", ".join(ignored),
-            ", ".join(estimator.options) or "no options",
-        )
+    options = options_from_config(algorithm, CONFIG_OPTIONS, estimator.options, "advantage estimator", estimator.name)
     options.update(algorithm.advantage_options)
     estimator.check_options(options)
     return options

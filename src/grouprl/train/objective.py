@@ -15,13 +15,14 @@ from typing import Any
 from grouprl.algos.entropy import EntropyBonus
 from grouprl.algos.policy_losses import Loss, get_loss
 from grouprl.config import ConfigError
+from grouprl.registry import options_from_config
 from grouprl.user_code import names_code
 from grouprl.train.user_loss import checked_user_loss
 
 log = logging.getLogger(__name__)
 
 # loss option -> the algorithm-section field that sets it (when set and declared)
-ALGORITHM_OPTIONS = ("epsilon_low", "epsilon_high")
+ALGORITHM_OPTIONS = {"epsilon_low": "epsilon_low", "epsilon_high": "epsilon_high"}
 
 
 def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
@@ -33,19 +34,7 @@ def resolve_loss(cfg) -> tuple[Loss, dict[str, Any]]:
         raise ConfigError(f"config key 'loss' (section objective): {err.args[0] if err.args else err}") from None
     if names_code(objective.loss):  # a user's loss: every return checked against the contract (train/user_loss.py)
         loss = replace(loss, fn=checked_user_loss(loss.name, loss.fn))
-    options = {
-        name: getattr(algorithm, name)
-        for name in ALGORITHM_OPTIONS
-        if name in algorithm.model_fields_set and name in loss.options
-    }
-    ignored = [name for name in ALGORITHM_OPTIONS if name in algorithm.model_fields_set and name not in loss.options]
-    if ignored:  # set by the user, but this loss has no such option: say so rather than drop it silently
-        log.warning(
-            "loss '%s' does not use %s (it takes: %s)",
-            loss.name,
-            ", ".join(ignored),
-            ", ".join(loss.options) or "no options",
-        )
+    options = options_from_config(algorithm, ALGORITHM_OPTIONS, loss.options, "loss", loss.name, only_set=True)
     options.update(objective.loss_options)
     try:
         loss.check_options(options)

@@ -50,7 +50,6 @@ class AgentSettings(ConversationSettings):
     plus the agent and its limits."""
 
     agent: Callable[..., Any] | None = None
-    agent_spec: str = ""
     max_calls: int = 16
     episode_timeout: float = 300.0
     model_name: str = "policy"  # the served name: the model's hub id or folder name (and always "policy")
@@ -84,7 +83,6 @@ def agent_settings(cfg: Config) -> AgentSettings | None:
     return AgentSettings(
         **fields,
         agent=agent,
-        agent_spec=tools_config.agent,
         max_calls=tools_config.max_calls,
         episode_timeout=tools_config.episode_timeout,
         model_name=model_name,
