@@ -26,6 +26,7 @@ KNOWN = {
     "chat_template",
     "rewards",
     "reward_weights",
+    "normalize_weights",
     "num_generations",
     "batch_size",
     "gradient_accumulation_steps",
@@ -114,7 +115,7 @@ def test_openr1_demo_recipe_translates():
     assert out["batch_size"] == 16 * 4 // 16  # completions per step / num_generations = prompts per step
     assert "max_steps" not in out and out["num_train_epochs"] == 1  # -1: the epochs decide
     assert out["report_to"] == "wandb" and out["eval_strategy"] == "no" and out["push_to_hub_revision"] is True
-    assert out["torch_dtype"] == "bfloat16"
+    assert out["torch_dtype"] == "bfloat16" and out["normalize_weights"] is False  # TRL's raw reward weights
     for key in ("logging_strategy", "log_level", "logging_first_step", "bf16", "do_eval", "hub_strategy"):
         assert key not in out
 

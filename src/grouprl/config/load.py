@@ -79,8 +79,9 @@ def _section_names() -> set[str]:
     return set(SECTIONS) | {old for cls in SECTIONS.values() for old in cls.former_sections}
 
 
-def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Read a YAML recipe, nested by section (``train: {max_steps: 5}``) or flat (``max_steps: 5``)."""
+def read_recipe(path: str | os.PathLike, environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    """Read a YAML recipe, nested by section (``train: {max_steps: 5}``) or flat (``max_steps: 5``).
+    ``environ`` (default ``os.environ``): its ``WORLD_SIZE`` is the process count TRL's per-device keys need."""
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--config: no such recipe file '{p}'")
@@ -107,7 +108,7 @@ def read_recipe(path: str | os.PathLike) -> dict[str, dict[str, Any]]:
                 flat[sub] = subvalue
         else:
             flat[key] = value
-    return _nest(translate_recipe(flat, FIELD_SECTION, str(p)), str(p))
+    return _nest(translate_recipe(flat, FIELD_SECTION, str(p), environ), str(p))
 
 
 def env_overrides(environ: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
@@ -147,7 +148,7 @@ def load_config(
     merged: dict[str, dict[str, Any]] = {}
     for layer in (
         _nest(job or {}, "built-in job"),
-        read_recipe(recipe) if recipe else {},
+        read_recipe(recipe, environ) if recipe else {},
         env_overrides(environ),
         _nest(cli or {}, "command line"),
     ):

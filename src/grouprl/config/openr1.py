@@ -3,15 +3,21 @@
 open-r1 recipes are flat YAML in TRL's ``GRPOConfig`` names plus open-r1's script arguments. Each
 key here is either the same as grouprl's (``learning_rate``, ``seed``, ``beta``...), renamed
 (``max_completion_length`` -> ``max_new_tokens``), converted (``per_device_train_batch_size``:
-completions per step, into grouprl's ``batch_size``: prompts per step), or accepted because it
-asks for what grouprl does anyway (``logging_strategy: steps``). Every other key is an error
-that names it: TRL 0.18's parser silently dropped unknown keys, so a dozen settings of the GRAIL
-project's recipes never took effect. The keys a handler converts are in ``openr1_keys.py``, by family.
+completions per process and micro-batch, into grouprl's ``batch_size``: prompts per step over every
+process), or accepted because it asks for what grouprl does anyway (``logging_strategy: steps``).
+Every other key is an error that names it: TRL 0.18's parser silently dropped unknown keys, so a
+dozen settings of the GRAIL project's recipes never took effect. The keys a handler converts are in
+``openr1_keys.py``, by family.
+
+A recipe in TRL's keys means what TRL means where the two differ in what a setting does: rewards named
+by ``reward_funcs`` are weighted by TRL's raw weights (``normalize_weights: false`` unless the recipe sets
+it; ``openr1_keys.py``), and ``entropy_target`` acts only with ``use_adaptive_entropy: true`` (``trl_keys.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import os
+from typing import Any, Iterable, Mapping
 
 from grouprl.config.openr1_keys import (
     Handlers,
@@ -24,7 +30,7 @@ from grouprl.config.openr1_keys import (
 )
 from grouprl.config.trl_keys import TRL_ONLY, check_trl_only, trl_keyed, trl_objective
 
-__all__ = ["RENAMED", "REWARD_OPTIONS", "SAME_BEHAVIOUR", "RecipeKeyError", "translate_recipe"]
+__all__ = ["RENAMED", "REWARD_OPTIONS", "SAME_BEHAVIOUR", "RecipeKeyError", "launch_processes", "translate_recipe"]
 
 # open-r1 key -> grouprl key, same value.
 RENAMED = {
@@ -80,12 +86,31 @@ class _Translation:
             self.derived[key] = (source, value)
 
 
-def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: str = "recipe") -> dict[str, Any]:
+def launch_processes(environ: Mapping[str, str] | None = None) -> int:
+    """The number of training processes the launcher started: ``WORLD_SIZE`` (torchrun and accelerate set
+    it in every process), 1 without it (``os.environ`` unless ``environ`` is given)."""
+    value = (os.environ if environ is None else environ).get("WORLD_SIZE", "")
+    if value == "":
+        return 1
+    try:
+        processes = int(value)
+    except ValueError:
+        processes = 0
+    if processes < 1:
+        raise RecipeKeyError(f"environment variable WORLD_SIZE: got {value!r}; expected a positive integer")
+    return processes
+
+
+def translate_recipe(
+    flat: dict[str, Any], known_keys: Iterable[str], origin: str = "recipe", environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """grouprl's flat keys for a flat recipe in grouprl's and/or open-r1's names.
 
     ``known_keys``: grouprl's config field names. A key that is neither one of them nor an
     open-r1 key below raises :class:`RecipeKeyError` naming it; so does an open-r1 key whose
     grouprl counterpart this build does not have (e.g. ``use_vllm`` without a vLLM backend).
+    ``environ`` (default ``os.environ``): its ``WORLD_SIZE`` is the number of training processes, which
+    TRL's per-device batch keys count in (:func:`launch_processes`).
     """
     known = set(known_keys)
     t = _Translation(known, origin)
@@ -113,7 +138,7 @@ def translate_recipe(flat: dict[str, Any], known_keys: Iterable[str], origin: st
         )
     out = t.out
     if "per_device_train_batch_size" in flat:
-        _batch_size(flat, out, origin, t.put)
+        _batch_size(flat, out, origin, t.put, launch_processes(environ))
     is_trl = trl_keyed(flat, known, set(handlers) | set(RENAMED) | set(SAME_BEHAVIOUR) | set(REWARD_OPTIONS))
     trl_objective(
         flat, out, lambda s, k, v: t.put(s, k, v, True), lambda k, v, why: key_error(origin, k, v, why), is_trl
@@ -154,11 +179,12 @@ def _translate_key(key: str, value: Any, handlers: Handlers, t: _Translation) ->
         )
 
 
-def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> None:
-    """TRL's per_device_train_batch_size counts completions per micro-batch (x accumulation steps per
-    update); grouprl's batch_size counts prompts (groups) per step, each with num_generations
-    completions, split into gradient_accumulation_steps micro-batches. One process:
-    batch_size = per_device_train_batch_size * gradient_accumulation_steps / num_generations."""
+def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put, processes: int) -> None:
+    """TRL's per_device_train_batch_size counts completions per process and micro-batch; one optimizer step
+    takes gradient_accumulation_steps micro-batches on every process (TRL's generation_batch_size, by
+    default). grouprl's batch_size counts prompts (groups) per step over all processes, each with
+    num_generations completions:
+    batch_size = per_device_train_batch_size * processes * gradient_accumulation_steps / num_generations."""
     per_device = flat["per_device_train_batch_size"]
     accumulation = out.get("gradient_accumulation_steps", 1)
     generations = out.get("num_generations", 8)
@@ -172,25 +198,37 @@ def _batch_size(flat: dict[str, Any], out: dict[str, Any], origin: str, put) -> 
                 origin,
                 key,
                 value,
-                "expected a positive integer (per_device_train_batch_size x "
+                "expected a positive integer (per_device_train_batch_size x processes x "
                 "gradient_accumulation_steps / num_generations sets batch_size)",
             )
-    completions = per_device * accumulation
+    completions = per_device * processes * accumulation  # TRL's default generation_batch_size
     if completions % generations:
         raise key_error(
             origin,
             "per_device_train_batch_size",
             per_device,
-            f"x gradient_accumulation_steps {accumulation} = {completions} completions per step is not a "
-            f"multiple of num_generations {generations}",
+            f"x {processes} process(es) (WORLD_SIZE) x gradient_accumulation_steps {accumulation} = {completions} "
+            f"completions per step is not a multiple of num_generations {generations}",
         )
     put("per_device_train_batch_size", "batch_size", completions // generations, "batch_size" not in out)
+    steps = flat.get("steps_per_generation")
+    if steps is not None and steps != accumulation:  # TRL's default is gradient_accumulation_steps: the same work
+        raise key_error(
+            origin,
+            "steps_per_generation",
+            steps,
+            f"TRL spreads one generation over {steps} optimizer steps' micro-batches where an optimizer step takes "
+            f"gradient_accumulation_steps {accumulation}; grouprl generates every step's batch (to reuse one "
+            "generation for several optimizer steps use num_iterations)",
+        )
     generation = flat.get("generation_batch_size")
-    if generation is not None and generation != completions:  # TRL: steps_per_generation = generation / completions
+    if generation is not None and generation != completions:  # TRL: steps_per_generation != accumulation
         raise key_error(
             origin,
             "generation_batch_size",
             generation,
-            f"TRL would reuse one generation for several optimizer steps ({completions} completions a step); grouprl "
-            "generates every step's batch (its generation_batch_size only chunks generate): use num_iterations",
+            f"TRL splits one generation into {generation} / ({per_device} x {processes} process(es)) micro-batches, "
+            f"where an optimizer step takes gradient_accumulation_steps {accumulation} ({completions} completions a "
+            "step); grouprl generates each step's batch at once (its generation_batch_size only chunks generate): "
+            "for several optimizer steps on one generation use num_iterations",
         )

@@ -41,8 +41,15 @@ def key_error(origin: str, key: str, value: Any, why: str) -> RecipeKeyError:
 
 def data_keys(flat: dict[str, Any], options: dict[str, dict[str, Any]], origin: str, put) -> Handlers:
     """The rewards, the dataset and its held-out evaluation."""
+
+    def reward_funcs(value: Any) -> None:
+        put("reward_funcs", "rewards", _rewards(value, options, origin), True)
+        # TRL scores sum_i w_i * r_i with the weights as given (reward_weights, else all 1.0), never w_i / sum(w):
+        # the same after scale_rewards group/batch, sum(w) times larger advantages under scale_rewards none
+        put("reward_funcs", "normalize_weights", False)  # derived: the recipe's own normalize_weights wins
+
     return {
-        "reward_funcs": lambda v: put("reward_funcs", "rewards", _rewards(v, options, origin), True),
+        "reward_funcs": reward_funcs,
         # null: the dataset's default config (TRL's meaning), as when the key is absent
         "dataset_config": lambda v: None if v is None else put("dataset_config", "dataset_config", v, True),
         "dataset_configs": lambda v: put("dataset_configs", "dataset_config", _single(v, origin), True),
@@ -82,7 +89,21 @@ def generation_keys(flat: dict[str, Any], origin: str, put) -> Handlers:
         "vllm_max_model_length": lambda v: (
             None if v is None else put("vllm_max_model_length", "vllm_max_model_len", v, True)
         ),
+        # TRL's default (gradient_accumulation_steps: one generation per optimizer step) is grouprl's way; any
+        # other value is refused where the batch is read (openr1._batch_size), which knows the accumulation
+        "steps_per_generation": lambda v: _one_generation_a_step(v, flat, origin),
     }
+
+
+def _one_generation_a_step(value: Any, flat: dict[str, Any], origin: str) -> None:
+    if "per_device_train_batch_size" not in flat and value not in (None, 1, flat.get("gradient_accumulation_steps", 1)):
+        raise key_error(
+            origin,
+            "steps_per_generation",
+            value,
+            "grouprl generates every step's batch (one generation per optimizer step, TRL's default of "
+            "gradient_accumulation_steps); to reuse one generation for several optimizer steps use num_iterations",
+        )
 
 
 def objective_keys(flat: dict[str, Any], put) -> Handlers:

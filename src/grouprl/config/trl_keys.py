@@ -50,10 +50,6 @@ TRL_ONLY: dict[str, tuple[tuple[Any, ...], str]] = {
     "ds3_gather_for_generation": ((True, False), "no effect: grouprl runs DDP/FSDP, not DeepSpeed ZeRO-3"),
     "shuffle_dataset": ((True,), "grouprl samples prompts in a seeded order, reshuffled every epoch"),
     "pad_to_multiple_of": ((None, "auto"), "grouprl pads each batch to its longest sequence"),
-    "steps_per_generation": (
-        (None, 1),
-        "grouprl generates every step's batch; reuse one with num_iterations (mu)",
-    ),
     "min_p": ((None, 0.0), "grouprl samples with temperature, top_k and top_p"),
     "generation_kwargs": ((None, {}), "grouprl samples with temperature, top_k and top_p"),
     "repetition_penalty": ((1.0,), "grouprl samples with temperature, top_k and top_p (the reward exists)"),
@@ -157,7 +153,7 @@ def trl_objective(flat: dict[str, Any], out: dict[str, Any], put, err, is_trl: b
         put("loss_options", "loss_options", {**options, **(out.get("loss_options") or {})})
     _bias_corrected_kl(flat, err, is_trl)
     _aggregation(flat, put, err)
-    _adaptive_entropy(flat, out, put)
+    _adaptive_entropy(flat, out, put, is_trl)
     _sampling_correction(flat, out, put, err)
 
 
@@ -195,11 +191,14 @@ def _aggregation(flat: dict[str, Any], put, err) -> None:
         raise err("multi_objective_aggregation", value, "expected 'sum_then_normalize' or 'normalize_then_sum'")
 
 
-def _adaptive_entropy(flat: dict[str, Any], out: dict[str, Any], put) -> None:
-    """TRL's entropy_target acts only with use_adaptive_entropy: true; grouprl's turns adaptation on."""
-    if "use_adaptive_entropy" not in flat:
-        return
-    if flat["use_adaptive_entropy"]:
+def _adaptive_entropy(flat: dict[str, Any], out: dict[str, Any], put, is_trl: bool) -> None:
+    """TRL's entropy_target acts only with use_adaptive_entropy: true (TRL's default: false); grouprl's own
+    entropy_target alone turns adaptation on. So in a recipe in TRL's keys entropy_target is dropped unless
+    use_adaptive_entropy is true, which sets it (TRL's default target 0.2 unless given)."""
+    adaptive = flat.get("use_adaptive_entropy")
+    if adaptive is None and not is_trl:
+        return  # grouprl's keys: entropy_target is grouprl's
+    if adaptive:
         put("use_adaptive_entropy", "entropy_target", flat.get("entropy_target", 0.2))  # TRL's default target
     else:
         out.pop("entropy_target", None)
