@@ -14,6 +14,7 @@ from grouprl.hub.revisions import HubRevisionError
 from grouprl.observe.disk import DiskFull
 from grouprl.train.checkpoint import CheckpointError
 from grouprl.train.learner import NonFiniteUpdates
+from grouprl.job.agent_failures import AgentCannotRun
 from grouprl.job.preemption import Preempted
 from grouprl.rollout.scheduler import RolloutProducerError, RolloutTimeout
 
@@ -28,4 +29,5 @@ RUN_FAILURES = (
     Preempted,
     RolloutProducerError,  # async: the producer's own failure, in sync's one-line form
     RolloutTimeout,
+    AgentCannotRun,  # the agent failed its preflight episode, or every episode of N steps in a row
 )

@@ -110,13 +110,59 @@ def test_hermes_lenient_reads_several_bare_calls_and_keeps_tags_first():
 
 
 @pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ('Answer: {"name": "lookup", "arguments": {"unit": "mile"}}', "Answer:"),
+        ('I will call {"name": "lookup", "arguments": {"unit": "mile"}} now', "I will call now"),
+        ('{"name": "lookup", "arguments": {"unit": "mile"}} so the answer is 6', "so the answer is 6"),
+        ('Let me look it up.\n```json\n{"name": "lookup", "arguments": {"unit": "mile"}}\n```', "Let me look it up."),
+        ('Answer: ```{"name": "lookup", "arguments": {"unit": "mile"}}``` done<|im_end|>', "Answer: done"),
+    ],
+)
+def test_hermes_lenient_reads_a_bare_call_wherever_it_stands(text, content):
+    turn = parse_turn(text, "hermes_lenient")
+    assert [(c.name, c.arguments, c.form) for c in turn.calls] == [("lookup", {"unit": "mile"}, "bare_json")]
+    assert turn.content == content and not turn.malformed
+    assert not parse_turn(text, "hermes").has_calls
+
+
+def test_fenced_and_prefixed_calls_are_counted_as_bare_not_tagged():
+    from grouprl.records import Episode, Step
+    from grouprl.tools.metrics import tool_metrics
+
+    texts = [
+        f"```json\n{QWEN_BARE}\n```",
+        "Answer: " + QWEN_BARE,
+        f"<tool_call>\n{QWEN_BARE}\n</tool_call>",
+    ]
+    calls = [c for t in texts for c in parse_turn(t, "hermes_lenient").calls]
+    assert [c.form for c in calls] == ["bare_json", "bare_json", "tagged"]
+    step = Step(
+        prompt_text="",
+        prompt_ids=[],
+        action_text="",
+        action_ids=[],
+        truncated=False,
+        anchor_state="start",
+        tool_calls=[{"name": c.name, "arguments": c.arguments, "form": c.form} for c in calls],
+    )
+    m = tool_metrics([Episode(group_id=0, index_in_group=0, row={}, steps=[step], conversation=True)])
+    assert (m["tools/calls_bare_json"], m["tools/calls_tagged"]) == (2.0, 1.0)
+
+
+def test_hermes_lenient_tries_a_bounded_number_of_call_like_openings():
+    hostile = '{"name": ' * 100_000
+    turn = parse_turn(hostile, "hermes_lenient")
+    assert not turn.has_calls and turn.content == hostile.strip()
+
+
+@pytest.mark.parametrize(
     "text",
     [
         "Answer: 119324",
         '{"answer": 119324}',  # JSON that is no call
         '{"name": "calculator"}',  # no arguments: could be any record with a name
-        'I will call {"name": "calculator", "arguments": {"expression": "2*3"}} now',  # a call amid prose
-        QWEN_BARE + " so the answer is 6",
+        '{"answer": {"value": 6}, "note": "arguments"}',  # a key named like a call's, no call
         '{"name": "calculator", "arguments": {"expression": "2*3"}',  # cut short: nothing marks it as a call
         '["calculator"]',
         '{"a": ' * 100_000,  # nesting past the recursion limit is content, not a crash

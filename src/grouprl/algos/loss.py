@@ -102,10 +102,14 @@ def policy_objective(
     max_completion_length: int | None = None,
     num_items_in_batch: float | None = None,
     token_weights: torch.Tensor | None = None,
+    extra_terms: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One micro-batch's loss around any registered ``loss``:
 
-        l_t <- w_t * l_t + beta * KL_t        then aggregated by ``loss_type`` (:func:`aggregate_loss`)
+        l_t <- w_t * l_t + beta * KL_t (+ e_t)        then aggregated by ``loss_type`` (:func:`aggregate_loss`)
+
+    ``extra_terms`` e ((B, T), with gradient): per-token terms of another objective mixed in, aggregated
+    with the loss (on-policy distillation's ``coef * d_t``, ``algos/distill_objectives.py``).
 
     ``token_weights`` w ((B, T) or (B, 1), detached): the sampling correction of ``algos/importance.py``
     when the sampler is not the trainer (on the policy term, not the KL, as TRL). KL_t by
@@ -120,6 +124,8 @@ def policy_objective(
             raise ValueError("policy_loss: beta > 0 needs ref_logps")
         kl = kl_penalty(logps, ref_logps, kl_estimator)
         per_token = per_token + beta * kl
+    if extra_terms is not None:
+        per_token = per_token + extra_terms
     value = aggregate_loss(per_token, mask, loss_type, max_completion_length, num_items_in_batch)
     if kl is not None:
         with torch.no_grad():

@@ -53,7 +53,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         cli["task"] = args.task or "gsm8k"
     if args.dataset_name_or_path:
         cli["dataset_name_or_path"] = args.dataset_name_or_path
-    for flag in ("tool_parser", "system_prompt"):  # a tool model's format; the system message of every prompt
+    # a tool model's format; the system message of every prompt; the agent that plays each episode (it implies
+    # episode_mode: conversation, config/sections.py)
+    for flag in ("tool_parser", "system_prompt", "agent"):
         if getattr(args, flag) is not None:
             cli[flag] = getattr(args, flag)
     cfg = build_config(args.config, cli)
@@ -89,7 +91,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result["tokens_per_second"] = round(generated[0] / max(time.perf_counter() - start, 1e-9), 1)
     result["per_example"] = out
     print(json.dumps(result, indent=2))
+    check_agent_ran(result, out)
     return 0
+
+
+def check_agent_ran(result: dict, out: str) -> None:
+    """An evaluation in which every agent episode failed measured nothing: exit 1 naming where to look (the
+    first failure of each kind was printed with its traceback; each episode's record has its failure)."""
+    if result.get("agent/failed_episodes", 0.0) < 1.0:
+        return
+    from grouprl.job.agent_failures import AgentCannotRun
+
+    kinds = ", ".join(
+        f"{k.rsplit('/', 1)[1]} x{int(v)}" for k, v in sorted(result.items()) if k.startswith("agent/failed/") and v
+    )
+    raise AgentCannotRun(f"every agent episode of the evaluation failed ({kinds}); see the warnings above and {out}")
 
 
 def check_eval_args(args: argparse.Namespace) -> None:

@@ -107,6 +107,13 @@ def add_eval(sub) -> None:
         "recipe's, else hermes)",
     )
     ev.add_argument("--system_prompt", default=None, help="system message of every prompt (default: the task's)")
+    ev.add_argument(
+        "--agent",
+        default=None,
+        help="an agent you wrote, path/to/agent.py:run or package.module:run: it plays every episode through "
+        "the OpenAI-compatible endpoint, as in grouprl train --agent (implies episode_mode: conversation; "
+        "default: the recipe's, else none)",
+    )
     ev.set_defaults(func=cmd_eval)
 
 

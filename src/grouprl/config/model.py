@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, model_validator
 
 from grouprl.config.base import Section
+from grouprl.config.distill_sections import DistillConfig
 from grouprl.config.objective_sections import ObjectiveConfig
 from grouprl.config.run_sections import EvalConfig, HubConfig, LoggingConfig, PromptsConfig, RuntimeConfig, TrainConfig
 from grouprl.config.sections import (
@@ -39,6 +40,7 @@ class Config(Section):
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     objective: ObjectiveConfig = Field(default_factory=ObjectiveConfig)
+    distill: DistillConfig = Field(default_factory=DistillConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
     logging: LoggingConfig = Field(default_factory=LoggingConfig)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from grouprl.config.base import Section
 
@@ -246,6 +246,9 @@ class SpeedConfig(Section):
     )
 
 
+AGENT_CONTEXT = 4096  # an agent's default context limit (max_conversation_tokens)
+
+
 class ToolsConfig(Section):
     episode_mode: Literal["window", "conversation"] = Field(
         "window",
@@ -277,8 +280,8 @@ class ToolsConfig(Section):
     max_conversation_tokens: int | None = Field(
         None,
         gt=0,
-        description="conversation: context cap; the episode ends when the next prompt plus "
-        "max_new_tokens would pass it (empty = no cap)",
+        description="conversation: context cap; the episode ends when the next prompt plus max_new_tokens "
+        f"would pass it (empty = no cap); an agent's endpoint refuses such a request ({AGENT_CONTEXT} unless given)",
     )
     tool_timeout: float = Field(
         10.0,
@@ -301,8 +304,26 @@ class ToolsConfig(Section):
     episode_timeout: float = Field(
         300.0, gt=0, description="agent: seconds an episode may run; past it the episode fails"
     )
+    max_failed_agent_steps: int = Field(
+        3,
+        ge=0,
+        description="agent: steps in a row in which every episode failed before the run stops (exit 1; "
+        "0 = never); such a step takes no optimizer step",
+    )
     tool_anchor: Literal["tool_state", "turn"] = Field(
         "tool_state",
         description="conversation: GiGPO anchor state of a turn: the set of (tool, normalised "
         "arguments, result) seen before it, or the turn index alone",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _agent_defaults(cls, data: Any) -> Any:
+        """An agent plays conversations (``episode_mode: conversation``), and its context limit is
+        ``AGENT_CONTEXT`` unless one is given: the common agent frameworks' system prompts alone are 1.5k
+        to 2.5k tokens (smolagents')."""
+        if not isinstance(data, dict) or not data.get("agent"):
+            return data
+        data = {**data, "episode_mode": "conversation"}
+        data.setdefault("max_conversation_tokens", AGENT_CONTEXT)
+        return data

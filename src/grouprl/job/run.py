@@ -29,6 +29,7 @@ from grouprl.rollout.generation import SamplingParams
 from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.data.chat_format import check_chat_template
+from grouprl.job.agent_failures import AgentTrainer, preflight_agent
 from grouprl.job.evaluate import evaluate
 from grouprl.job.machine_load import busy_machine_advice
 from grouprl.job.malloc_tuning import tune_malloc
@@ -136,12 +137,14 @@ def _run(
     policy = _load_policy(cfg, model_path, base_model, resume, parallel)
     prepare_tokenizer(cfg, policy.tokenizer)
     held_out = HeldOut(cfg, task, scorer, policy.tokenizer, console, folder.out / "eval" if main else None)
-    trainer = Trainer(cfg, policy, task, scorer, console=console, parallel=parallel, evaluate=evaluate)
+    trainer_class = AgentTrainer if cfg.tools.agent else Trainer  # agent runs: failed steps skipped, stop after N
+    trainer = trainer_class(cfg, policy, task, scorer, console=console, parallel=parallel, evaluate=evaluate)
     trainer.run_state.base_model = base_model
     seed_everything(cfg.train.seed + parallel.info.rank)  # one sampling stream per process (rank 0: the seed)
     if resume:
         trainer.resume(resume)
-    elif held_out.rows:
+    preflight_agent(trainer)  # an agent's one episode before any training: a failure stops the run here
+    if not resume and held_out.rows:
         trainer.run_state.eval_before = held_out.evaluate("before", trainer.backend)
     sink = _metrics_sink(cfg, folder.out, console) if main else NullSink()
     try:

@@ -11,14 +11,16 @@ the template (``tool_parser`` in the recipe):
 - ``llama3_json`` (Llama 3.1/3.2 JSON tool calling): the whole turn is one JSON object
   ``{"name": ..., "parameters": {...}}``, optionally after ``<|python_tag|>``; a turn that does not
   start with ``{`` is plain content.
-- ``hermes_lenient``: ``hermes``, and where a turn has no tag at all, a turn that is nothing but JSON
-  call objects (``{"name": ..., "arguments": {...}}``, several one after another, optionally in a
-  ```` ```json ```` fence) is read as those calls. Real Qwen2.5 instruct models often answer a tools
-  prompt this way, without the tags their template asks for. The turn must be only calls and each
-  must carry ``name`` and ``arguments`` (or ``parameters``): other JSON, or a JSON call amid prose, stays
+- ``hermes_lenient``: ``hermes``, and where a turn has no tag at all, every JSON call object
+  (``{"name": ..., "arguments": {...}}``) wherever it stands in the turn -- alone, several one after
+  another, after a prefix (``Answer: {"name": ...}``), amid prose, or in a ```` ```json ```` fence -- is read
+  as a call, and the text around the calls (fences dropped) is the content. Real instruct models often
+  answer a tools prompt this way, without the tags their template asks for. Each call must carry
+  ``name`` and ``arguments`` (or ``parameters``): other JSON (``{"answer": 6}``, ``{"name": "x"}``) stays
   content, so a final answer is not mistaken for a call; a bare call that does not decode is content
-  too (nothing marks it as a call). Each call records its ``form`` (``tagged`` or ``bare_json``), which
-  the metrics count apart (``tools/calls_tagged``, ``tools/calls_bare_json``).
+  too (nothing marks it as a call). Each call records its ``form``: ``tagged`` only inside the format's
+  tags, ``bare_json`` for every untagged call (a fenced one included), which the metrics count apart
+  (``tools/calls_tagged``, ``tools/calls_bare_json``).
 
 A turn with no call is a final answer. A call that is there but cannot be read (bad JSON, no name,
 arguments that are not an object, an unclosed tag; JSON that ``safe_text.safe_json_loads`` refuses: too
@@ -159,41 +161,63 @@ def format_llama3_json(calls: list[ToolCall]) -> str:
     return json.dumps({"name": calls[0].name, "parameters": calls[0].arguments})
 
 
-_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _END_MARKS = re.compile(r"(\s*<\|[a-z_]+\|>)+$")  # an end-of-turn token a backend left in the text
+# where a call object may start: an opening brace and a call's own key
+_CALL_START = re.compile(r'\{\s*"(?:name|arguments|parameters)"\s*:')
+_FENCE_OPEN = re.compile(r"```(?:json)?[ \t]*\n?[ \t]*$")  # just before a call: a fence opening
+_FENCE_CLOSE = re.compile(r"[ \t]*\n?[ \t]*```")  # just after it: the fence closing
+MAX_BARE_CANDIDATES = 32  # call-like openings tried per turn (a model's turn is short; a hostile one is not)
 
 
-def _bare_json_calls(text: str) -> list[ToolCall] | None:
-    """The calls when the whole turn is JSON call objects (in an optional fence), else None."""
+def _bare_call_at(body: str, start: int) -> tuple[ToolCall, int] | None:
+    """The call object starting at ``start`` and where it ends, or None when none decodes there."""
+    decoded = safe_json_loads(body[start:], prefix=True)  # the one safe decoder (safe_text.py)
+    if isinstance(decoded, JsonRejected):
+        return None
+    obj, end = decoded[0], start + decoded[1]
+    if not isinstance(obj, dict) or not ({"arguments", "parameters"} & obj.keys()):
+        return None
+    call = _call_from_object(obj, "parameters" if "parameters" in obj else "arguments")
+    if isinstance(call, str):
+        return None
+    call.form = "bare_json"
+    return call, end
+
+
+def _bare_json_calls(text: str) -> tuple[list[ToolCall], str] | None:
+    """Every untagged JSON call object in the turn and the text around them (a fence around a call dropped
+    with it), else None."""
     body = _END_MARKS.sub("", text).strip()
-    fenced = _FENCE.match(body)
-    body = fenced.group(1) if fenced else body
     calls: list[ToolCall] = []
+    pieces: list[str] = []
     pos = 0
-    while pos < len(body):
-        if not body.startswith("{", pos):
-            return None
-        decoded = safe_json_loads(body[pos:], prefix=True)  # the one safe decoder (safe_text.py)
-        if isinstance(decoded, JsonRejected):
-            return None
-        obj, pos = decoded[0], pos + decoded[1]
-        if not isinstance(obj, dict) or not ({"arguments", "parameters"} & obj.keys()):
-            return None
-        call = _call_from_object(obj, "parameters" if "parameters" in obj else "arguments")
-        if isinstance(call, str):
-            return None
-        call.form = "bare_json"
+    for tried, match in enumerate(_CALL_START.finditer(body)):
+        if tried >= MAX_BARE_CANDIDATES:
+            break
+        if match.start() < pos:  # inside a call already read
+            continue
+        found = _bare_call_at(body, match.start())
+        if found is None:
+            continue
+        before, (call, end) = body[pos : match.start()], found
+        fence_open, fence_close = _FENCE_OPEN.search(before), _FENCE_CLOSE.match(body, end)
+        if fence_open and fence_close:  # a fenced call: the fence goes with it
+            before, end = before[: fence_open.start()], fence_close.end()
+        pieces.append(before)
         calls.append(call)
-        pos = len(body) - len(body[pos:].lstrip())
-    return calls or None
+        pos = end
+    if not calls:
+        return None
+    pieces.append(body[pos:])
+    return calls, " ".join(p.strip() for p in pieces if p.strip())
 
 
 def parse_hermes_lenient(text: str) -> ParsedTurn:
     turn = parse_hermes(text)
     if turn.has_calls or "<tool_call>" in text:
         return turn
-    calls = _bare_json_calls(text)
-    return ParsedTurn(content="", calls=calls) if calls else turn
+    found = _bare_json_calls(text)
+    return ParsedTurn(content=found[1], calls=found[0]) if found else turn
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from grouprl.models.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
 from grouprl.train.objective import entropy_bonus_of, resolve_loss
+from grouprl.train.distillation import Distiller
 from grouprl.train.parallel import SINGLE, DataParallel
 from grouprl.train.step_samples import StepSamples
 from grouprl.train.zero_advantage import skip_zero_advantage_update
@@ -56,6 +57,7 @@ class UpdateBatch:
     n_micro: float  # every process's micro-batches
     score: Callable[..., tuple[torch.Tensor, torch.Tensor | None]]  # (model, batch, temperature, ...) -> logps
     support: tuple[int, float] | None  # (top_k, top_p) the sampler kept, or None
+    teacher: torch.Tensor | None = None  # on-policy distillation: the teacher's scores (train/distillation.py)
 
 
 @dataclass
@@ -137,6 +139,7 @@ class Learner:
         self.nonfinite: str | None = None  # why the current optimizer step must be skipped
         self.loss, self.loss_options = resolve_loss(cfg)  # the registered loss and its checked options
         self.entropy_bonus = entropy_bonus_of(cfg)  # static or adaptive; its state is checkpointed
+        self.distill = Distiller(cfg, policy) if cfg.distill.distill_coef > 0 else None  # the teacher, or None
         # One prompt pass per group where the model's attention takes a 4-D mask (same log-probs and gradients).
         # One process only: it calls the decoder and the head directly, past DDP's/FSDP's forward hooks.
         grouped = cfg.speed.grouped_scoring and supports_grouped_scoring(policy.model) and not parallel.distributed
@@ -164,7 +167,9 @@ class Learner:
         each over the micro-batches. Statistics are means over the processes (grad_norm is the same
         everywhere)."""
         batch = self.update_batch(samples)
-        if (skipped := skip_zero_advantage_update(self, batch.advantages, batch.tokens.completion_mask)) is not None:
+        if self.distill is not None:  # on-policy distillation: the teacher scores every sample once
+            batch.teacher = self.distill.score(batch.tokens)
+        elif (skipped := skip_zero_advantage_update(self, batch.advantages, batch.tokens.completion_mask)) is not None:
             return skipped  # every advantage zero: AdamW would move the weights on momentum alone
         old, ref = self.old_and_reference_logps(batch)
         stats: dict[str, list[float]] = {}
@@ -181,7 +186,7 @@ class Learner:
             if self.entropy_bonus.enabled:  # adaptive: toward the target, from the whole batch's entropy
                 self.entropy_bonus.update(entropy.batch_mean(self.parallel))
                 stats.setdefault("entropy_coef", []).append(coef)
-        return self.summarise(stats)
+        return {**self.summarise(stats), **(self.distill.step_metrics if self.distill else {})}
 
     def update_batch(self, samples: StepSamples) -> UpdateBatch:
         """The samples on the device, their micro-batches, the whole batch's counts and how to score them."""
@@ -275,11 +280,16 @@ class Learner:
         """The registered loss around its objective (``algos/loss.py``), weighted so that the accumulated
         gradient of every micro-batch and process is the whole batch's."""
         algorithm, part = self.cfg.algorithm, batch.tokens.slice(m)
+        advantages, extra, extra_stats = batch.advantages[m], None, dict[str, torch.Tensor]()
+        if self.distill is not None and batch.teacher is not None:  # its reward in A_t, or its loss terms
+            advantages, extra, extra_stats = self.distill.terms(
+                self.model, part, logps, pi_old, advantages, batch.teacher[m]
+            )
         loss, stats = policy_objective(
             self.loss,
             logps,
             pi_old,
-            batch.advantages[m],
+            advantages,
             part.completion_mask,
             self.loss_options,
             algorithm.loss_type,
@@ -289,7 +299,9 @@ class Learner:
             max_completion_length=self.cfg.rollout.max_new_tokens,
             num_items_in_batch=batch.total_tokens,
             token_weights=weights,
+            extra_terms=extra,
         )
+        stats.update(extra_stats)
         # x world: DDP averages the processes' gradients, the batch loss is their sum.
         weight = micro_batch_weight(algorithm.loss_type, len(part), batch.n_all, batch.n_micro)
         return loss * weight * self.parallel.info.world_size, stats

@@ -96,13 +96,23 @@ def test_models_auth_episode_routing(tokenizer):
     "extra, status, code",
     [
         ({"model": "gpt-4o"}, openai.NotFoundError, "model_not_found"),
-        ({"n": 2}, openai.BadRequestError, "unsupported_parameter"),
-        ({"stream": True}, openai.BadRequestError, "unsupported_parameter"),
-        ({"stop": ["\n"]}, openai.BadRequestError, "unsupported_parameter"),
+        ({"n": 0}, openai.BadRequestError, "bad_request"),
+        ({"stream": True, "n": 17}, openai.BadRequestError, "bad_request"),  # refused before any byte streams
+        ({"stop": ["a", "b", "c", "d", "e"]}, openai.BadRequestError, "bad_request"),
         ({"logit_bias": {"5": 10}}, openai.BadRequestError, "unsupported_parameter"),
         ({"presence_penalty": 0.5}, openai.BadRequestError, "unsupported_parameter"),
-        ({"tool_choice": "required", "tools": TOOLS}, openai.BadRequestError, "unsupported_parameter"),
+        ({"tool_choice": "required"}, openai.BadRequestError, "bad_request"),  # no tools to call
+        (
+            {"tool_choice": {"type": "function", "function": {"name": "search"}}, "tools": TOOLS},
+            openai.BadRequestError,
+            "bad_request",
+        ),
         ({"response_format": {"type": "json_object"}}, openai.BadRequestError, "unsupported_parameter"),
+        (
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": {"type": "object"}}}},
+            openai.BadRequestError,
+            "unsupported_parameter",
+        ),
         (
             {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
             openai.BadRequestError,
@@ -258,3 +268,29 @@ def test_the_batcher_stops_waiting_once_every_live_episode_has_asked(tokenizer):
         client(served).chat.completions.create(model="tiny", messages=QUESTION)
         assert time.monotonic() - start < 10
         assert served.live_episodes() == 1 and backend.batches == [1]
+
+
+def test_an_unknown_route_is_a_404_counted_on_the_episode_its_key_names(tokenizer):
+    import http.client
+    import json
+
+    served, backend = endpoint(tokenizer)
+    with served:
+        record = served.open_episode("ep0")
+        port = int(served.url.rsplit(":", 1)[1])
+        answers = []
+        for path, key in [
+            ("/ep/ep0/v1/completions", record.key),
+            ("/v1/embeddings", record.key),
+            ("/v1/embeddings", "nobody's"),  # no episode to count it on: a 401
+        ]:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("POST", path, b"{}", {"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+            response = conn.getresponse()
+            answers.append((response.status, json.loads(response.read())["error"]["code"]))
+            conn.close()
+        with pytest.raises(openai.NotFoundError) as err:
+            client(served).completions.create(model="tiny", prompt="2 * 3 =")
+    assert answers == [(404, "route_not_found"), (404, "route_not_found"), (401, "invalid_api_key")]
+    assert err.value.code == "route_not_found"
+    assert record.refused == {"route_not_found": 3} and not record.calls and backend.batches == []

@@ -9,7 +9,9 @@ usual append-only agent loop -- the prompt ids are that call's prompt ids, the i
 then the template's tokens for the new messages and the next assistant header (``continuation_text``,
 as conversation mode grows a chat). So consecutive calls extend each other token for token. A request
 that rewrote its history (a summary, a dropped message, a sub-agent with its own chat) is rendered
-afresh and starts a new sequence.
+afresh and starts a new sequence; so is one after a call whose answer held less than it generated (cut at a
+stop string, calls dropped by ``parallel_tool_calls``) or was cut at the length cap. Such a fresh rendering
+may still continue the recorded ids token for token; ``call_segments`` decides from the ids alone.
 
 **Segments.** :func:`call_segments` splits an episode's calls into chains where each call's prompt
 extends an earlier call's prompt + completion: one chain is a *merged* episode (one training sample),
@@ -45,6 +47,7 @@ class CallRecord:
     policy_version: int
     extends: bool  # the prompt was built on an earlier call's ids (append-only chat)
     latency_s: float = 0.0
+    cut: str = ""  # the answer holds less than the generated ids (a stop string, dropped calls): never grown from
 
 
 @dataclass
@@ -58,6 +61,7 @@ class EpisodeCalls:
     admitted: int = 0  # calls let through to the batcher (max_calls counts these)
     closed: bool = False  # its agent returned, failed or timed out: every later call is refused, never recorded
     over_limit: bool = False  # a call past max_calls was asked for
+    responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # Responses API: id -> its items
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -157,6 +161,7 @@ def render_call(
         if (
             call.tools != tools
             or call.completion.truncated
+            or call.cut
             or len(messages) <= n
             or messages[:n] != call.messages
             or not _same_reply(messages[n], call.reply)

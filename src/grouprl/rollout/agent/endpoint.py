@@ -6,6 +6,8 @@ Routes:
   (the runner hands each agent a client whose ``base_url`` is ``.../ep/<episode-id>/v1``);
   ``POST /v1/chat/completions`` does the same for the episode its key names (an ``X-Grouprl-Episode``
   header, if sent, must name that episode).
+- ``POST /ep/<episode-id>/v1/responses`` (and ``/v1/responses``) -- the Responses API, converted to a chat
+  completion and served and recorded on the same path (``responses.py``).
 - ``GET /v1/models`` (and ``/ep/<episode-id>/v1/models``) -- the served model name and ``policy``.
 
 Episode integrity: each episode has its own unguessable key (``Authorization: Bearer <key>``, handed to its
@@ -24,10 +26,12 @@ never a 500; at most ``max_connections`` connections are served at once (more: 5
 closed and its thread joined when the endpoint closes.
 
 The HTTP layer is the standard library's threading server (one thread per connection, HTTP/1.1 keep-alive,
-as the ``openai`` client's pool expects); every request is checked here and in ``serving.read_request``, then
+as the ``openai`` client's pool expects); every request is checked here and in ``chat_request.read_request``, then
 handed to the one generation thread (``serving.CallBatcher``), which batches concurrent requests into one
-``backend.generate`` call. An episode that has made ``max_calls`` calls is refused the next one
-(``max_calls_exceeded``) and marked over its limit.
+``backend.generate`` call; ``stream: true`` is answered with the same generated turn as server-sent events
+(``streaming.py``). An episode that has made ``max_calls`` calls (``n`` samples count ``n``) is refused the next
+one (``max_calls_exceeded``) and marked over its limit. A refused request whose key names an episode is counted
+on it (``refused``), an unknown route (``route_not_found``) included.
 """
 
 from __future__ import annotations
@@ -39,17 +43,22 @@ import logging
 import re
 import secrets
 import threading
-from typing import Any
+from typing import Any, Callable, TypeVar
 
+from grouprl.rollout.agent import responses
 from grouprl.rollout.agent.calls import EpisodeCalls
+from grouprl.rollout.agent.chat_request import ChatRequest, EndpointError, read_request
 from grouprl.rollout.agent.http_server import EndpointServer, handler_for
-from grouprl.rollout.agent.serving import CallBatcher, EndpointError, read_request
+from grouprl.rollout.agent.serving import CallBatcher
+from grouprl.rollout.agent.streaming import EventStream, chat_chunks, response_events
 from grouprl.rollout.sampling import GenerationBackend, SamplingParams
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+Answer = dict[str, Any] | EventStream  # a JSON answer, or the events of a streamed one
 
 EPISODE_HEADER = "X-Grouprl-Episode"
-_ROUTE = re.compile(r"^(?:/ep/(?P<episode>[^/]+))?/v1/(?P<what>chat/completions|models)/?$")
+_ROUTE = re.compile(r"^(?:/ep/(?P<episode>[^/]+))?/v1/(?P<what>chat/completions|responses|models)/?$")
 
 
 class AgentEndpoint:
@@ -164,7 +173,12 @@ class AgentEndpoint:
         if episode is None and not (run_key and match is not None and match["what"] == "models"):
             raise EndpointError(401, "invalid_api_key", "incorrect API key provided", type_="authentication_error")
         if match is None:
-            raise EndpointError(404, "not_found", f"no route {method} {path}; try POST .../v1/chat/completions")
+            unknown = EndpointError(
+                404,
+                "route_not_found",
+                f"no route {method} {path}; try POST .../v1/chat/completions or .../v1/responses",
+            )
+            raise unknown if episode is None else self._refused(episode, unknown)
         if match["what"] == "models":
             return "models", None
         assert episode is not None
@@ -174,16 +188,18 @@ class AgentEndpoint:
                 episode,
                 EndpointError(403, "episode_mismatch", f"this key belongs to another episode than {named!r}"),
             )
-        return "chat", episode
+        return "responses" if match["what"] == "responses" else "chat", episode
 
-    def handle(self, method: str, path: str, headers, body: bytes) -> tuple[int, dict[str, Any]]:
+    def handle(self, method: str, path: str, headers, body: bytes) -> tuple[int, Answer]:
         """(status, JSON answer) for one whole HTTP request; never raises."""
         try:
             return self.answer(method, path, self.authorise(method, path, headers), body)
         except EndpointError as err:
             return err.status, err.body()
 
-    def answer(self, method: str, path: str, routed: tuple[str, EpisodeCalls | None], body: bytes):
+    def answer(
+        self, method: str, path: str, routed: tuple[str, EpisodeCalls | None], body: bytes
+    ) -> tuple[int, Answer]:
         """(status, JSON answer) for an authorised request and its body; never raises."""
         try:
             return self._serve(method, path, *routed, body)
@@ -193,7 +209,9 @@ class AgentEndpoint:
             log.exception("agent endpoint: request failed")
             return 500, EndpointError(500, "server_error", f"{type(err).__name__}: {err}", type_="server_error").body()
 
-    def _serve(self, method: str, path: str, what: str, episode: EpisodeCalls | None, body: bytes):
+    def _serve(
+        self, method: str, path: str, what: str, episode: EpisodeCalls | None, body: bytes
+    ) -> tuple[int, Answer]:
         if what == "models":
             if method != "GET":
                 raise EndpointError(405, "method_not_allowed", f"{method} {path}: use GET")
@@ -205,32 +223,51 @@ class AgentEndpoint:
             }
         assert episode is not None
         if method != "POST":
-            raise EndpointError(405, "method_not_allowed", f"{method} {path}: use POST")
-        request = self._read(episode, body)
+            raise self._refused(episode, EndpointError(405, "method_not_allowed", f"{method} {path}: use POST"))
+        asked = payload = self._json(episode, body)
+        items: list[dict[str, Any]] = []
+        if what == "responses":
+            payload, items = self._checked(episode, lambda: responses.chat_body(payload, episode))
+        request = self._checked(
+            episode, lambda: read_request(payload, episode, self.model_names, self.params.max_new_tokens)
+        )
+        self._admit(episode, request)
+        served = self.batcher.submit(request, self.request_timeout_s)
+        if served.status != 200:
+            return served.status, served.answer
+        if what == "responses":
+            response = responses.response_object(asked, served.answer, items, episode)
+            return 200, response_events(response) if request.stream else response
+        return 200, chat_chunks(served.answer, request.include_usage) if request.stream else served.answer
+
+    def _admit(self, episode: EpisodeCalls, request: ChatRequest) -> None:
+        """Let the request through to the batcher, or refuse it: the episode has ended or made its calls."""
         with episode.lock:
             if episode.closed:
                 episode.refused["episode_closed"] += 1
                 raise EndpointError(400, "episode_closed", f"episode {episode.episode_id} has ended")
-            if episode.admitted >= self.max_calls:
+            if episode.admitted + request.n > self.max_calls:
                 episode.refused["max_calls_exceeded"] += 1
                 episode.over_limit = True
                 raise EndpointError(
                     400,
                     "max_calls_exceeded",
-                    f"episode {episode.episode_id} has made its {self.max_calls} calls (max_calls)",
+                    f"episode {episode.episode_id} has made {episode.admitted} of its {self.max_calls} calls "
+                    f"(max_calls); this request asks for {request.n}",
                 )
-            episode.admitted += 1
-        served = self.batcher.submit(request, self.request_timeout_s)
-        return served.status, served.answer
+            episode.admitted += request.n
 
-    def _read(self, episode: EpisodeCalls, body: bytes):
-        """The body as a request; any body that is not one (of any shape) is a 400, counted on the episode."""
+    def _json(self, episode: EpisodeCalls, body: bytes) -> Any:
+        """The body as JSON; a body that is not JSON (of any shape) is a 400, counted on the episode."""
         try:
-            parsed_body = json.loads(body or b"null")
+            return json.loads(body or b"null")
         except (ValueError, RecursionError) as err:  # JSONDecodeError, bad UTF-8, a number past int's digit limit
             raise self._refused(episode, EndpointError(400, "bad_request", f"the body is not JSON: {err}"[:300]))
+
+    def _checked(self, episode: EpisodeCalls, read: Callable[[], T]) -> T:
+        """What ``read`` makes of the body; anything it cannot serve is a 400, counted on the episode."""
         try:
-            return read_request(parsed_body, episode, self.model_names, self.params.max_new_tokens)
+            return read()
         except EndpointError as err:
             raise self._refused(episode, err) from None
         except (TypeError, ValueError, AttributeError, KeyError, RecursionError) as err:

@@ -5,7 +5,9 @@ each request (line, headers, body) must arrive whole within ``read_deadline_s`` 
 wait for it, or a reaper thread hangs the connection up and its thread ends; the handler checks the key and
 the declared length from the headers before reading any body byte; ``server_close`` hangs up every
 connection and joins its thread. What a request means is ``endpoint.AgentEndpoint``'s (``authorise``, then
-``answer``).
+``answer``). A streamed answer (``streaming.EventStream``) is sent as ``text/event-stream`` with
+``Transfer-Encoding: chunked`` (one chunk per event, then the empty chunk), so the connection stays open for
+the client's next request, as the ``openai`` client's pool expects.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from grouprl.rollout.agent.serving import EndpointError
+from grouprl.rollout.agent.chat_request import EndpointError
+from grouprl.rollout.agent.streaming import EventStream
 
 
 class EndpointServer(ThreadingHTTPServer):
@@ -118,6 +121,9 @@ def handler_for(endpoint) -> type[BaseHTTPRequestHandler]:
 
         def _answer(self, method: str) -> None:
             status, answer = self._respond(method)
+            if isinstance(answer, EventStream):
+                send_events(self, answer)
+                return
             data = json.dumps(answer).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -130,7 +136,7 @@ def handler_for(endpoint) -> type[BaseHTTPRequestHandler]:
             except (BrokenPipeError, ConnectionResetError):  # the agent gave up on this call (its timeout)
                 self.close_connection = True
 
-        def _respond(self, method: str) -> tuple[int, dict[str, Any]]:
+        def _respond(self, method: str) -> tuple[int, dict[str, Any] | EventStream]:
             return respond(endpoint, self, method)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -145,7 +151,24 @@ def handler_for(endpoint) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
-def respond(endpoint, handler: BaseHTTPRequestHandler, method: str) -> tuple[int, dict[str, Any]]:
+def send_events(handler: BaseHTTPRequestHandler, answer: EventStream) -> None:
+    """A streamed answer: ``text/event-stream``, one HTTP chunk per event, then the empty chunk."""
+    handler.send_response(200)
+    handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+    handler.send_header("Cache-Control", "no-cache")
+    handler.send_header("Transfer-Encoding", "chunked")
+    if handler.close_connection:
+        handler.send_header("Connection", "close")
+    handler.end_headers()
+    try:
+        for event in answer.events:
+            handler.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))
+        handler.wfile.write(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):  # the agent stopped reading the stream
+        handler.close_connection = True
+
+
+def respond(endpoint, handler: BaseHTTPRequestHandler, method: str) -> tuple[int, dict[str, Any] | EventStream]:
     """Headers first: the key and the declared length are checked before any body byte is read."""
     try:
         routed = endpoint.authorise(method, handler.path, handler.headers)

@@ -13,7 +13,8 @@ Every episode of the rollout runs at once on one event loop (in its own thread, 
 the loop cannot stall the run: past ``episode_timeout`` plus a grace period the thread is abandoned).
 An agent that raises, outlives ``episode_timeout``, asks for more than ``max_calls`` calls, makes no
 call or returns something that is not a reward gives a *failed* episode: it keeps the calls it made
-(they are the policy's samples), scores 0, and its failure is counted (``agent/failed/<kind>``).
+(they are the policy's samples), scores 0, and its failure is counted (``agent/failed/<kind>``); the first
+failure of each kind in a run is printed once, with the agent's traceback (``failures.py``).
 
 The calls become the same ``Episode`` records conversation mode produces (``conversation=True``): GRPO
 groups are the K runs of the agent on a row, GiGPO anchors the tool-interaction state of each call's
@@ -35,12 +36,12 @@ from grouprl.records import AgentRun, Episode, Step
 from grouprl.rewards.guard import finite_score
 from grouprl.rollout.agent.calls import EpisodeCalls, call_segments, calls_to_steps
 from grouprl.rollout.agent.endpoint import AgentEndpoint
+from grouprl.rollout.agent.failures import FAILURES, agent_traceback, raised_message, report_first_failures
 from grouprl.rollout.conversation import ConversationSettings, conversation_settings, initial_prompt
 from grouprl.rollout.env_pool import EnvFactory
 from grouprl.rollout.sampling import GenerationBackend, SamplingParams
 from grouprl.tools.chat_template import ensure_tool_template
 
-FAILURES = ("agent_raised", "timeout", "max_calls", "no_calls", "invalid_reward")
 _GRACE_S = 30.0  # past episode_timeout, how long the loop's thread is waited for before it is abandoned
 
 
@@ -55,6 +56,8 @@ class AgentSettings(ConversationSettings):
     model_name: str = "policy"  # the served name: the model's hub id or folder name (and always "policy")
     api_key: str = field(default_factory=lambda: "grouprl-" + secrets.token_hex(16), repr=False)
     batch_window_s: float = 0.005  # how long the endpoint collects concurrent requests into one batch
+    # the failure kinds and refusal codes already printed in this run (failures.report_first_failures)
+    reported: set[str] = field(default_factory=set, repr=False, compare=False)
 
 
 def agent_settings(cfg: Config) -> AgentSettings | None:
@@ -137,6 +140,7 @@ def run_agent_episodes(
             endpoint.close_episode(ep.episode_id)
     for g, ep in enumerate(episodes):
         _finish(ep, records[g], outcomes[g], factories[g // group_size], tokenizer, settings)
+    report_first_failures(episodes, [o.trace for o in outcomes], settings.reported)
     return episodes
 
 
@@ -146,6 +150,7 @@ class _Outcome:
     result: Any = None
     failure: str | None = "timeout"  # until the agent's coroutine ends
     message: str = "the agent did not finish within episode_timeout"
+    trace: str = ""  # the agent's traceback when it raised (failures.agent_traceback)
 
 
 def _play_all(
@@ -180,7 +185,7 @@ def _play_all(
         except asyncio.TimeoutError:
             outcomes[i] = _Outcome(None, "timeout", f"the agent ran past episode_timeout={settings.episode_timeout}s")
         except Exception as err:  # noqa: BLE001 - the agent's bug fails its episode, never the run
-            outcomes[i] = _Outcome(None, "agent_raised", f"{type(err).__name__}: {err}"[:300])
+            outcomes[i] = _Outcome(None, "agent_raised", raised_message(err), agent_traceback(err))
         finally:
             finished[i]()
             await client.close()
