@@ -47,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     from grouprl.rollout.backends.vllm_server import add_vllm_serve_parser
 
     add_vllm_serve_parser(sub)
+    from grouprl.cli.agent_check import add_agent_parser
+
+    add_agent_parser(sub)
     return parser
 
 

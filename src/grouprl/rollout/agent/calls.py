@@ -48,6 +48,7 @@ class CallRecord:
     extends: bool  # the prompt was built on an earlier call's ids (append-only chat)
     latency_s: float = 0.0
     cut: str = ""  # the answer holds less than the generated ids (a stop string, dropped calls): never grown from
+    params: dict[str, str] = field(default_factory=dict)  # the request's other parameters, as sent
 
 
 @dataclass
@@ -129,7 +130,7 @@ def normalise_messages(messages: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _same_reply(sent: dict[str, Any], reply: dict[str, Any]) -> bool:
+def same_reply(sent: dict[str, Any], reply: dict[str, Any]) -> bool:
     """The agent handed back the assistant message the endpoint answered with (ids aside)."""
 
     def calls(m):
@@ -164,7 +165,7 @@ def render_call(
             or call.cut
             or len(messages) <= n
             or messages[:n] != call.messages
-            or not _same_reply(messages[n], call.reply)
+            or not same_reply(messages[n], call.reply)
         ):
             continue
         end_of_turn = tokenizer.decode(call.completion.ids[-1:])

@@ -55,6 +55,7 @@ class ChatRequest:
     top_logprobs: int = 0
     stream: bool = False
     include_usage: bool = False  # stream_options.include_usage
+    params: dict[str, str] = field(default_factory=dict)  # what else the framework sent (grouprl agent check)
     received: float = field(default_factory=time.monotonic)
     done: threading.Event = field(default_factory=threading.Event)
     status: int = 200
@@ -118,7 +119,13 @@ def read_request(
         top_logprobs=_top_logprobs(body.get("top_logprobs")),
         stream=bool(body.get("stream")),
         include_usage=bool(isinstance(options, dict) and options.get("include_usage")),
+        params=sent_params(body),
     )
+
+
+def sent_params(body: dict[str, Any]) -> dict[str, str]:
+    """The request's parameters other than its messages and tools, each value shortened: what a framework sent."""
+    return {key: repr(value)[:60] for key, value in sorted(body.items()) if key not in ("messages", "tools", "input")}
 
 
 def _positive(body: dict[str, Any], key: str, most: int | None = None) -> int | None:

@@ -58,6 +58,8 @@ class AgentSettings(ConversationSettings):
     batch_window_s: float = 0.005  # how long the endpoint collects concurrent requests into one batch
     # the failure kinds and refusal codes already printed in this run (failures.report_first_failures)
     reported: set[str] = field(default_factory=set, repr=False, compare=False)
+    # sees each episode's call records once it closed (grouprl agent check); None in training
+    inspect: Callable[[str, list], None] | None = field(default=None, repr=False, compare=False)
 
 
 def agent_settings(cfg: Config) -> AgentSettings | None:
@@ -140,6 +142,8 @@ def run_agent_episodes(
             endpoint.close_episode(ep.episode_id)
     for g, ep in enumerate(episodes):
         _finish(ep, records[g], outcomes[g], factories[g // group_size], tokenizer, settings)
+        if settings.inspect is not None:
+            settings.inspect(ep.episode_id, list(records[g].calls))
     report_first_failures(episodes, [o.trace for o in outcomes], settings.reported)
     return episodes
 

@@ -169,6 +169,7 @@ class CallBatcher:
                 extends,
                 latency,
                 turn.cut,
+                request.params,
             )
             for turn in turns
         ]
