@@ -7,7 +7,8 @@ question, the two tool schemas). Greedy, a fixed ``max_new_tokens``, HF backend 
 - ``direct``: the prompts already rendered to ids, one ``backend.generate`` call for all of them
   (concurrent) or one per prompt (sequential);
 - ``endpoint``: the same prompts as chat-completion requests, all in flight at once through
-  ``AsyncOpenAI`` (the endpoint batches them) or one after another.
+  ``AsyncOpenAI`` (the endpoint batches them) or one after another; the ``*_streamed`` modes ask for
+  ``stream: true`` and read every chunk (the turn is generated whole, then sent as server-sent events).
 
 The greedy completions must be the same ids both ways (checked). The wall time is the median of
 ``--repeats`` alternating runs; the figure is endpoint / direct per call, and the overhead in ms.
@@ -59,7 +60,7 @@ def direct(backend, tokenizer, messages, params, concurrent: bool):
     return time.perf_counter() - start, [c.ids for c in out]
 
 
-def through_endpoint(backend, tokenizer, messages, params, concurrent: bool):
+def through_endpoint(backend, tokenizer, messages, params, concurrent: bool, stream: bool = False):
     import openai
 
     with AgentEndpoint(backend, tokenizer, params, api_key="bench", model_name="policy") as served:
@@ -72,8 +73,14 @@ def through_endpoint(backend, tokenizer, messages, params, concurrent: bool):
             async with openai.AsyncOpenAI(
                 base_url=served.base_url(f"e{i}"), api_key=served.episode_key(f"e{i}"), max_retries=0
             ) as client:
-                await client.chat.completions.create(model="policy", messages=messages[i], tools=TOOLS)
+                await ask(client, messages[i])
             served.close_episode(f"e{i}")
+
+        async def ask(client, chat):
+            answer = await client.chat.completions.create(model="policy", messages=chat, tools=TOOLS, stream=stream)
+            if stream:
+                async for _chunk in answer:
+                    pass
 
         async def play():
             start = time.perf_counter()
@@ -82,12 +89,7 @@ def through_endpoint(backend, tokenizer, messages, params, concurrent: bool):
                     openai.AsyncOpenAI(base_url=served.base_url(f"e{i}"), api_key=r.key, max_retries=0)
                     for i, r in enumerate(records)
                 ]
-                await asyncio.gather(
-                    *(
-                        c.chat.completions.create(model="policy", messages=m, tools=TOOLS)
-                        for c, m in zip(clients, messages)
-                    )
-                )
+                await asyncio.gather(*(ask(c, m) for c, m in zip(clients, messages)))
                 seconds = time.perf_counter() - start
                 for c in clients:
                     await c.close()
@@ -144,12 +146,14 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "torch_threads": torch.get_num_threads(),
     }
-    for mode, concurrent in (("concurrent", True), ("sequential", False)):
+    modes = (("concurrent", True, False), ("sequential", False, False))
+    modes += (("concurrent_streamed", True, True), ("sequential_streamed", False, True))
+    for mode, concurrent, stream in modes:
         times: dict[str, list[float]] = {"direct": [], "endpoint": []}
         same, batches = True, []
         for _ in range(args.repeats):
             t_direct, ids_direct = direct(backend, tokenizer, messages, params, concurrent)
-            t_endpoint, ids_endpoint, sizes = through_endpoint(backend, tokenizer, messages, params, concurrent)
+            t_endpoint, ids_endpoint, sizes = through_endpoint(backend, tokenizer, messages, params, concurrent, stream)
             batches.append(sizes)
             times["direct"].append(t_direct)
             times["endpoint"].append(t_endpoint)
