@@ -88,7 +88,9 @@ def test_a_producer_crash_reaches_the_learner_with_its_batch():
 
     scheduler, _ = _scheduler(produce, workers=1)
     scheduler.next_batch(0)
-    with pytest.raises(RolloutProducerError, match=r"failed on batch 1: ValueError\('tool server refused'\)"):
+    with pytest.raises(
+        RolloutProducerError, match=r"^tool server refused \(in the rollout producer, batch 1; ValueError\)$"
+    ):
         scheduler.next_batch(1)
 
 

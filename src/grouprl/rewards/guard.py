@@ -146,9 +146,10 @@ def finite_score(name: str, value: Any) -> tuple[float | None, str | None]:
     return number, None
 
 
-# A score past this is an error, not a reward: float32 advantages overflow at ~3e38 and a group's variance at
-# ~1e19 (the square of a 1e300 reward is inf in any float), which would zero or poison the group silently.
-MAX_ABS_SCORE = 1e9
+# A score past this is an error, not a reward: a group's statistics are taken in float64, and the square of a
+# score past ~1e154 is inf there (a 1e300 reward made reward_std Infinity and zeroed its group's advantages
+# silently). Huge scores below it (1e39: past float32's range) still give advantages (test_nonfinite_runs.py).
+MAX_ABS_SCORE = 1e150
 
 
 def _short(value: Any, n: int = 60) -> str:
