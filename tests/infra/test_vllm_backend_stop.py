@@ -23,25 +23,26 @@ from grouprl.rollout.generation import SamplingParams  # noqa: E402
 QUESTION = [{"role": "user", "content": "What is 2 * 3?"}]
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def engine(tmp_path):
+    """Built inside the test, as the other vLLM tests do: vLLM keeps process-wide parallel state, and an engine
+    released later (a module fixture's, at teardown) tears it down under the next test's engine."""
     from transformers import AutoTokenizer
 
     from grouprl.models.tiny import init_tiny
     from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
 
-    path = init_tiny(string.printable, tmp_path_factory.mktemp("stop") / "tiny", hidden=128, layers=2, heads=4, seed=1)
+    path = init_tiny(string.printable, tmp_path / "tiny", hidden=128, layers=2, heads=4, seed=1)
     tok = AutoTokenizer.from_pretrained(path)
     tok.chat_template = TOOL_CHAT_TEMPLATE
     tok.save_pretrained(path)
     return VLLMBackend(str(path), tok, VLLMOptions(dtype="float32", max_model_len=512)), tok
 
 
-def test_stop_strings_match_vllms_own(engine):
+def test_stop_strings_match_vllms_own(tmp_path):
     from vllm import SamplingParams as VLLMParams
     from vllm.inputs import TokensPrompt
 
-    backend, tok = engine
+    backend, tok = engine(tmp_path)
     params = SamplingParams(max_new_tokens=40, greedy=True)
     prompt = tok(
         tok.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=False), add_special_tokens=False
