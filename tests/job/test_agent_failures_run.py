@@ -149,3 +149,23 @@ def test_the_limit_is_configurable(tiny_tool_model, tmp_path, capsys):
         "1",
     )
     assert code == 1 and "in 1 steps in a row (max_failed_agent_steps: 1)" in capsys.readouterr().err
+
+
+RAISES_AFTER_A_CALL = """
+async def run(client, row, model="policy", **_):
+    messages = [{"role": "user", "content": row["question"]}]
+    await client.chat.completions.create(model=model, messages=messages, max_tokens=8)
+    raise ValueError("Tool calculator_args not found")  # what a framework raises on a model's invented tool name
+"""
+
+
+def test_a_failure_after_served_calls_passes_the_preflight_and_stops_after_three_steps(tiny_tool_model, tmp_path):
+    """A framework that raises on the model's output (an untrained model's invented tool name) is not an agent
+    that cannot run: the preflight lets it train; every episode failing, the run stops after 3 steps."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(RAISES_AFTER_A_CALL)
+    out = tmp_path / "run"
+    args = ["train", "--config", str(RECIPE), "--model_name_or_path", str(tiny_tool_model), "--output_dir", str(out)]
+    assert main([*args, "--agent", f"{agent}:run", "--max_steps", "10", *ARGS]) == 1
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3] and all(m["agent/calls_per_episode"] == 1 for m in metrics)

@@ -44,7 +44,8 @@ def all_failed(episodes: list[Episode]) -> bool:
 
 def preflight_agent(trainer: Trainer) -> None:
     """One episode of the agent on the first training row, with the run's endpoint, backend, sampling and
-    agent settings, before any training; a failure or a refused request raises :class:`AgentCannotRun`.
+    agent settings, before any training; a refused request, or a failure before any call was served, raises
+    :class:`AgentCannotRun` (``preflight_problem``).
     The sampling stream is left as it was (a seeded or resumed run samples what it would have without it).
     Every process plays it; it stops them all when it fails on any one."""
     settings = trainer.settings
@@ -72,19 +73,30 @@ def preflight_agent(trainer: Trainer) -> None:
             "the agent failed its preflight episode (one episode on the first training row, before any "
             f"training): {problem or 'on another process (its log says why)'}"
         )
-    log.debug("agent preflight: %d call(s), no failure", episode.agent.calls if episode.agent else 0)
+    run = episode.agent
+    if run is not None and run.failure is not None:  # after served calls: the model's doing, say so and go on
+        log.warning(
+            "agent preflight: the episode failed after %d served call(s) (%s); training goes on", run.calls, run.failure
+        )
+    log.debug("agent preflight: %d call(s)", run.calls if run else 0)
 
 
 def preflight_problem(episode: Episode) -> str:
-    """What went wrong in the preflight episode, in one line ('' when nothing did)."""
+    """What makes the agent unable to run, in one line ('' when nothing does): a request the endpoint refused
+    (a route or parameter it cannot serve), or a failure before any call was served (the agent's own setup, a
+    client it could not build). A failure after served calls is the episode's outcome, not the agent's setup: a
+    framework raises on a model's mistake (a tool name it invented, its retries spent) as it would in
+    production. That one is printed (``failures.report_first_failures``) and training goes on; if every
+    episode keeps failing, ``max_failed_agent_steps`` stops the run."""
     run = episode.agent
     if run is None:
         return "no agent played it"
     refused = ", ".join(f"{code} x{n}" for code, n in sorted(run.refused.items()))
-    if run.failure is not None:
-        return f"{run.failure}: {run.message}" + (f" (the endpoint refused: {refused})" if refused else "")
     if refused:
-        return f"the endpoint refused {refused} of its requests (the agent went on; agent/refused/<code> counts them)"
+        cause = f"; {run.failure}: {run.message}" if run.failure is not None else " (the agent went on)"
+        return f"the endpoint refused {refused} of its requests{cause}"
+    if run.failure is not None and run.calls == 0:
+        return f"{run.failure}: {run.message} (before any call was served)"
     return ""
 
 
