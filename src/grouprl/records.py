@@ -116,6 +116,23 @@ class Episode:
         return f"g{self.group_id}-e{self.index_in_group}"
 
 
+def grouped_episodes(
+    rows: list[dict[str, Any]],
+    group_size: int,
+    seeds: list[int | None] | None = None,
+    first_group: int = 0,
+    conversation: bool = False,
+) -> list[Episode]:
+    """``group_size`` fresh episodes per row, grouped and in order: group g is born ``first_group + g`` (numbered
+    where born, never later) with its row's reset seed (None without ``seeds``). Every runner starts from these."""
+    seeds = list(seeds) if seeds is not None else [None] * len(rows)
+    return [
+        Episode(group_id=first_group + g, index_in_group=k, row=row, seed=seeds[g], conversation=conversation)
+        for g, row in enumerate(rows)
+        for k in range(group_size)
+    ]
+
+
 @dataclass
 class Verdict:
     """What scoring decided about one episode. The episode records what happened; its verdict, what

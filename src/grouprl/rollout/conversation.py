@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grouprl.config import Config, ConfigError
-from grouprl.records import Episode, Step
+from grouprl.records import Episode, grouped_episodes, Step
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
 from grouprl.tools import INVALID_KINDS, Tool, ToolOutcome, ToolSession, get_parser, parse_turn
@@ -184,16 +184,9 @@ def run_conversation_episodes(
     pool = pool or LocalEnvPool()
     parser = get_parser(settings.parser)
     ensure_tool_template(tokenizer, settings.chat_template)  # installed on the tokenizer: saved with checkpoints
-    n_groups = len(factories)
-    seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [
-        Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
-        for g in range(n_groups)
-        for k in range(group_size)
-    ]
+    episodes = grouped_episodes(rows, group_size, seeds, first_group, conversation=True)
     observations, instructions = pool.start(
-        [factories[g] for g in range(n_groups) for _ in range(group_size)],
-        [seeds[g] for g in range(n_groups) for _ in range(group_size)],
+        [factories[ep.group_id - first_group] for ep in episodes], [ep.seed for ep in episodes]
     )
     live = _start(observations, instructions, tokenizer, settings)
     turn = 0

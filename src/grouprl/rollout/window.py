@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grouprl.data.chat_format import PromptTooLong, prompt_room, render_prompt_ids
-from grouprl.records import Episode, Observation, Step, StepResult
+from grouprl.records import Episode, grouped_episodes, Observation, Step, StepResult
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
 from grouprl.rollout.prompts import DEFAULT_ACTION_PATTERN, ParsedAction, build_messages, parse_action
@@ -58,16 +58,9 @@ def run_window_episodes(
 ) -> list[Episode]:
     """``group_size`` windowed episodes per group, grouped and in order (``run_episodes``' contract)."""
     pool = pool or LocalEnvPool()
-    n_groups = len(factories)
-    seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [
-        Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g])
-        for g in range(n_groups)
-        for k in range(group_size)
-    ]
+    episodes = grouped_episodes(rows, group_size, seeds, first_group)
     started, instructions = pool.start(
-        [factories[g] for g in range(n_groups) for _ in range(group_size)],
-        [seeds[g] for g in range(n_groups) for _ in range(group_size)],
+        [factories[ep.group_id - first_group] for ep in episodes], [ep.seed for ep in episodes]
     )
     observations = dict(enumerate(started))  # the episodes still running, by index: what each one sees
     history: list[list[tuple[str, str]]] = [[] for _ in episodes]

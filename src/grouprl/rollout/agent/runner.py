@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from grouprl.config import Config, ConfigError
-from grouprl.records import AgentRun, Episode, Step
+from grouprl.records import AgentRun, Episode, grouped_episodes, Step
 from grouprl.rewards.guard import finite_score
 from grouprl.rollout.agent.calls import EpisodeCalls, call_segments, calls_to_steps
 from grouprl.rollout.agent.endpoint import AgentEndpoint
@@ -110,13 +110,7 @@ def run_agent_episodes(
     if settings.agent is None:
         raise ValueError("AgentSettings.agent is not set")
     ensure_tool_template(tokenizer, settings.chat_template)
-    n_groups = len(factories)
-    seeds = list(seeds) if seeds is not None else [None] * n_groups
-    episodes = [
-        Episode(group_id=first_group + g, index_in_group=k, row=rows[g], seed=seeds[g], conversation=True)
-        for g in range(n_groups)
-        for k in range(group_size)
-    ]
+    episodes = grouped_episodes(rows, group_size, seeds, first_group, conversation=True)
     with AgentEndpoint(
         backend,
         tokenizer,
