@@ -171,19 +171,26 @@ def grouped_completion_logps(
     entropy = torch.zeros(N, T, device=device, dtype=torch.float32) if with_entropy else None
     if layout.targets.numel() == 0:
         return logps + 0.0 * head.weight.sum(), entropy  # keeps backward() valid on an all-masked batch
+    picked = predictor_hidden(model, layout, device)
+    where = tuple(layout.where.to(device))
+    return _place(
+        logps, entropy, where, *head_scores(picked, head, layout.targets.to(device), temperature, with_entropy, support)
+    )
+
+
+def predictor_hidden(model, layout, device) -> torch.Tensor:
+    """The final hidden state at every position that predicts a completion token, from one decoder pass over the
+    block-mask layout (each group's shared prompt once); the caller applies the LM head."""
+    head_dtype = model.get_output_embeddings().weight.dtype
     attn = _config(model)._attn_implementation
-    mask = layout.attention_mask(None if attn == "sdpa" else head.weight.dtype).to(device)
+    mask = layout.attention_mask(None if attn == "sdpa" else head_dtype).to(device)
     hidden = model.get_decoder()(
         input_ids=layout.input_ids.to(device),
         attention_mask=mask,
         position_ids=layout.position_ids.to(device),
         use_cache=False,
     ).last_hidden_state
-    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, layout.predictor.to(device))
-    where = tuple(layout.where.to(device))
-    return _place(
-        logps, entropy, where, *head_scores(picked, head, layout.targets.to(device), temperature, with_entropy, support)
-    )
+    return hidden.reshape(-1, hidden.size(-1)).index_select(0, layout.predictor.to(device))
 
 
 def _place(logps, entropy, where, picked_logps, picked_entropy):

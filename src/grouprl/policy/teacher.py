@@ -15,7 +15,12 @@ from __future__ import annotations
 
 import torch
 
-from grouprl.policy.grouped_scoring import build_layout, grouped_completion_logps, supports_grouped_scoring
+from grouprl.policy.grouped_scoring import (
+    build_layout,
+    grouped_completion_logps,
+    predictor_hidden,
+    supports_grouped_scoring,
+)
 from grouprl.policy.scoring import TokenBatch, completion_logps
 
 
@@ -41,17 +46,7 @@ def grouped_completion_logits(model, batch: TokenBatch, temperature: float = 1.0
     out = torch.zeros(N, T, head.weight.size(0), device=batch.completion_ids.device)
     if layout.targets.numel() == 0:
         return out
-    device = head.weight.device
-    attn = model.get_decoder().config._attn_implementation
-    mask = layout.attention_mask(None if attn == "sdpa" else head.weight.dtype).to(device)
-    hidden = model.get_decoder()(
-        input_ids=layout.input_ids.to(device),
-        attention_mask=mask,
-        position_ids=layout.position_ids.to(device),
-        use_cache=False,
-    ).last_hidden_state
-    picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, layout.predictor.to(device))
-    logits = head(picked).float()
+    logits = head(predictor_hidden(model, layout, head.weight.device)).float()
     if temperature != 1.0:
         logits = logits / temperature
     return out.index_put(tuple(layout.where.to(out.device)), logits.to(out.device))
