@@ -58,12 +58,12 @@ def test_grouped_layouts_equal_the_padded_path(real, temperature):
     scale = max(float(g.abs().max()) for g in ref_grads.values())
     for scorer in (grouped_completion_logps, shared_prefix_logps):
         logps, entropy, got = grads(model, scorer, batch, weights, temperature)
-        # float32 through 30 layers in another summation order: 2e-5 of the value (a log-prob of -12 may move by
-        # 1.1e-5; measured worst relative difference ~1e-6, and 1.08e-5 for an entropy at temperature 0.7 with
-        # 2026-12-02's packages, on the landed code too)
+        # float32 through 30 layers in another summation order: 5e-5 of the value. Measured with 2026-12-02's
+        # packages, deterministic per thread count: 1.08e-5 (1 thread) and 2.02e-5 (2 threads, CI's default) for
+        # an entropy at temperature 0.7; the landed code of 2026-11-27 gives 1.53e-5 for a log-prob at 2 threads
         for name, got_v, ref_v in (("log-probs", logps, ref_logps), ("entropies", entropy, ref_entropy)):
             relative = ((got_v - ref_v).abs() / ref_v.abs().clamp(min=1.0))[mask]
-            assert float(relative.max()) < 2e-5, f"{scorer.__name__}: {name} differ by {float(relative.max()):.2e}"
+            assert float(relative.max()) < 5e-5, f"{scorer.__name__}: {name} differ by {float(relative.max()):.2e}"
         assert float(logps[~mask].abs().max()) == 0.0
         # relative to the gradient's scale (|g| up to ~60 here): the layouts sum the same float32 terms in
         # another order (a layer norm's gradient sums over every token), which moves the last bits only
