@@ -3,41 +3,38 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from grouprl.cli import main
 
 
+# the tiny arithmetic run the hardening tests share: 2 prompts x 4 samples a step, 4 new tokens, no evaluation
+TINY_RUN = ["--task", "arithmetic", "--batch_size", "2", "--num_generations", "4", "--max_new_tokens", "4"]
+TINY_RUN += ["--n_eval", "0", "--device", "cpu", "--seed", "3"]
+
+
 def train(model_dir: Path, out: Path, *extra: str) -> int:
     """One tiny run through ``grouprl train`` (2 prompts x 4 samples a step)."""
     return main(
-        [
-            "train",
-            "--task",
-            "arithmetic",
-            "--model_name_or_path",
-            str(model_dir),
-            "--output_dir",
-            str(out),
-            "--max_steps",
-            "1",
-            "--batch_size",
-            "2",
-            "--num_generations",
-            "4",
-            "--max_new_tokens",
-            "4",
-            "--n_eval",
-            "0",
-            "--n_train",
-            "20",
-            "--device",
-            "cpu",
-            "--seed",
-            "3",
-            *extra,
-        ]
+        ["train", "--model_name_or_path", str(model_dir), "--output_dir", str(out), "--max_steps", "1"]
+        + [*TINY_RUN, "--n_train", "20", *extra]
     )
+
+
+def metric_steps(out: Path) -> list[int]:
+    """The steps metrics.jsonl holds, in order ([] before the first is written)."""
+    path = out / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip().startswith("{")]
+    return [r["step"] for r in records if "step" in r]
+
+
+def rollout_steps(out: Path) -> Counter:
+    """Step -> how many rollout records rollouts/rollouts.jsonl holds for it."""
+    path = out / "rollouts" / "rollouts.jsonl"
+    return Counter(json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip())
 
 
 def rows(path: Path) -> list[dict]:

@@ -4,54 +4,19 @@ every rollout mode: the finished step's rollout records are written before the s
 
 from __future__ import annotations
 
-import json
 import os
-from collections import Counter
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from conftest import REPO_ROOT
 from grouprl.cli import main
+from run_helpers import TINY_RUN, rollout_steps
+from run_helpers import metric_steps as steps
 
-ARGS = [
-    "--task",
-    "arithmetic",
-    "--batch_size",
-    "2",
-    "--num_generations",
-    "4",
-    "--max_new_tokens",
-    "4",
-    "--n_eval",
-    "0",
-    "--n_train",
-    "200",
-    "--device",
-    "cpu",
-    "--seed",
-    "3",
-]
-
-
-def steps(out: Path) -> list[int]:
-    path = out / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [
-        json.loads(line)["step"]
-        for line in path.read_text().splitlines()
-        if line.strip().startswith("{") and "step" in json.loads(line)
-    ]
-
-
-def rollout_steps(out: Path) -> Counter:
-    """Step -> how many rollout records rollouts/rollouts.jsonl holds for it."""
-    path = out / "rollouts" / "rollouts.jsonl"
-    return Counter(json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip())
+ARGS = [*TINY_RUN, "--n_train", "200"]
 
 
 @pytest.mark.parametrize("mode", ["sync", "one_step_off", "async"])

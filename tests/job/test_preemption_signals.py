@@ -11,40 +11,23 @@ traceback once its ranks are gone (torch's agent re-raises the signal it shut th
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import textwrap
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 from grouprl.job import preemption as P
 from launch import child_env, torchrun
+from run_helpers import TINY_RUN, rollout_steps
+from run_helpers import metric_steps as steps
 
 pytestmark = pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning")
 
-ARGS = [
-    "--task",
-    "arithmetic",
-    "--batch_size",
-    "2",
-    "--num_generations",
-    "4",
-    "--max_new_tokens",
-    "4",
-    "--n_eval",
-    "0",
-    "--n_train",
-    "200",
-    "--device",
-    "cpu",
-    "--seed",
-    "3",
-]
+ARGS = [*TINY_RUN, "--n_train", "200"]
 
 # Half a second a call (4 samples a rank): a step lasts seconds, so the launcher's copy lands inside one.
 SLOW_REWARD = textwrap.dedent("""
@@ -71,18 +54,6 @@ def test_a_copy_of_the_first_sigterm_is_the_same_request_a_later_one_stops_at_on
     monkeypatch.setattr(P, "REPEAT_WINDOW_S", 0.0)  # a second request, past the window: at once
     with pytest.raises(P.Preempted, match="a second SIGTERM before the step in progress finished: nothing saved"):
         stop._on_sigterm(signal.SIGTERM, None)
-
-
-def steps(out: Path) -> list[int]:
-    path = out / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    return [json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip().startswith("{")]
-
-
-def rollout_steps(out: Path) -> Counter:
-    path = out / "rollouts" / "rollouts.jsonl"
-    return Counter(json.loads(line)["step"] for line in path.read_text().splitlines() if line.strip())
 
 
 def children(pid: int) -> list[int]:

@@ -12,27 +12,9 @@ import time
 
 import pytest
 from launch import child_env
+from run_helpers import TINY_RUN
 
-ARGS = [
-    "--task",
-    "arithmetic",
-    "--batch_size",
-    "2",
-    "--num_generations",
-    "4",
-    "--max_new_tokens",
-    "4",
-    "--n_eval",
-    "0",
-    "--n_train",
-    "200",
-    "--device",
-    "cpu",
-    "--seed",
-    "3",
-    "--max_steps",
-    "5",
-]
+ARGS = [*TINY_RUN, "--n_train", "200", "--max_steps", "5"]
 
 REWARDS = textwrap.dedent("""
     import time
