@@ -143,6 +143,26 @@ def warm_grid_dir(tmp_path_factory, tiny_grid_dir) -> Path:
 
 
 @pytest.fixture(scope="session")
+def tiny_tool_model(tmp_path_factory) -> Path:
+    """An untrained tiny model with the agent recipe's tool vocabulary (the agent's chats render in it)."""
+    from grouprl.models.tiny import init_tiny
+    from grouprl.run_config import build_config
+    from grouprl.tasks import load_task
+
+    task = load_task(build_config(REPO_ROOT / "recipes" / "tiny" / "tool_arithmetic_agent.yaml", {}, environ={}))
+    return init_tiny(
+        task.tokenizer_corpus(),
+        tmp_path_factory.mktemp("agent_model") / "tiny",
+        hidden=32,
+        layers=1,
+        heads=2,
+        seed=0,
+        tokenizer=task.tiny_tokenizer,
+        max_positions=task.tiny_max_positions,
+    )
+
+
+@pytest.fixture(scope="session")
 def ray_local():
     """A real local Ray cluster, started once for the session (2 CPUs, a small object store)."""
     ray = pytest.importorskip("ray")

@@ -7,32 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
 
 from grouprl.cli import build_parser, config_from_args, main
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPE = ROOT / "recipes" / "tiny" / "tool_arithmetic_agent.yaml"
 CALCULATOR = f"{ROOT / 'examples' / 'agents' / 'calculator_agent.py'}:run"
-
-
-@pytest.fixture(scope="module")
-def tiny_tool_model(tmp_path_factory) -> Path:
-    from grouprl.models.tiny import init_tiny
-    from grouprl.run_config import build_config
-    from grouprl.tasks import load_task
-
-    task = load_task(build_config(RECIPE, {}, environ={}))
-    return init_tiny(
-        task.tokenizer_corpus(),
-        tmp_path_factory.mktemp("agent_model") / "tiny",
-        hidden=32,
-        layers=1,
-        heads=2,
-        seed=0,
-        tokenizer=task.tiny_tokenizer,
-        max_positions=task.tiny_max_positions,
-    )
 
 
 def _eval(model: Path, out: Path, agent: str, *extra: str) -> int:

@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 
 from grouprl.cli import main
 
@@ -36,26 +35,6 @@ ARGS = [
     "--save_trajectories_every",
     "1",
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_tool_model(tmp_path_factory) -> Path:
-    """An untrained tiny model with the tool task's vocabulary (the agent's chats render in it)."""
-    from grouprl.models.tiny import init_tiny
-    from grouprl.run_config import build_config
-    from grouprl.tasks import load_task
-
-    task = load_task(build_config(RECIPE, {}, environ={}))
-    return init_tiny(
-        task.tokenizer_corpus(),
-        tmp_path_factory.mktemp("agent_model") / "tiny",
-        hidden=32,
-        layers=1,
-        heads=2,
-        seed=0,
-        tokenizer=task.tiny_tokenizer,
-        max_positions=task.tiny_max_positions,
-    )
 
 
 def _train(model: Path, out: Path, agent: str, *extra: str) -> int:

@@ -12,7 +12,6 @@ the same files with a scripted solver behind the same endpoint: every episode so
 from __future__ import annotations
 
 import json
-import string
 from pathlib import Path
 
 import pytest
@@ -37,24 +36,9 @@ AGENTS = {  # file:function -> the package it needs
 
 @pytest.fixture(scope="module")
 def printable_tiny(tmp_path_factory) -> Path:
-    from transformers import AutoTokenizer
+    from grouprl.cli.agent_check import tiny_chat_model  # the model `grouprl agent check` plays with
 
-    from grouprl.models.tiny import init_tiny
-    from grouprl.tools.chat_template import TOOL_CHAT_TEMPLATE
-
-    out = init_tiny(
-        string.printable,
-        tmp_path_factory.mktemp("fw") / "tiny",
-        hidden=32,
-        layers=1,
-        heads=2,
-        seed=0,
-        max_positions=16384,
-    )
-    tokenizer = AutoTokenizer.from_pretrained(out)
-    tokenizer.chat_template = TOOL_CHAT_TEMPLATE
-    tokenizer.save_pretrained(out)
-    return out
+    return tiny_chat_model(tmp_path_factory.mktemp("fw"))
 
 
 @pytest.mark.parametrize("agent", sorted(AGENTS))

@@ -8,7 +8,6 @@ import json
 import logging
 from pathlib import Path
 
-import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -54,25 +53,6 @@ async def run(client, row, model="policy", **_):
         raise RuntimeError("the tool server went away")
     return 0.0
 """
-
-
-@pytest.fixture(scope="module")
-def tiny_tool_model(tmp_path_factory) -> Path:
-    from grouprl.models.tiny import init_tiny
-    from grouprl.run_config import build_config
-    from grouprl.tasks import load_task
-
-    task = load_task(build_config(RECIPE, {}, environ={}))
-    return init_tiny(
-        task.tokenizer_corpus(),
-        tmp_path_factory.mktemp("agent_model") / "tiny",
-        hidden=32,
-        layers=1,
-        heads=2,
-        seed=0,
-        tokenizer=task.tiny_tokenizer,
-        max_positions=task.tiny_max_positions,
-    )
 
 
 def _train(model: Path, out: Path, agent_source: str, *extra: str) -> int:

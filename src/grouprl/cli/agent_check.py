@@ -33,7 +33,9 @@ def add_agent_parser(sub) -> None:
     check.set_defaults(func=cmd_agent_check)
 
 
-def _tiny_model(folder: Path) -> Path:
+def tiny_chat_model(folder: Path) -> Path:
+    """An untrained tiny model that reads any printable text, with grouprl's tool template: what an agent's
+    frameworks send renders in it (one token a character, so a 16k-position context)."""
     from transformers import AutoTokenizer
 
     from grouprl.models.tiny import init_tiny
@@ -48,7 +50,7 @@ def _tiny_model(folder: Path) -> Path:
 
 def cmd_agent_check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="grouprl-agent-check-") as scratch:
-        model = args.model or str(_tiny_model(Path(scratch)))
+        model = args.model or str(tiny_chat_model(Path(scratch)))
         return _check(args, model, tiny=args.model is None)
 
 
