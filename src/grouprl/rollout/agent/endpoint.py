@@ -190,13 +190,6 @@ class AgentEndpoint:
             )
         return "responses" if match["what"] == "responses" else "chat", episode
 
-    def handle(self, method: str, path: str, headers, body: bytes) -> tuple[int, Answer]:
-        """(status, JSON answer) for one whole HTTP request; never raises."""
-        try:
-            return self.answer(method, path, self.authorise(method, path, headers), body)
-        except EndpointError as err:
-            return err.status, err.body()
-
     def answer(
         self, method: str, path: str, routed: tuple[str, EpisodeCalls | None], body: bytes
     ) -> tuple[int, Answer]:
