@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 from pathlib import Path
 
@@ -37,6 +38,28 @@ def _clean_config_env():
             if var in ENV_VARS or var.startswith(("GROUPRL_", "WANDB_")):
                 mp.delenv(var)
         yield
+
+
+def _collect_if_vllm(request) -> None:
+    if request.module.__name__.rpartition(".")[2].startswith("test_vllm"):
+        gc.unfreeze()  # vLLM freezes the heap at an engine's start: a later-released engine is frozen with it
+        gc.collect()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _free_released_engines_per_module(request):
+    """vLLM tears its process-wide parallel state down when an engine is freed, and runs the garbage collector
+    itself while a new engine starts: an engine released earlier inside a reference cycle (a module fixture's,
+    a test's with an HTTP endpoint around it) is then freed *under* the new one. Collected here first, before
+    a module's own fixtures build their engine (autouse fixtures run first within their scope)."""
+    _collect_if_vllm(request)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _free_released_engines_per_test(request):  # the same, before an engine a test builds inside itself
+    _collect_if_vllm(request)
+    yield
 
 
 def _build_tiny(task: str, out: Path, dataset: Path | None = None) -> Path:

@@ -25,7 +25,7 @@ from grouprl.observe.disk import DiskFull, disk_full
 from grouprl.observe.sinks import MetricsSink, NullSink, Sink
 from grouprl.models.loading import load_policy, pick_device
 from grouprl.rewards.scorer import Scorer
-from grouprl.rollout.generation import SamplingParams
+from grouprl.rollout.generation import SamplingParams, release_backend
 from grouprl.rollout.runner import episode_settings
 from grouprl.tasks import load_task
 from grouprl.data.chat_format import check_chat_template
@@ -155,6 +155,7 @@ def _run(
         sink.summary(summary)
     finally:
         sink.close()
+        release_backend(trainer.backend)  # a second run in this process starts from a clean engine state
     if main:
         (folder.out / "summary.json").write_text(json.dumps(summary, indent=2))
     end_processes()

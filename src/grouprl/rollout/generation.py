@@ -240,3 +240,11 @@ def make_backend(policy, cfg: "Config") -> GenerationBackend:
 
         raise ConfigError(f"config key 'generation_backend': {err.args[0] if err.args else err}") from None
     return factory(policy, cfg)
+
+
+def release_backend(backend: GenerationBackend) -> None:
+    """Free what a backend holds as soon as the run is done with it (``close`` where it has one: vLLM's engine,
+    whose release must not be left to the garbage collector; see ``VLLMBackend.close``)."""
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()

@@ -188,6 +188,13 @@ class VLLMBackend:
             self.llm.wake_up(tags=["kv_cache"])
             self.asleep = False
 
+    def close(self) -> None:
+        """Shut the engine down now. vLLM tears its process-wide parallel state down when an engine is freed;
+        left to the garbage collector, a released engine caught in a reference cycle is freed whenever the
+        collector next runs, which vLLM itself triggers while initialising the *next* engine, so the new
+        engine loses its state under it ("pipeline model parallel group is not initialized")."""
+        self.llm.llm_engine.engine_core.shutdown()  # detaches vLLM's own finalizer: it never runs twice
+
 
 def build_vllm_backend(policy, cfg) -> VLLMBackend:
     """The ``vllm`` entry of the backend registry: an engine on the policy's checkpoint, in the trainer's
