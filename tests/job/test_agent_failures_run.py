@@ -131,6 +131,13 @@ def test_the_limit_is_configurable(tiny_tool_model, tmp_path, capsys):
     assert code == 1 and "in 1 steps in a row (max_failed_agent_steps: 1)" in capsys.readouterr().err
 
 
+def test_a_run_shorter_than_the_limit_whose_every_step_failed_exits_1(tiny_tool_model, tmp_path, capsys):
+    code = _train(tiny_tool_model, tmp_path / "run", FAILS_AFTER_THE_PREFLIGHT, "--max_steps", "2")
+    assert code == 1  # 2 steps < the default limit of 3, none trained: not a finished run
+    [line] = [x for x in capsys.readouterr().err.splitlines() if x.startswith("grouprl: run stopped:")]
+    assert "every agent episode of all 2 step(s) of the run failed: nothing was trained" in line
+
+
 RAISES_AFTER_A_CALL = """
 async def run(client, row, model="policy", **_):
     messages = [{"role": "user", "content": row["question"]}]

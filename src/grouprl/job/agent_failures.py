@@ -12,7 +12,8 @@ cannot run").
   update whose advantages are all zero (``train/zero_advantage.py``: the schedule advances, the optimizer
   state and the weights do not move) -- but whatever the KL, entropy or loss settings, since those terms
   would move the weights on samples no agent finished. Counted in ``agent/all_failed_steps``; after
-  ``max_failed_agent_steps`` such steps in a row the run stops (exit 1) naming the failures of the last.
+  ``max_failed_agent_steps`` such steps in a row the run stops (exit 1) naming the failures of the last; a run
+  that ends with every one of its steps all-failed (fewer steps than that limit) exits 1 too: nothing trained.
 """
 
 from __future__ import annotations
@@ -118,6 +119,7 @@ class AgentTrainer(Trainer):
         super().__init__(*args, **kwargs)
         self.all_failed_steps = 0  # since this process started (a resumed run counts afresh)
         self.failed_in_a_row = 0
+        self.steps_played = 0  # likewise: the steps this process ran
         self._step_failed = False
         self._failures = ""  # the last all-failed step's failures, in one line
 
@@ -143,6 +145,7 @@ class AgentTrainer(Trainer):
 
     def train_step(self):
         record = super().train_step()
+        self.steps_played += 1
         if self._step_failed:
             self.all_failed_steps += 1
             self.failed_in_a_row += 1
@@ -171,5 +174,10 @@ class AgentTrainer(Trainer):
             raise AgentCannotRun(
                 f"every agent episode failed in {self.failed_in_a_row} steps in a row (max_failed_agent_steps: "
                 f"{limit}); the last step's failures: {self._failures}"
+            )
+        if self.step >= self.cfg.train.max_steps and self.all_failed_steps == self.steps_played:
+            raise AgentCannotRun(  # a run shorter than the limit must not end "done" having trained nothing
+                f"every agent episode of all {self.steps_played} step(s) of the run failed: nothing was trained; "
+                f"the last step's failures: {self._failures}"
             )
         return metrics
