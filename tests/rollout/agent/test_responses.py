@@ -152,3 +152,21 @@ def test_the_openai_agents_sdk_drives_a_function_tool_through_the_endpoint(token
     assert final == "The product is 6." and seen == [(2, 3)]
     assert len(record.calls) == 2 and not record.refused
     assert len(call_segments(calls_to_steps(record.calls, "turn", 0.0))) == 1
+
+
+def test_a_stored_response_is_retrieved_by_id_in_its_own_episode_only(tokenizer):
+    endpoint = served(tokenizer)
+    with endpoint:
+        record = endpoint.open_episode("ep0")
+        endpoint.open_episode("ep1")
+        sdk = client(endpoint)
+        made = sdk.responses.create(model="tiny", input="What is 2 * 3?", tools=[TOOL])
+        again = sdk.responses.retrieve(made.id)  # GET /v1/responses/<id>
+        other = openai.OpenAI(base_url=endpoint.base_url("ep1"), api_key=endpoint.episode_key("ep1"), max_retries=0)
+        with pytest.raises(openai.NotFoundError, match="no response"):
+            other.responses.retrieve(made.id)  # another episode's response is not this one's to read
+        with pytest.raises(openai.NotFoundError, match="no response"):
+            sdk.responses.retrieve("resp_nope")
+    assert again.model_dump() == made.model_dump()
+    assert len(record.calls) == 1  # a retrieve is not a call: nothing generated, nothing recorded
+    assert record.refused["response_not_found"] == 1

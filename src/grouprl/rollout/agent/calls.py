@@ -63,6 +63,7 @@ class EpisodeCalls:
     closed: bool = False  # its agent returned, failed or timed out: every later call is refused, never recorded
     over_limit: bool = False  # a call past max_calls was asked for
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # Responses API: id -> its items
+    response_objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> the response (GET by id)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 

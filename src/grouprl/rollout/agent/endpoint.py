@@ -8,6 +8,7 @@ Routes:
   header, if sent, must name that episode).
 - ``POST /ep/<episode-id>/v1/responses`` (and ``/v1/responses``) -- the Responses API, converted to a chat
   completion and served and recorded on the same path (``responses.py``).
+- ``GET /ep/<episode-id>/v1/responses/<id>`` (and ``/v1/responses/<id>``) -- a response this episode stored.
 - ``GET /v1/models`` (and ``/ep/<episode-id>/v1/models``) -- the served model name and ``policy``.
 
 Episode integrity: each episode has its own unguessable key (``Authorization: Bearer <key>``, handed to its
@@ -58,7 +59,9 @@ T = TypeVar("T")
 Answer = dict[str, Any] | EventStream  # a JSON answer, or the events of a streamed one
 
 EPISODE_HEADER = "X-Grouprl-Episode"
-_ROUTE = re.compile(r"^(?:/ep/(?P<episode>[^/]+))?/v1/(?P<what>chat/completions|responses|models)/?$")
+_ROUTE = re.compile(
+    r"^(?:/ep/(?P<episode>[^/]+))?/v1/(?P<what>chat/completions|responses|models)(?:/(?P<stored>[\w-]+))?/?$"
+)
 
 
 class AgentEndpoint:
@@ -172,7 +175,7 @@ class AgentEndpoint:
         run_key = hmac.compare_digest(sent.encode(), f"Bearer {self.api_key}".encode())
         if episode is None and not (run_key and match is not None and match["what"] == "models"):
             raise EndpointError(401, "invalid_api_key", "incorrect API key provided", type_="authentication_error")
-        if match is None:
+        if match is None or (match["stored"] and match["what"] != "responses"):
             unknown = EndpointError(
                 404,
                 "route_not_found",
@@ -188,6 +191,8 @@ class AgentEndpoint:
                 episode,
                 EndpointError(403, "episode_mismatch", f"this key belongs to another episode than {named!r}"),
             )
+        if match["stored"]:  # GET .../v1/responses/<id>: a response this episode stored
+            return f"stored/{match['stored']}", episode
         return "responses" if match["what"] == "responses" else "chat", episode
 
     def answer(
@@ -215,6 +220,8 @@ class AgentEndpoint:
                 ],
             }
         assert episode is not None
+        if what.startswith("stored/"):
+            return 200, self._stored(episode, method, path, what.removeprefix("stored/"))
         if method != "POST":
             raise self._refused(episode, EndpointError(405, "method_not_allowed", f"{method} {path}: use POST"))
         asked = payload = self._json(episode, body)
@@ -232,6 +239,16 @@ class AgentEndpoint:
             response = responses.response_object(asked, served.answer, items, episode)
             return 200, response_events(response) if request.stream else response
         return 200, chat_chunks(served.answer, request.include_usage) if request.stream else served.answer
+
+    def _stored(self, episode: EpisodeCalls, method: str, path: str, response_id: str) -> dict[str, Any]:
+        """``GET /v1/responses/<id>``: a response this episode was given (the Responses API's retrieve)."""
+        if method != "GET":
+            raise self._refused(episode, EndpointError(405, "method_not_allowed", f"{method} {path}: use GET"))
+        with episode.lock:
+            stored = episode.response_objects.get(response_id)
+        if stored is None:
+            raise self._refused(episode, EndpointError(404, "response_not_found", f"no response {response_id!r}"))
+        return stored
 
     def _admit(self, episode: EpisodeCalls, request: ChatRequest) -> None:
         """Let the request through to the batcher, or refuse it: the episode has ended or made its calls."""

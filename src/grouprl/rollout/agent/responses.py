@@ -184,6 +184,7 @@ def response_object(
     }
     with episode.lock:
         episode.responses[response["id"]] = items + output
+        episode.response_objects[response["id"]] = response
     return response
 
 
