@@ -24,6 +24,7 @@ from grouprl.config.task_sections import (
     CalculatorConfig,
     GrailConfig,
     GridworldConfig,
+    MazeConfig,
     PromptDatasetConfig,
     SlatesConfig,
     SokobanConfig,
@@ -53,6 +54,7 @@ class Config(Section):
     arithmetic: ArithmeticConfig = Field(default_factory=ArithmeticConfig)
     gridworld: GridworldConfig = Field(default_factory=GridworldConfig)
     sokoban: SokobanConfig = Field(default_factory=SokobanConfig)
+    maze: MazeConfig = Field(default_factory=MazeConfig)
     calculator: CalculatorConfig = Field(default_factory=CalculatorConfig)
     slates: SlatesConfig = Field(default_factory=SlatesConfig)
     grail: GrailConfig = Field(default_factory=GrailConfig)

@@ -1,4 +1,4 @@
-"""Each built-in task's own section: ``cfg.arithmetic``, ``cfg.gridworld``, ``cfg.sokoban``,
+"""Each built-in task's own section: ``cfg.arithmetic``, ``cfg.gridworld``, ``cfg.sokoban``, ``cfg.maze``,
 ``cfg.calculator``, ``cfg.data`` (prompt datasets), ``cfg.slates`` and ``cfg.grail`` (GRAIL's switches).
 
 Flags, environment variables and recipe keys are the field names, as for every section; a recipe
@@ -48,6 +48,18 @@ class GridworldConfig(Section):
     grid_size: int = Field(4, ge=2, le=12, description="gridworld: the map is N x N")
     hole_fraction: float = Field(0.2, ge=0, lt=1, description="gridworld: share of cells that are holes")
     slippery: float = Field(0.0, ge=0, le=1, description="gridworld: chance a move slides sideways")
+
+    former_sections = ("task",)
+
+
+class MazeConfig(Section):
+    maze_size: int = Field(6, ge=3, le=12, description="maze: the map is N x N")
+    maze_wall_fraction: float = Field(0.3, ge=0, lt=1, description="maze: share of cells that are walls")
+    maze_min_path: int = Field(10, ge=1, description="maze: fewest moves from start to goal")
+    maze_view: Literal["map", "coordinates"] = Field(
+        "map", description="maze: the observation: the drawn map, or the maze's number and the agent's and goal's cells"
+    )
+    maze_layouts: int = Field(0, ge=0, description="maze: seed s plays the maze of seed s mod N (0: its own)")
 
     former_sections = ("task",)
 

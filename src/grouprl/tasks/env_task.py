@@ -20,6 +20,7 @@ from grouprl.records import Observation, StepResult
 from grouprl.tasks.envs.calculator import SYSTEM_PROMPT as CALCULATOR_PROMPT
 from grouprl.tasks.envs.calculator import Calculator
 from grouprl.tasks.envs.gridworld import GridWorld
+from grouprl.tasks.envs.maze import Maze
 from grouprl.tasks.envs.sokoban import Sokoban
 from grouprl.tasks.interface import Environment, Task, instructions_of
 from grouprl.tasks.registry import register_task, task_spec
@@ -156,6 +157,25 @@ def build_sokoban(cfg: Config) -> EnvTask:
     )
     return _env_task(
         cfg, "sokoban", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make, make().instructions
+    )
+
+
+@register_task("maze", max_new_tokens=24)
+def build_maze(cfg: Config) -> EnvTask:
+    """Walled mazes with a far goal and exact optimal values (docs/step_credit.md)."""
+    n_train, n_eval = _sizes(cfg)
+    make = functools.partial(
+        Maze,
+        size=cfg.maze.maze_size,
+        wall_fraction=cfg.maze.maze_wall_fraction,
+        min_path=cfg.maze.maze_min_path,
+        view=cfg.maze.maze_view,
+        layouts=cfg.maze.maze_layouts,
+        max_steps=cfg.rollout.max_episode_steps,
+        instructions=cfg.task.system_prompt,
+    )
+    return _env_task(
+        cfg, "maze", seeded_rows(n_train), seeded_rows(n_eval, EVAL_SEED_OFFSET), make, make().instructions
     )
 
 

@@ -6,7 +6,7 @@ import pytest
 from conftest import trajectory
 
 from grouprl.records import Observation, StepResult
-from grouprl.tasks.envs import ENVIRONMENTS, Calculator, GridWorld, Sokoban
+from grouprl.tasks.envs import ENVIRONMENTS, Calculator, GridWorld, Maze, Sokoban
 from grouprl.tasks.envs.calculator import calculate
 from grouprl.tasks.envs.gridworld import MOVES
 
@@ -14,7 +14,7 @@ ACTION_SEQUENCE = ["up", "right", "<action>down</action>", "left", "right", "rig
 
 
 def test_registry():
-    assert ENVIRONMENTS == {"gridworld": GridWorld, "sokoban": Sokoban, "calculator": Calculator}
+    assert ENVIRONMENTS == {"gridworld": GridWorld, "sokoban": Sokoban, "maze": Maze, "calculator": Calculator}
 
 
 # --- gridworld ----------------------------------------------------------------------------------

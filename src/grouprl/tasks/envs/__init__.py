@@ -2,6 +2,7 @@
 
 - :class:`GridWorld`: a FrozenLake-style map, optionally slippery;
 - :class:`Sokoban`: small rooms verified solvable by BFS at generation;
+- :class:`Maze`: walled mazes with a far goal and exact optimal values (step-credit studies);
 - :class:`Calculator`: a question answered with ``calc(...)`` tool calls and ``Final: <number>``.
 """
 
@@ -9,8 +10,9 @@ from __future__ import annotations
 
 from grouprl.tasks.envs.calculator import Calculator
 from grouprl.tasks.envs.gridworld import GridWorld
+from grouprl.tasks.envs.maze import Maze
 from grouprl.tasks.envs.sokoban import Sokoban
 
-ENVIRONMENTS = {"gridworld": GridWorld, "sokoban": Sokoban, "calculator": Calculator}
+ENVIRONMENTS = {"gridworld": GridWorld, "sokoban": Sokoban, "maze": Maze, "calculator": Calculator}
 
-__all__ = ["ENVIRONMENTS", "Calculator", "GridWorld", "Sokoban"]
+__all__ = ["ENVIRONMENTS", "Calculator", "GridWorld", "Maze", "Sokoban"]
