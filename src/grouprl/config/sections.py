@@ -234,6 +234,13 @@ class SpeedConfig(Section):
     )
     vllm_sleep_during_update: bool = Field(True, description="vllm on GPU: free the engine's memory during the update")
     vllm_cpu_kv_cache_gb: int = Field(1, gt=0, description="vllm on CPU: KV-cache size in GiB")
+    vllm_weight_sync: Literal["auto", "adapter", "merged"] = Field(
+        "auto",
+        description="vllm, vllm_server, LoRA policies: what a push sends after each update: adapter (the LoRA "
+        "weights alone, served with vLLM's LoRA; a server needs max_lora_rank), merged (every weight, the adapter "
+        "merged in); auto = adapter where the engine runs on a GPU and can serve it, else merged (on CPU vLLM's "
+        "LoRA generates ~2x slower), the reason logged",
+    )
     vllm_server_host: str = Field("127.0.0.1", description="vllm_server: address of `grouprl vllm-serve`")
     vllm_server_port: int = Field(8000, gt=0, lt=65536, description="vllm_server: port of `grouprl vllm-serve`")
     vllm_server_timeout: float = Field(

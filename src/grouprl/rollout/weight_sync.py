@@ -19,8 +19,9 @@ The staleness bound (``rollout/scheduler.py``) still holds: the trainer stages t
 (``after_update``) before it asks for its next batch, and a batch may start only after that request, so
 its first generate call installs weights at least as new as update t, as an installed push did before.
 An in-process engine (vLLM colocated) is staged the same way: the push copies the policy's weights under
-their checkpoint names (LoRA merged) into a staging list, and the next generate call hands that list to
-the engine's own load (``load_checkpoint_weights``), which converts them into its dtype in place. An
+their checkpoint names (LoRA merged; or only the LoRA adapter, ``vllm_weight_sync``) into a staging list,
+and the next generate call hands that list to the engine's own load (``load_checkpoint_weights``), which
+converts them into its dtype in place (or loads the adapter as a new LoRA id). An
 engine in another process (``vllm_server``) keeps the locked push: its load is a step every training
 process takes together (one pusher, then a barrier), which a producer thread must not run.
 
@@ -152,9 +153,8 @@ class GeneratorCopy:
                     staged.copy_(theirs[slot])
                 self._pending = version
         elif self._stages_engine:
-            from grouprl.rollout.backends.vllm import checkpoint_weights
-
-            weights = checkpoint_weights(model)  # views of the live parameters (LoRA: merged copies)
+            engine: Any = self.backend  # a VLLMBackend
+            weights = engine.weights_to_push(model)  # live views (LoRA: merged copies, or the adapter alone)
             with self._staging_lock, torch.no_grad():
                 if [name for name, _ in self._engine_staged] != [name for name, _ in weights]:
                     self._engine_staged = [(name, t.detach().clone()) for name, t in weights]

@@ -12,6 +12,10 @@ loading the same weights would cost N times the sync. Every process then waits a
 that push has landed, so none samples from the server before the new weights are in (the async
 producer of a process holds its generator's lock meanwhile: ``rollout/weight_sync.py``). The server
 counts its loads (``weights_version``); the pushing process checks that each push added exactly one.
+
+A LoRA policy pushes its adapter alone where ``vllm_weight_sync`` allows and the server serves LoRA
+(``--max_lora_rank``): the base weights once at start (``/load_weights``), then at every push a peft
+adapter directory in the same shared directory (``/load_adapter``; ``vllm_lora.py``).
 """
 
 from __future__ import annotations
@@ -24,6 +28,13 @@ import weakref
 
 from grouprl.bounded_http import RequestFailed, request_sync
 from grouprl.rollout.backends.vllm import checkpoint_weights, to_completion
+from grouprl.rollout.backends.vllm_lora import (
+    AdapterFiles,
+    adapter_config,
+    adapter_tensors,
+    choose_adapter_rank,
+    refuse_or_fall_back,
+)
 from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
 from grouprl.safe_text import JsonRejected, encodable, safe_json_loads
 
@@ -105,6 +116,7 @@ class VLLMServerBackend:
         self.stops = stops or ([tokenizer.eos_token_id] if tokenizer is not None else [])  # sampling.stop_token_ids
         self.deadline_s = DEADLINE_S  # every request's total deadline (/health's own is shorter)
         self.port = port
+        self.adapter_files: AdapterFiles | None = None  # adapter pushes (``use_adapter_sync``); None: merged
         self.address = f"{host}:{port}"
         self.url = f"http://{self.address}"
         if weights_dir:
@@ -172,21 +184,50 @@ class VLLMServerBackend:
         return [to_completion(c["ids"], c["logprobs"], self.tokenizer, self.stops) for c in answer["completions"]]
 
     def load_weights(self, model) -> None:
-        """Push ``model``'s weights (the pushing process), then wait until every process is past the push."""
-        if self.pushes:
-            before = self._request("/health", timeout=60.0).get("weights_version")
+        """Push ``model``'s weights, or its adapter alone (the pushing process), then wait until every process
+        is past the push."""
+        if self.pushes and self.adapter_files is not None:
+            self.adapter_files.push(adapter_tensors(model), lambda path: self._push("/load_adapter", path))
+        elif self.pushes:
             path = write_weights(checkpoint_weights(model), self.weights_dir)
             try:
-                version = self._request("/load_weights", {"path": path}).get("weights_version")
+                self._push("/load_weights", path)
             finally:
                 os.unlink(path)
-            if isinstance(before, int) and version != before + 1:  # another pusher on this server
-                raise VLLMServerError(
-                    f"vllm server at {self.address}: weights_version went {before} -> {version} "
-                    "over one push: another trainer pushes to this server"
-                )
-            self.weights_version = version
         _barrier()  # no process samples from the server before the push has landed (a no-op in one process)
+
+    def _push(self, route: str, path: str) -> None:
+        """Have the server load ``path`` through ``route``; checks that the push was its only load."""
+        before = self._request("/health", timeout=60.0).get("weights_version")
+        version = self._request(route, {"path": path}).get("weights_version")
+        if isinstance(before, int) and version != before + 1:  # another pusher on this server
+            raise VLLMServerError(
+                f"vllm server at {self.address}: weights_version went {before} -> {version} "
+                "over one push: another trainer pushes to this server"
+            )
+        self.weights_version = version
+
+    def use_adapter_sync(self, model) -> None:
+        """From now on a push sends ``model``'s LoRA adapter alone; its base weights go now, once."""
+        if self.pushes:
+            path = write_weights(checkpoint_weights(model, merge_lora=False), self.weights_dir)
+            try:
+                self._push("/load_weights", path)
+            finally:
+                os.unlink(path)
+        self.adapter_files = AdapterFiles(adapter_config(model), self.weights_dir)
+
+    def lora_support(self) -> tuple[int, bool]:
+        """The largest LoRA rank the server serves (0: none, or a server that does not say) and whether its
+        engine runs on a GPU."""
+        health = self._request("/health", timeout=60.0)
+        rank = health.get("max_lora_rank")
+        return (rank if isinstance(rank, int) else 0), health.get("device") == "cuda"
+
+    def close(self) -> None:
+        """The run is done with the server (``release_backend``): remove the last adapter directory pushed."""
+        if self.adapter_files is not None:
+            self.adapter_files.close()
 
     def close_server(self) -> None:
         """Ask the server to stop (it answers first)."""
@@ -206,5 +247,15 @@ def build_vllm_server_backend(policy, cfg) -> VLLMServerBackend:
         pushes=_first_process(),
     )
     backend.wait_until_ready(speed.vllm_server_timeout)
-    backend.load_weights(policy.model)
+    rank, on_gpu = backend.lora_support()
+    if choose_adapter_rank(speed.vllm_weight_sync, policy.model, on_gpu, engine_limit=rank):
+        backend.use_adapter_sync(policy.model)
+    try:
+        backend.load_weights(policy.model)
+    except VLLMServerError as err:
+        if backend.adapter_files is None:
+            raise
+        refuse_or_fall_back(speed.vllm_weight_sync, str(err))  # vLLM refused the adapter (e.g. lm_head)
+        backend.adapter_files = None
+        backend.load_weights(policy.model)
     return backend

@@ -2,8 +2,10 @@
 
 Routes (the client is ``rollout/backends/vllm_client.py``, ``generation_backend: vllm_server``):
 
-- ``GET /health``: ``{"status": "ok", "model": ..., "weights_version": n}`` once the engine is built;
-  ``weights_version`` counts the weight loads so far (0: the checkpoint it started from).
+- ``GET /health``: ``{"status": "ok", "model": ..., "weights_version": n, "max_lora_rank": r, "device": d}``
+  once the engine is built; ``weights_version`` counts the weight and adapter loads so far (0: the checkpoint it
+  started from), ``max_lora_rank`` the largest LoRA rank it serves (0: started without ``--max_lora_rank``, no
+  adapters), ``device`` ``cuda`` or ``cpu`` (where ``vllm_weight_sync: auto`` takes the adapter: a GPU).
 - ``POST /generate``: ``{"prompts": [[token ids]...], "eos_token_id", "max_new_tokens", "temperature",
   "top_p", "top_k", "greedy"}`` -> ``{"completions": [{"ids": [...], "logprobs": [...]}...]}``, one per
   prompt, in order, and the ``weights_version`` that sampled them; identical consecutive prompts are one request with ``n`` samples, as in the
@@ -11,7 +13,12 @@ Routes (the client is ``rollout/backends/vllm_client.py``, ``generation_backend:
 - ``POST /load_weights``: ``{"path": FILE}``, a safetensors file of the trainer's weights under their
   checkpoint names; loaded through the same in-place ``reload_weights`` route as the colocated backend.
   Answers ``{"loaded": tensors, "weights_version": n}``. Several training processes share one server and
-  only the first pushes (``vllm_client.py``): one load per update.
+  only the first pushes (``vllm_client.py``): one load per update. The adapter served so far is dropped
+  (the weights hold it merged, or the adapter push that follows replaces it).
+- ``POST /load_adapter``: ``{"path": DIR}``, a peft adapter directory (``adapter_model.safetensors``,
+  ``adapter_config.json``): every later ``/generate`` samples under it (``vllm_weight_sync``: adapter pushes
+  of a LoRA policy, ``vllm_lora.py``). A new LoRA id each time; the previous adapter is removed. Answers
+  ``{"adapter": name, "weights_version": n}``; 400 when vLLM refuses it (the reason), or without LoRA.
 - ``POST /close``: answers, then stops the server; SIGTERM and Ctrl-C stop it too.
 
 Errors answer ``{"error": "one line"}``: 400 for a bad request (wrong fields, a prompt vLLM refuses),
@@ -89,9 +96,15 @@ class EngineServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, engine, model_path: str, host: str, port: int):
+    def __init__(self, engine, model_path: str, host: str, port: int, max_lora_rank: int = 0):
+        import torch
+
+        from grouprl.rollout.backends.vllm_lora import AdapterSlot
+
         super().__init__((host, port), _Handler)
-        self.engine, self.model_path = engine, model_path
+        self.engine, self.model_path, self.max_lora_rank = engine, model_path, max_lora_rank
+        self.adapter = AdapterSlot(engine)  # the adapter /generate samples under (none until /load_adapter)
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.request_errors = _request_errors()
         self.lock = threading.Lock()  # vLLM's LLM is not thread-safe: one request at a time
         self.weights_version = 0  # loads so far: a load lands between two generate requests, never inside one
@@ -110,7 +123,7 @@ class EngineServer(ThreadingHTTPServer):
 
         prompts, params, eos = parse_generate(body)
         with self.lock:
-            samples = sample(self.engine, prompts, params, eos)
+            samples = sample(self.engine, prompts, params, eos, self.adapter.request)
             version = self.weights_version
         return {
             "completions": [{"ids": ids, "logprobs": logprobs} for ids, logprobs in samples],
@@ -124,9 +137,20 @@ class EngineServer(ThreadingHTTPServer):
         weights = load_weight_file(path)
         with self.lock:
             reload_weights(self.engine, weights)
+            self.adapter.forget()
             self.weights_version += 1
             version = self.weights_version
         return {"loaded": len(weights), "weights_version": version}
+
+    def load_adapter(self, body) -> dict:
+        path = _field(body if isinstance(body, dict) else {}, "path", str)
+        if not self.max_lora_rank:
+            raise BadRequest("this server serves no LoRA adapters: start it with --max_lora_rank R")
+        with self.lock:
+            self.adapter.load(path)  # AdapterRefused (a ValueError): 400 with vLLM's reason
+            self.weights_version += 1
+            version = self.weights_version
+        return {"adapter": self.adapter.request.lora_name, "weights_version": version}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -148,7 +172,13 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path == "/health":
             self._answer(
                 HTTPStatus.OK,
-                {"status": "ok", "model": self.server.model_path, "weights_version": self.server.weights_version},
+                {
+                    "status": "ok",
+                    "model": self.server.model_path,
+                    "weights_version": self.server.weights_version,
+                    "max_lora_rank": self.server.max_lora_rank,
+                    "device": self.server.device,
+                },
             )
         else:
             self._answer(HTTPStatus.NOT_FOUND, {"error": f"no route GET {self.path}; known: GET /health"})
@@ -157,6 +187,7 @@ class _Handler(BaseHTTPRequestHandler):
         routes = {
             "/generate": self.server.generate,
             "/load_weights": self.server.load_weights,
+            "/load_adapter": self.server.load_adapter,
             "/close": lambda body: {"closing": True},
         }
         if self.path not in routes:
@@ -193,7 +224,9 @@ def _one_line(err: Exception) -> str:
 
 def serve(args: argparse.Namespace) -> int:
     from grouprl.rollout.backends.vllm import VLLMOptions, make_engine
+    from grouprl.rollout.backends.vllm_lora import engine_rank
 
+    max_lora_rank = engine_rank(args.max_lora_rank) if args.max_lora_rank > 0 else 0
     options = VLLMOptions(
         dtype=args.dtype,
         max_model_len=args.max_model_len,
@@ -201,10 +234,11 @@ def serve(args: argparse.Namespace) -> int:
         gpu_memory_utilization=args.gpu_memory_utilization,
         seed=args.seed,
         enforce_eager=args.enforce_eager == "true",
+        max_lora_rank=max_lora_rank,
     )
     engine = make_engine(args.model, options)  # no sleep mode: the engine has its process (and device) to itself
     try:
-        server = EngineServer(engine, args.model, args.host, args.port)
+        server = EngineServer(engine, args.model, args.host, args.port, max_lora_rank)
     except OSError as err:
         print(f"grouprl vllm-serve: error: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
         return 2
@@ -244,6 +278,13 @@ def add_vllm_serve_parser(sub) -> argparse.ArgumentParser:
         help="GPU: the engine's share of device memory (default: 0.9)",
     )
     sv.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    sv.add_argument(
+        "--max_lora_rank",
+        type=int,
+        default=0,
+        help="serve LoRA adapters up to this rank, so a LoRA trainer pushes its adapter alone "
+        "(vllm_weight_sync; rounded up to a rank vLLM accepts; default: 0, none: merged pushes)",
+    )
     sv.add_argument(
         "--enforce_eager",
         choices=["true", "false"],
