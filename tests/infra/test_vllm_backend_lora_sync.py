@@ -14,7 +14,6 @@ import socket
 import string
 import subprocess
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -24,12 +23,13 @@ import torch
 pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm]; CI: .ci/vllm-venv)")
 
 from grouprl.models.loading import load_tokenizer  # noqa: E402
+from vllm_steps import wait_until_served  # noqa: E402
 from grouprl.models.tiny import init_tiny  # noqa: E402
 from grouprl.policy.scoring import completion_logps, pack  # noqa: E402
 from grouprl.config import ConfigError  # noqa: E402
 from grouprl.rollout.backends import vllm as vllm_backend  # noqa: E402
 from grouprl.rollout.backends.vllm import build_vllm_backend  # noqa: E402
-from grouprl.rollout.backends.vllm_client import VLLMServerBackend, VLLMServerError  # noqa: E402
+from grouprl.rollout.backends.vllm_client import VLLMServerBackend  # noqa: E402
 from grouprl.rollout.generation import SamplingParams, release_backend  # noqa: E402
 from grouprl.rollout.weight_sync import GeneratorCopy  # noqa: E402
 from grouprl.run_config import build_config  # noqa: E402
@@ -178,15 +178,8 @@ def test_server_adapter_pushes_generate_as_merged_pushes(tiny, tmp_path):
     port, log = _free_port(), tmp_path / "server.log"
     proc = _serve(tiny, log, port)
     try:
-        deadline = time.monotonic() + 180
         probe = VLLMServerBackend(None, port=port)
-        while True:
-            assert proc.poll() is None, f"vllm-serve exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            try:
-                probe.wait_until_ready(1.0)
-                break
-            except VLLMServerError:
-                assert time.monotonic() < deadline, f"no /health within 180 s:\n{log.read_text()[-3000:]}"
+        wait_until_served(proc, probe, log)
         tok = load_tokenizer(str(tiny))
         model = _lora_policy(tiny)
         assert probe.lora_support() == (8, False)  # a CPU server: auto pushes merged weights to it

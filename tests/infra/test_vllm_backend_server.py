@@ -12,7 +12,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -23,7 +22,7 @@ import torch
 pytest.importorskip("vllm", reason="vLLM not installed (pip install grouprl[vllm]; CI: .ci/vllm-venv)")
 
 from launch import torchrun  # noqa: E402
-from vllm_steps import TRAIN, two_steps_follow_the_trainer  # noqa: E402
+from vllm_steps import TRAIN, two_steps_follow_the_trainer, wait_until_served  # noqa: E402
 
 from grouprl.run_config import build_config  # noqa: E402
 from grouprl.models.loading import load_policy, load_tokenizer  # noqa: E402
@@ -81,14 +80,7 @@ def server(tmp_path_factory):
         )
     try:
         client = VLLMServerBackend(load_tokenizer(str(path)), port=port)
-        deadline = time.monotonic() + 180
-        while True:
-            assert proc.poll() is None, f"vllm-serve exited {proc.returncode}:\n{log.read_text()[-3000:]}"
-            try:
-                client.wait_until_ready(1.0)
-                break
-            except VLLMServerError:
-                assert time.monotonic() < deadline, f"no /health within 180 s:\n{log.read_text()[-3000:]}"
+        wait_until_served(proc, client, log)
         assert f"ready at http://127.0.0.1:{port}" in log.read_text()
         yield client, path, port, proc
     finally:

@@ -4,6 +4,8 @@ engine then samples from the updated weights."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from grouprl.policy.scoring import completion_logps, pack
@@ -44,3 +46,18 @@ def two_steps_follow_the_trainer(trainer, policy) -> None:
     theirs = torch.tensor([c.logprobs + [0.0] * (ours.size(1) - len(c.ids)) for c in comps])
     m = batch.completion_mask.bool()
     assert float((ours - theirs)[m].abs().max()) < 1e-3  # the engine samples from the updated weights
+
+
+def wait_until_served(proc, client, log, seconds: float = 180.0) -> None:
+    """Poll a started ``grouprl vllm-serve`` process's /health until it answers; its log's tail if it exits or
+    does not answer in ``seconds``."""
+    from grouprl.rollout.backends.vllm_client import VLLMServerError
+
+    deadline = time.monotonic() + seconds
+    while True:
+        assert proc.poll() is None, f"vllm-serve exited {proc.returncode}:\n{log.read_text()[-3000:]}"
+        try:
+            client.wait_until_ready(1.0)
+            return
+        except VLLMServerError:
+            assert time.monotonic() < deadline, f"no /health within {seconds:g} s:\n{log.read_text()[-3000:]}"
