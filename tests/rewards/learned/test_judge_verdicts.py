@@ -168,7 +168,8 @@ def test_the_bounded_vllm_client_still_reads_the_real_servers_answers(tmp_path):
     try:
         backend = VLLMServerBackend(None, port=server.server_address[1], weights_dir=str(tmp_path))
         backend.wait_until_ready(2.0)
-        assert backend._request("/health") == {"status": "ok", "model": "m", "weights_version": 0}
+        health = {"status": "ok", "model": "m", "weights_version": 0, "max_lora_rank": 0, "device": "cpu"}
+        assert backend._request("/health") == health
         with pytest.raises(VLLMServerError, match=r"/generate: HTTP 400: field 'prompts': expected list"):
             backend._request("/generate", {"prompts": "x"})
     finally:
