@@ -23,26 +23,6 @@ def _driver():
     return module
 
 
-@pytest.fixture(scope="module")
-def tiny_tool_model(tmp_path_factory) -> Path:
-    from grouprl.models.tiny import init_tiny
-    from grouprl.run_config import build_config
-    from grouprl.tasks import load_task
-
-    driver = _driver()
-    task = load_task(build_config(driver.AGENT_RECIPE, {}, environ={}))
-    return init_tiny(
-        task.tokenizer_corpus(),
-        tmp_path_factory.mktemp("driver_model") / "tiny",
-        hidden=32,
-        layers=1,
-        heads=2,
-        seed=0,
-        tokenizer=task.tiny_tokenizer,
-        max_positions=task.tiny_max_positions,
-    )
-
-
 def test_the_driver_warms_measures_trains_through_the_agent_and_measures_again(tiny_tool_model, tmp_path):
     driver = _driver()
     out, work = tmp_path / "results", tmp_path / "work"
