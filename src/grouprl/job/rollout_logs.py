@@ -23,7 +23,14 @@ class RolloutLogs(TrainObserver):
             return
         if self.rollouts is not None:
             self.rollouts.write_many(
-                rollout_records(step, record.episodes, record.scores.verdicts, record.advantages, self.multi_step)
+                rollout_records(
+                    step,
+                    record.episodes,
+                    record.scores.verdicts,
+                    record.advantages,
+                    self.multi_step,
+                    getattr(record, "token_signal", None),
+                )
             )
         if self.every and (step % self.every == 0 or step == 1):
             write_trajectories(

@@ -59,13 +59,39 @@ def conversation_record(ep: Episode) -> list[dict]:
 
 
 def rollout_records(
-    step: int, episodes: list[Episode], verdicts: list[Verdict], advantages, multi_step: bool = False
+    step: int,
+    episodes: list[Episode],
+    verdicts: list[Verdict],
+    advantages,
+    multi_step: bool = False,
+    token_signal: list | None = None,
 ) -> Iterator[dict]:
-    """One line per episode: its record, the training step and the advantage of its first step."""
-    first = 0
-    for ep, verdict in zip(episodes, verdicts):
-        yield {"step": step, **episode_record(ep, verdict, multi_step), "advantage": float(advantages.advantage[first])}
+    """One line per episode: its record, the training step and the advantage of its first step; under
+    on-policy distillation, ``distill_tokens``: its trained tokens as ``[text, student, teacher log-prob]``."""
+    first, signals = 0, episode_token_signal(episodes, token_signal)
+    for ep, verdict, signal in zip(episodes, verdicts, signals):
+        record = {
+            "step": step,
+            **episode_record(ep, verdict, multi_step),
+            "advantage": float(advantages.advantage[first]),
+        }
+        if signal is not None:
+            record["distill_tokens"] = signal
+        yield record
         first += len(ep.steps)
+
+
+def episode_token_signal(episodes: list[Episode], token_signal: list | None) -> list[list | None]:
+    """The learner's per-sample token signal regrouped per episode: a conversation is one sample, any other
+    episode one sample per step (joined in order). The samples are this process's share, the first episodes
+    (process 0 writes the logs); episodes past it get ``None``."""
+    out: list[list | None] = []
+    k, signal = 0, token_signal or []
+    for ep in episodes:
+        n = 1 if ep.conversation else len(ep.steps)
+        out.append([t for sample in signal[k : k + n] for t in sample] if k + n <= len(signal) else None)
+        k += n
+    return out
 
 
 def trajectory_records(step: int, episodes: list[Episode], verdicts: list[Verdict], advantages) -> Iterator[dict]:

@@ -90,11 +90,16 @@ class Distiller:
                 "config key 'distill_coef' > 0 needs a teacher: set teacher (a model) or teacher_endpoint"
             )
         self.step_metrics: dict[str, float] = {}
+        self.tokenizer = policy.tokenizer
+        # per sample, its completion tokens' (id, student log-prob, teacher log-prob), filled by the first pass of
+        # the update over the micro-batches: what the dashboard's Groups view shows token by token
+        self._tokens: list[list[tuple[int, float, float]] | None] = []
 
     def score(self, tokens: TokenBatch) -> torch.Tensor:
         """The teacher's signal for every sample: (N, T) token log-probs, or (N, T, V) logits for a logits
         objective; the time and memory it took go to :attr:`step_metrics`."""
         start, cuda = time.perf_counter(), self._cuda_device()
+        self._tokens = [None] * len(tokens)
         if cuda is not None:
             torch.cuda.reset_peak_memory_stats(cuda)
             base = torch.cuda.memory_allocated(cuda)
@@ -121,15 +126,24 @@ class Distiller:
         return device if device.type == "cuda" else None
 
     def terms(
-        self, model, part: TokenBatch, logps: torch.Tensor, pi_old: torch.Tensor, advantages: torch.Tensor, signal
+        self,
+        model,
+        part: TokenBatch,
+        logps: torch.Tensor,
+        pi_old: torch.Tensor,
+        advantages: torch.Tensor,
+        signal,
+        rows: slice | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None, dict[str, torch.Tensor]]:
         """One micro-batch's (advantages, extra per-token loss terms or None, statistics); ``signal``: the
-        teacher's for this micro-batch (a slice of :meth:`score`'s)."""
+        teacher's for this micro-batch (a slice of :meth:`score`'s); ``rows``: which samples it holds."""
         mask, obj = part.completion_mask, self.objective
         if obj.inputs == "logits":
             teacher_tok = torch.log_softmax(signal, dim=-1).gather(-1, part.completion_ids.unsqueeze(-1)).squeeze(-1)
         else:
             teacher_tok = signal
+        if rows is not None and self._tokens and self._tokens[rows.start] is None:
+            self._keep_tokens(rows, part, pi_old, teacher_tok)
         stats = {"distill/kl_mean": masked_mean(pi_old.detach() - teacher_tok, mask)}  # k1 of KL(student || teacher)
         if obj.form == "reward":
             reward = obj(pi_old.detach(), teacher_tok, **self.options)
@@ -140,3 +154,24 @@ class Distiller:
         d = obj(student, signal, **self.options)
         stats["distill/loss"] = masked_mean(d.detach(), mask)
         return advantages, self.coef * d, stats
+
+    def _keep_tokens(self, rows: slice, part: TokenBatch, student: torch.Tensor, teacher: torch.Tensor) -> None:
+        keep = part.completion_mask.bool().cpu()
+        ids, student, teacher = part.completion_ids.cpu(), student.detach().float().cpu(), teacher.float().cpu()
+        for j, i in enumerate(range(rows.start, rows.stop)):
+            self._tokens[i] = list(
+                zip(ids[j][keep[j]].tolist(), student[j][keep[j]].tolist(), teacher[j][keep[j]].tolist())
+            )
+
+    def token_signal(self) -> list[list[list]] | None:
+        """The last update's samples token by token: ``[text, student log-prob, teacher log-prob]`` for every
+        trained (generated) token; ``None`` before the first update. ``student - teacher`` is the token's k1 term
+        of KL(student || teacher): positive where the student is surer of its token than the teacher."""
+        if not self._tokens or any(t is None for t in self._tokens):
+            return None
+        texts = self.tokenizer.batch_decode([[i] for sample in self._tokens for i, _, _ in sample])  # type: ignore[union-attr]
+        out, k = [], 0
+        for sample in self._tokens:
+            out.append([[texts[k + n], round(s, 4), round(t, 4)] for n, (_, s, t) in enumerate(sample)])
+            k += len(sample)
+        return out

@@ -283,7 +283,7 @@ class Learner:
         advantages, extra, extra_stats = batch.advantages[m], None, dict[str, torch.Tensor]()
         if self.distill is not None and batch.teacher is not None:  # its reward in A_t, or its loss terms
             advantages, extra, extra_stats = self.distill.terms(
-                self.model, part, logps, pi_old, advantages, batch.teacher[m]
+                self.model, part, logps, pi_old, advantages, batch.teacher[m], rows=m
             )
         loss, stats = policy_objective(
             self.loss,

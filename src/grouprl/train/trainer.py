@@ -54,6 +54,7 @@ class StepRecord:
     update: UpdateStats
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
     rollout_stats: dict[str, float] = field(default_factory=dict)  # async: staleness, producer times
+    token_signal: list | None = None  # distillation: per sample, [token, student, teacher log-prob] (Distiller)
 
 
 class Trainer:
@@ -233,7 +234,8 @@ class Trainer:
         samples = self.samples(batch, advantages)
         with phase("update_time"):
             update = self.update(samples)
-        return StepRecord(batch.episodes, scores, advantages, samples, update, seconds, stats)
+        signal = self.learner.distill.token_signal() if self.learner.distill is not None else None
+        return StepRecord(batch.episodes, scores, advantages, samples, update, seconds, stats, signal)
 
     def metrics(self, record: StepRecord) -> dict[str, float]:
         """What metrics.jsonl records for a step."""

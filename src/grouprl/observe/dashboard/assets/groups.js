@@ -1,7 +1,8 @@
 "use strict";
 (() => {
 // Groups: one step's groups (a prompt's K completions); a group's completions side by side with
-// their reward parts, reasons, errors, advantage and truncation.
+// their reward parts, reasons, errors, advantage and truncation; under on-policy distillation, each
+// completion's tokens shaded by how far the student's log-prob is from the teacher's.
 const { h } = GRL;
 const PAGE = 20;
 
@@ -29,9 +30,31 @@ GRL.summarizeGroups = function summarizeGroups(records) {
       correct: eps.filter((e) => e.correct).length,
       errors: eps.filter((e) => (e.reward_errors || []).length).length,
       truncated: eps.filter((e) => e.truncated).length,
+      kl: GRL.teacherKL(eps.flatMap((e) => e.distill_tokens || [])),
     };
   });
 };
+
+// On-policy distillation: each trained token's k1 term of KL(student || teacher), the student's log-prob of
+// the token it wrote minus the teacher's (rollouts.jsonl "distill_tokens": [text, student, teacher]).
+GRL.teacherKL = (tokens) => (tokens.length ? GRL.mean(tokens.map(([, s, t]) => s - t)) : null);
+
+function tokenShade(d) {
+  const a = Math.min(1, Math.abs(d) / 3).toFixed(2);  // 3 nats or more: full colour
+  return d > 0 ? `background: rgba(220, 38, 38, ${a})` : `background: rgba(37, 99, 235, ${a})`;
+}
+
+function teacherTokens(tokens) {
+  const worst = tokens.map(([text, s, t], i) => [s - t, text, i]).sort((a, b) => b[0] - a[0]).slice(0, 3);
+  return h("details", { class: "teacher-tokens", open: true },
+    h("summary", {}, `teacher vs student: KL ${GRL.fmt(GRL.teacherKL(tokens))} over ${tokens.length} tokens`),
+    h("div", { class: "tokens" }, tokens.map(([text, s, t], i) => h("span", {
+      class: "tok", style: tokenShade(s - t), data: { i, kl: (s - t).toFixed(4) },
+      title: `student ${GRL.fmt(s)} · teacher ${GRL.fmt(t)} · student − teacher ${GRL.signed(s - t)}`,
+    }, text))),
+    h("div", { class: "muted worst" }, "most off the teacher: ",
+      worst.map(([d, text]) => h("code", {}, `${JSON.stringify(text)} ${GRL.signed(d, 2)}`))));
+}
 
 function stepPicker(app, steps, current, embedded, onPick) {
   const values = steps.map((s) => s[0]);
@@ -73,7 +96,8 @@ function completionCard(app, g, e, k, step, hasTrajectories) {
     e.prediction !== null && e.prediction !== undefined ? h("div", { class: "muted" }, "parsed answer: ", h("code", {}, String(e.prediction))) : null,
     parts.length ? h("table", { class: "kv parts" }, parts.map(([name, v]) => h("tr", {}, h("th", {}, name), h("td", {}, GRL.fmt(v))))) : null,
     reasons.length ? h("div", { class: "reasons" }, reasons.map(([name, why]) => h("div", {}, h("b", {}, name + ": "), String(why)))) : null,
-    errors.length ? h("div", { class: "errors" }, errors.map((x) => h("div", {}, typeof x === "string" ? x : JSON.stringify(x)))) : null);
+    errors.length ? h("div", { class: "errors" }, errors.map((x) => h("div", {}, typeof x === "string" ? x : JSON.stringify(x)))) : null,
+    e.distill_tokens && e.distill_tokens.length ? teacherTokens(e.distill_tokens) : null);
 }
 
 function groupDetail(app, g, step, hasTrajectories) {
@@ -82,7 +106,10 @@ function groupDetail(app, g, step, hasTrajectories) {
     h("div", { class: "group-facts" },
       h("span", {}, `K = ${g.episodes.length}`), h("span", {}, `mean reward ${GRL.fmt(g.mean)}`),
       h("span", {}, `std ${GRL.fmt(g.std)}`), h("span", {}, `${g.correct}/${g.episodes.length} correct`),
-      g.zeroVar ? GRL.badge("zero variance: every advantage is 0", "warn") : null),
+      g.zeroVar ? GRL.badge(g.kl === null ? "zero variance: every advantage is 0" :
+        "zero reward variance: only the teacher's signal trains this group", "warn") : null,
+      g.kl !== null ? h("span", {}, `KL to teacher ${GRL.fmt(g.kl)} per token; tokens shaded red where the ` +
+        "student is surer of its token than the teacher, blue where less sure (hover for both log-probs)") : null),
     h("details", { open: true }, h("summary", {}, "prompt"), h("pre", { class: "text prompt" }, g.prompt ?? "")),
     g.ground_truth !== null && g.ground_truth !== undefined ? h("p", {}, "ground truth: ", h("code", {}, String(g.ground_truth))) : null,
     h("div", { class: "completions" }, g.episodes.map((e, k) => completionCard(app, g, e, k, step, hasTrajectories))));
@@ -143,6 +170,7 @@ GRL.views.groups = {
       { label: "correct", num: true, fmt: (g) => `${g.correct}/${g.episodes.length}` },
       { label: "errors", num: true, fmt: (g) => g.errors || "", cls: (g) => (g.errors ? "neg" : "") },
       { label: "truncated", num: true, fmt: (g) => g.truncated || "" },
+      ...(groups.some((g) => g.kl !== null) ? [{ label: "KL to teacher", num: true, fmt: (g) => GRL.fmt(g.kl) }] : []),
     ], shown.slice(pg.start, pg.end), {
       class: "groups-list",
       onClick: (g) => app.render({ group: g.group }),
