@@ -28,7 +28,15 @@ class TrainConfig(Section):
     resume_from_checkpoint: str | None = Field(None, description="checkpoint dir to continue from, or 'last'")
     overwrite_output_dir: bool = Field(False, description="start afresh in a non-empty output_dir (else refused)")
     max_nonfinite_updates: int = Field(3, ge=0, description="stop after N updates skipped for a non-finite loss/grad")
+    warm_start: Literal["auto", "sft", "none"] = Field(
+        "auto",
+        description="auto: SFT-warm the tiny model grouprl builds, start a named model as it is; sft: SFT-warm a "
+        "named model too (tool tasks: on the task's expert conversations, docs/agent_main_job.md); none: no SFT",
+    )
     sft_steps: int = Field(1500, ge=0, description="tiny default: most SFT warm-up steps")
+    sft_check_every: int | None = Field(
+        None, gt=0, description="SFT steps between early-stop checks (empty: 10, tool conversations 50)"
+    )
     sft_target_accuracy: float | None = Field(
         0.2,
         gt=0,

@@ -85,9 +85,12 @@ def check_accuracy(
 ):
     """``evaluate`` on a model mid-SFT (the stop rule's measurement)."""
 
+    from grouprl.rollout.turn_cache import TurnCache
+
     def measure(model, tokenizer) -> dict[str, float]:
-        return evaluate(
-            HFBackend(model, tokenizer, model.device), tokenizer, task, rows, params, scorer, settings=settings
-        )
+        # conversations keep their KV caches across turns and share their system prompt's (as in training)
+        cache = TurnCache() if isinstance(settings, ConversationSettings) else None
+        backend = HFBackend(model, tokenizer, model.device, turn_cache=cache)
+        return evaluate(backend, tokenizer, task, rows, params, scorer, settings=settings)
 
     return measure

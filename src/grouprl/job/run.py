@@ -37,7 +37,7 @@ from grouprl.job.preemption import Preemption
 from grouprl.job.progress import phase_progress
 from grouprl.job.run_dir import RunFolder, RunPlan
 from grouprl.job.setup import observers, prepare_schedule, prepare_tokenizer
-from grouprl.job.warm_start import prepare_tiny, warm_start_alone
+from grouprl.job.warm_start import prepare_model, warm_start_alone
 from grouprl.train.advantages import estimator_options
 from grouprl.train.checkpoint import CheckpointError, check_world_size, read_checkpoint_state
 from grouprl.train.objective import entropy_bonus_of, resolve_loss
@@ -235,14 +235,16 @@ def _warm_start(
     parallel: DataParallel,
     console: Console,
 ) -> tuple[str, str]:
-    """``(model_path, base_model)``: the checkpoint and the model it started from, the model named, or the
-    tiny model built and SFT-warmed (by process 0 alone; the others get its path)."""
+    """``(model_path, base_model)``: the checkpoint and the model it started from, the model named (SFT-warmed
+    with ``warm_start: sft``), or the tiny model built and SFT-warmed (by process 0 alone; the others get its path)."""
     if resume:
         return resume, saved.get("extra", {}).get("base_model", resume)
-    model_path = packaged or (
-        prepare_tiny(cfg, task, scorer, console)
+    if packaged and cfg.train.warm_start != "sft":
+        return packaged, packaged
+    model_path = (
+        prepare_model(cfg, task, scorer, console, packaged)
         if not parallel.distributed
-        else broadcast_object(warm_start_alone(cfg) if parallel.is_main else "")
+        else broadcast_object(warm_start_alone(cfg, packaged) if parallel.is_main else "")
     )
     return model_path, model_path
 

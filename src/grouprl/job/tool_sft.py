@@ -129,10 +129,10 @@ def tool_sft(
     return out
 
 
-def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettings, console) -> Path:
+def sft_conversations(cfg, task, scorer, start: str, settings: ConversationSettings, console) -> Path:
     """``prepare_tiny``'s warm start for conversation tasks: tool SFT on expert traces (``sft_demo_episodes``
     of them), stopping once sampled success on 32 training rows reaches ``sft_target_accuracy`` (if set;
-    checked every 50 steps: a check plays 32 conversations)."""
+    checked every ``sft_check_every`` steps, 50 by default: a check plays 32 conversations)."""
     train = cfg.train
     stop_when = None
     if train.sft_target_accuracy:
@@ -140,14 +140,16 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
         measure = check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES], params, settings)
 
         def stop_when(model, tokenizer) -> bool:
-            return measure(model, tokenizer)["success_rate"] >= train.sft_target_accuracy
+            success = measure(model, tokenizer)["success_rate"]
+            console.log(f"tool SFT check: sampled success {success:.0%} on {ENV_CHECK_EPISODES} training rows")
+            return success >= train.sft_target_accuracy
 
     console.log(
         f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
         "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else "")
     )
     return tool_sft(
-        tiny,
+        start,
         task,
         settings,
         Path(train.output_dir) / "sft_model",
@@ -157,6 +159,6 @@ def sft_conversations(cfg, task, scorer, tiny: str, settings: ConversationSettin
         train.seed,
         train.sft_demo_episodes,
         stop_when,
-        check_every=50,
+        check_every=train.sft_check_every or 50,
         console=console,
     )

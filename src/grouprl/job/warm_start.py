@@ -1,4 +1,5 @@
-"""The tiny-model warm start: build a tiny Qwen2 model for the task, then a deliberately short SFT.
+"""The warm start: build a tiny Qwen2 model for the task (when no model is named), then a deliberately short SFT
+(the tiny model always, a named model with ``warm_start: sft``).
 
 Single-turn tasks are fine-tuned on their gold solutions until greedy accuracy on held-back
 training rows reaches ``sft_target_accuracy``; environments on played demonstrations (random
@@ -62,6 +63,14 @@ def env_demonstrations(cfg: Config, task, rows: list[dict[str, Any]]) -> list[di
     return demonstrations(task, rows, cfg.train.sft_demonstrations, settings, cfg.train.seed)
 
 
+def prepare_model(cfg: Config, task, scorer, console: Console, named: str | None = None) -> str:
+    """The model RL starts from: ``named`` (a named model's folder) as it is, or SFT-warmed with ``warm_start:
+    sft``; else the tiny model, built and (unless ``warm_start: none``) SFT-warmed."""
+    if named is not None:
+        return sft_warm(cfg, task, scorer, named, console) if cfg.train.warm_start == "sft" else named
+    return prepare_tiny(cfg, task, scorer, console)
+
+
 def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
     """Build the tiny model for the task and warm it with a deliberately short SFT."""
     out = Path(cfg.train.output_dir)
@@ -77,17 +86,24 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
         max_positions=task.tiny_max_positions,
     )
     console.log(f"built tiny Qwen2 model at {tiny}")
+    return str(tiny) if train.warm_start == "none" else sft_warm(cfg, task, scorer, str(tiny), console)
+
+
+def sft_warm(cfg: Config, task, scorer, start: str, console: Console) -> str:
+    """The SFT warm start from ``start``: expert conversations (tool tasks), demonstrations (environments) or
+    gold solutions, each stopped early at its check; the folder of the warmed model."""
+    train, out = cfg.train, Path(cfg.train.output_dir)
     if train.sft_steps == 0 or not task.has_gold_completions:
         if train.sft_steps:
-            console.log("no SFT warm start: the task's rows have no gold completions (RL starts from the tiny init)")
-        return str(tiny)
+            console.log("no SFT warm start: the task's rows have no gold completions (RL starts from the model as is)")
+        return start
     conversation = episode_settings(cfg, task)
     if isinstance(conversation, ConversationSettings):  # tool calls: SFT on expert conversations
         from grouprl.job.tool_sft import sft_conversations
 
-        return str(sft_conversations(cfg, task, scorer, str(tiny), conversation, console))
+        return str(sft_conversations(cfg, task, scorer, start, conversation, console))
     if task.multi_step:
-        return str(sft_environment(cfg, task, scorer, str(tiny), console))
+        return str(sft_environment(cfg, task, scorer, start, console))
     console.log(
         f"SFT warm start: up to {train.sft_steps} steps on gold solutions (TRL SFTTrainer)"
         + (f", stopping at {train.sft_target_accuracy:.0%} greedy accuracy" if train.sft_target_accuracy else "")
@@ -104,7 +120,7 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
             return measure(model, tokenizer)["accuracy"] >= train.sft_target_accuracy
 
     path = sft_warm_start(
-        str(tiny),
+        start,
         sft_rows,
         task.messages,
         out / "sft_model",
@@ -113,6 +129,7 @@ def prepare_tiny(cfg: Config, task, scorer, console: Console) -> str:
         batch_size=train.sft_batch_size,
         seed=train.seed,
         stop_when=stop_when,
+        check_every=train.sft_check_every or 10,
     )
     return str(path)
 
@@ -159,6 +176,7 @@ def sft_environment(cfg: Config, task, scorer, tiny: str, console: Console) -> P
         batch_size=train.sft_batch_size,
         seed=train.seed,
         stop_when=stop_when,
+        check_every=train.sft_check_every or 10,
     )
 
 
@@ -174,8 +192,8 @@ LAUNCHER_VARS = (
 )
 
 
-def warm_start_alone(cfg: Config) -> str:
-    """Build and SFT the tiny model in a child process that is no part of the process group.
+def warm_start_alone(cfg: Config, named: str | None = None) -> str:
+    """:func:`prepare_model` in a child process that is no part of the process group.
 
     Process 0 calls this while the others wait: TRL's SFT trainer, run inside a launched
     process, would see the group and wait for the others' gradients forever."""
@@ -185,25 +203,25 @@ def warm_start_alone(cfg: Config) -> str:
         if k not in LAUNCHER_VARS and not k.startswith(("TORCHELASTIC_", "ACCELERATE_"))
     }
     proc = subprocess.run(
-        [sys.executable, "-m", "grouprl.job.warm_start", json.dumps(cfg.model_dump())],
+        [sys.executable, "-m", "grouprl.job.warm_start", json.dumps(cfg.model_dump()), named or ""],
         env=env,
         stdout=subprocess.PIPE,
         text=True,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"the tiny model's warm start failed (exit {proc.returncode}); see its output above")
+        raise RuntimeError(f"the warm start failed (exit {proc.returncode}); see its output above")
     return proc.stdout.strip().splitlines()[-1]
 
 
-def _warm_start_main(dumped: str) -> None:
+def _warm_start_main(dumped: str, named: str) -> None:
     import grouprl.tasks  # noqa: F401 - the registered tasks and their config sections
     from grouprl.rewards.scorer import Scorer
     from grouprl.tasks import load_task
 
     cfg = Config.model_validate(json.loads(dumped))
     task = load_task(cfg)
-    print(prepare_tiny(cfg, task, Scorer.from_config(cfg, task), Console(stderr=True)))
+    print(prepare_model(cfg, task, Scorer.from_config(cfg, task), Console(stderr=True), named or None))
 
 
 if __name__ == "__main__":  # warm_start_alone's child
-    _warm_start_main(sys.argv[1])
+    _warm_start_main(sys.argv[1], sys.argv[2])

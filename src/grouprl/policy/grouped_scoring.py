@@ -208,7 +208,8 @@ def shared_prefix_logps(
     with_entropy: bool | str = False,
     support: tuple[int, float] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Same contract as ``grouped_completion_logps``, through the model's KV cache instead of a block mask.
+    """Same contract as ``grouped_completion_logps``, through the model's KV cache instead of a block mask; it also
+    takes conversations (``completion_attention``: a group's first prompt once, every later turn on top of it).
 
     Each distinct prompt (all but its last token) runs once, into a ``DynamicCache`` whose keys and
     values keep their autograd history; the cache's batch dimension is then indexed so that every
@@ -224,12 +225,13 @@ def shared_prefix_logps(
     head = model.get_output_embeddings()
     logps = torch.zeros(N, T, device=device, dtype=torch.float32)
     entropy = torch.zeros(N, T, device=device, dtype=torch.float32) if with_entropy else None
-    lengths = batch.completion_mask.sum(-1)
-    kept = (lengths > 0).nonzero().squeeze(-1)  # an all-masked completion counts nowhere: not computed
+    kept = (batch.completion_mask.sum(-1) > 0).nonzero().squeeze(-1)  # an all-masked completion: not computed
     if kept.numel() == 0:
         return logps + 0.0 * head.weight.sum(), entropy  # keeps backward() valid on an all-masked batch
+    # a conversation's completion is every later turn, tool results included: all read, only its turns trained
+    lengths = batch.attention.sum(-1)
     prompts = _rows(batch.prompt_ids[kept], batch.prompt_mask[kept], "prompt", right=False)
-    _rows(batch.completion_ids[kept], batch.completion_mask[kept], "completion", right=True)
+    _rows(batch.completion_ids[kept], batch.attention[kept], "completion", right=True)
     if min(len(p) for p in prompts) == 0:
         raise ValueError(
             "grouped scoring: a sample has an empty prompt; the first completion token needs a "

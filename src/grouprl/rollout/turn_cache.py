@@ -22,6 +22,11 @@ share one generator and take turns at its lock: keeping only the last call's ent
 producer's call evict the other's, so no turn ever reused a cache. A prompt may ride on any
 thread's entry (a token-exact prefix under the same weights is the same keys and values).
 ``max_bytes`` caps what is kept, all threads together; rows past it are simply re-encoded next turn.
+
+Besides each conversation's own cache, the longest prefix that a call's distinct prompts share (an agent's
+system prompt and tool schemas, ~270 tokens of a ~300-token first prompt) is prefilled once, as one row, and kept
+as a shared entry across calls until the weights change: every conversation's first turn then prefills only its
+own question (``MAX_SHARED`` such prefixes are kept, the newest last).
 """
 
 from __future__ import annotations
@@ -62,12 +67,13 @@ class TurnCacheStats:
 class TurnCache:
     max_bytes: int = 1 << 30
     by_thread: dict[int, list[_Entry]] = field(default_factory=dict)  # each calling thread's last call's entries
+    shared: list[_Entry] = field(default_factory=list)  # prefixes calls' distinct prompts shared, newest last
     weights_version: int | None = None
     stats: TurnCacheStats = field(default_factory=TurnCacheStats)
 
     @property
     def entries(self) -> list[_Entry]:
-        return [entry for kept in self.by_thread.values() for entry in kept]
+        return [entry for kept in self.by_thread.values() for entry in kept] + self.shared
 
     def bytes_of_others(self, thread: int) -> int:
         """What the other threads' kept entries hold (they count toward ``max_bytes``)."""
@@ -145,7 +151,7 @@ def generate_with_turn_cache(
     """``generation.generate``'s contract, reusing ``store``'s kept caches and refilling it with this call's."""
     version = parameters_version(model)
     if version != store.weights_version:
-        store.by_thread, store.weights_version = {}, version
+        store.by_thread, store.shared, store.weights_version = {}, [], version
     thread = threading.get_ident()
     stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
@@ -157,6 +163,8 @@ def generate_with_turn_cache(
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start : start + params.batch_size]
         hits = [store.longest_prefix(p) for p in chunk]
+        if _seed_shared(model, chunk, hits, store, device):  # the common prefix prefilled once, then ridden
+            hits = [store.longest_prefix(p) for p in chunk]
         kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             eos_token_id=stops,
@@ -230,3 +238,50 @@ def _keep(result, chunk, rows, mask, width: int, store: TurnCache, kept: list, k
             )
         )
     return kept_bytes
+
+
+MIN_SHARED_PREFIX = 32  # tokens: a shorter common prefix (a chat template's first line) is not worth an entry
+MAX_SHARED = 4  # shared prefixes kept (a few system prompts in one run); the oldest goes first
+
+
+def common_prefix(chunk: list[list[int]]) -> tuple[int, ...]:
+    """The longest prefix the chunk's distinct prompts share, leaving each at least one token (``()`` when there are
+    fewer than two distinct prompts)."""
+    distinct = list({tuple(p): None for p in chunk})
+    if len(distinct) < 2:
+        return ()
+    n, shortest = 0, min(len(p) for p in distinct) - 1
+    while n < shortest and all(p[n] == distinct[0][n] for p in distinct):
+        n += 1
+    return distinct[0][:n]
+
+
+def _remember_shared(store: TurnCache, entry: _Entry) -> None:
+    store.shared = store.shared[-(MAX_SHARED - 1) :] + [entry]
+
+
+@torch.no_grad()
+def _seed_shared(model, chunk: list[list[int]], hits: list, store: TurnCache, device: torch.device) -> bool:
+    """Where the chunk's distinct prompts share a long prefix that some row has no kept cache for (the first call
+    of a run, of an evaluation, after an update), prefill that prefix once, as one row, and keep it as a shared
+    entry: every row then prefills only its own tail. True when it did."""
+    from transformers import DynamicCache
+
+    prefix = common_prefix(chunk)
+    n = len(prefix)
+    if n < MIN_SHARED_PREFIX or all(h is not None and len(h.ids) >= n for h in hits):
+        return False
+    cache = DynamicCache(config=model.config)
+    ids = torch.tensor([prefix], dtype=torch.long, device=device)
+    model(
+        input_ids=ids,
+        position_ids=torch.arange(n, device=device).unsqueeze(0),
+        **{cache_keyword(model): cache},
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    layers = [(k[0].clone(), v[0].clone()) for k, v in _cache_layers(cache)]
+    if sum(k.nbytes + v.nbytes for k, v in layers) > store.max_bytes:
+        return False
+    _remember_shared(store, _Entry(prefix, layers))
+    return True

@@ -157,6 +157,8 @@ class Learner:
             "block_mask": grouped_completion_logps,
         }
         self.score_completions = layouts[layout] if grouped else completion_logps
+        # conversations (tool results read, not trained): a group's first prompt once, through the KV cache
+        self.score_conversations = shared_prefix_logps if grouped and layout != "block_mask" else completion_logps
 
     @property
     def learning_rate(self) -> float:
@@ -204,8 +206,7 @@ class Learner:
             n_all=parallel.total(n),  # the whole batch's samples and tokens (one process: its own)
             total_tokens=parallel.total(float(tokens.completion_mask.sum())),
             n_micro=parallel.total(float(accum)),  # every process's micro-batches (bnpo averages over them)
-            # conversations: attended != trained tokens, the plain forward scores them
-            score=completion_logps if tokens.completion_attention is not None else self.score_completions,
+            score=self.score_conversations if tokens.completion_attention is not None else self.score_completions,
             # top-k / top-p: pi and pi_old renormalised over the kept tokens, as the engine's log-probs are
             # (the reference stays the full distribution, as NeMo-RL and prime-rl keep it)
             support=(rollout.top_k, rollout.top_p) if rollout.top_k > 0 or rollout.top_p < 1 else None,

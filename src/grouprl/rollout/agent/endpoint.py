@@ -81,7 +81,7 @@ class AgentEndpoint:
         max_context: int | None = None,
         max_calls: int = 16,
         policy_version: int = 0,
-        window_s: float = 0.005,
+        window_s: float = 0.05,
         request_timeout_s: float = 600.0,
         max_request_bytes: int = 32 * 1024 * 1024,
         read_deadline_s: float = 60.0,

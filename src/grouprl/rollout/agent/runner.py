@@ -55,7 +55,7 @@ class AgentSettings(ConversationSettings):
     episode_timeout: float = 300.0
     model_name: str = "policy"  # the served name: the model's hub id or folder name (and always "policy")
     api_key: str = field(default_factory=lambda: "grouprl-" + secrets.token_hex(16), repr=False)
-    batch_window_s: float = 0.005  # how long the endpoint collects concurrent requests into one batch
+    batch_window_s: float = 0.5  # the endpoint's batch: requests arriving less than this apart (5 s at most)
     # the failure kinds and refusal codes already printed in this run (failures.report_first_failures)
     reported: set[str] = field(default_factory=set, repr=False, compare=False)
     # sees each episode's call records once it closed (grouprl agent check); None in training

@@ -1,8 +1,8 @@
 """What the agent endpoint does with a checked request (``chat_request.read_request``): batch it, generate, answer.
 
 :class:`CallBatcher` owns the one thread that touches the tokenizer and the backend: it collects
-requests for ``window_s`` after the first arrives (or until ``params.batch_size``, or until every episode
-that may still call is waiting: ``live_episodes``), renders them (``calls.render_call``, then the forced
+requests while they keep arriving (``window_s`` after the last, ``max_wait_s`` at most), until ``params.batch_size``,
+or until every episode that may still call is waiting (``live_episodes``), renders them (``calls.render_call``, then the forced
 tool-call opening when ``tool_choice`` asks for a call), makes one ``backend.generate`` call per distinct
 length cap (a request with ``n`` > 1 puts its prompt in it ``n`` times), reads each completion
 (``chat_answer.make_turn``: stop strings, tool calls) and records each sample as its own call of its episode.
@@ -38,12 +38,13 @@ class CallBatcher:
         template_kwargs: dict | None,
         max_context: int | None,
         policy_version: int,
-        window_s: float = 0.005,
+        window_s: float = 0.05,
         live_episodes: Callable[[], int] | None = None,
+        max_wait_s: float = 5.0,
     ):
         self.backend, self.tokenizer, self.params = backend, tokenizer, params
         self.parser, self.template_kwargs, self.max_context = get_parser(parser), template_kwargs, max_context
-        self.policy_version, self.window_s = policy_version, window_s
+        self.policy_version, self.window_s, self.max_wait_s = policy_version, window_s, max_wait_s
         self.live_episodes = live_episodes  # how many episodes may still send a request (None: unknown)
         self.requests: queue.Queue[ChatRequest | None] = queue.Queue()
         self.batches: list[int] = []  # the size of every batch served (the bench reads it)
@@ -70,10 +71,14 @@ class CallBatcher:
             first = self.requests.get()
             if first is None:
                 return
-            batch, deadline = [first], time.monotonic() + self.window_s
+            # a burst of agents' requests arrives over tens of milliseconds (each client's HTTP round on one event
+            # loop): wait up to window_s after each arrival, at most max_wait_s in all, so the burst is one batch
+            # (served in fragments, every turn would decode once per fragment)
+            batch, cap = [first], time.monotonic() + max(self.max_wait_s, self.window_s)
             while len(batch) < self.params.batch_size and not self._everyone_waits(batch):
                 try:
-                    item = self.requests.get(timeout=max(deadline - time.monotonic(), 0.0))
+                    wait = min(self.window_s, cap - time.monotonic())
+                    item = self.requests.get(timeout=max(wait, 0.0))
                 except queue.Empty:
                     break
                 if item is None:
