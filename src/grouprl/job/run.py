@@ -32,7 +32,7 @@ from grouprl.data.chat_format import check_chat_template
 from grouprl.job.agent_failures import AgentTrainer, preflight_agent
 from grouprl.job.evaluate import evaluate
 from grouprl.job.machine_load import busy_machine_advice
-from grouprl.job.malloc_tuning import tune_malloc
+from grouprl.job.malloc_tuning import release_free_heap, tune_malloc
 from grouprl.job.preemption import Preemption
 from grouprl.job.progress import phase_progress
 from grouprl.job.run_dir import RunFolder, RunPlan
@@ -134,6 +134,7 @@ def _run(
         _apply_plan(cfg, folder, plan)
     seed_everything(cfg.train.seed)
     model_path, base_model = _warm_start(cfg, task, scorer, resume, saved, packaged, parallel, console)
+    release_free_heap()  # the SFT's activations and optimizer, freed, go back to the kernel (malloc_tuning.py)
     policy = _load_policy(cfg, model_path, base_model, resume, parallel)
     prepare_tokenizer(cfg, policy.tokenizer)
     held_out = HeldOut(cfg, task, scorer, policy.tokenizer, console, folder.out / "eval" if main else None)
@@ -288,6 +289,7 @@ class HeldOut:
                 progress=progress,
             )
         self.console.log(f"held-out {self.measure} {when} RL: {result['accuracy']:.3f} (n={result['n']})")
+        release_free_heap()
         return result
 
 

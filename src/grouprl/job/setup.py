@@ -50,6 +50,10 @@ def observers(
         )
     if preemption is not None:
         found.append(preemption)
+    if cfg.runtime.tune_malloc:  # glibc keeps each thread's freed memory: hand it back between steps
+        from grouprl.job.malloc_tuning import ReleaseFreeHeap
+
+        found.append(ReleaseFreeHeap())
     if cfg.eval.eval_strategy == "steps":
         found.append(PeriodicEval(cfg, sink, eval_rows))
     if not main:
