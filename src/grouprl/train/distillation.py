@@ -167,11 +167,12 @@ class Distiller:
         """The last update's samples token by token: ``[text, student log-prob, teacher log-prob]`` for every
         trained (generated) token; ``None`` before the first update. ``student - teacher`` is the token's k1 term
         of KL(student || teacher): positive where the student is surer of its token than the teacher."""
-        if not self._tokens or any(t is None for t in self._tokens):
+        samples = [t for t in self._tokens if t is not None]
+        if not samples or len(samples) < len(self._tokens):
             return None
-        texts = self.tokenizer.batch_decode([[i] for sample in self._tokens for i, _, _ in sample])  # type: ignore[union-attr]
+        texts = self.tokenizer.batch_decode([[i] for sample in samples for i, _, _ in sample])
         out, k = [], 0
-        for sample in self._tokens:
+        for sample in samples:
             out.append([[texts[k + n], round(s, 4), round(t, 4)] for n, (_, s, t) in enumerate(sample)])
             k += len(sample)
         return out
