@@ -1,5 +1,5 @@
 """The agent main job's first step on the real model (SmolLM2-135M-Instruct), as its recipe runs it, shrunk: the
-named model is SFT-warmed on the task's expert conversations (``warm_start: sft``) inside ``grouprl train``, then
+named model is SFT-warmed (4 steps) on the task's expert conversations (``warm_start: sft``) inside ``grouprl train``, then
 one GRPO step in which the example ``openai``-SDK agent plays every episode through the endpoint, then the held-out
 evaluation through the same agent. The full job (8 steps, n = 200, 3 seeds) is measured in docs/agent_main_job.md;
 the slow test below runs it whole."""
@@ -24,7 +24,7 @@ def _lines(path: Path) -> list[dict]:
 def test_the_agent_main_job_warms_the_named_model_then_trains_it_through_the_agent(smollm2_dir, tmp_path):
     out = tmp_path / "run"
     args = ["train", "--config", str(RECIPE), "--model_name_or_path", str(smollm2_dir), "--output_dir", str(out)]
-    args += ["--sft_steps", "2", "--sft_check_every", "2", "--sft_demo_episodes", "8", "--max_steps", "1"]
+    args += ["--sft_steps", "4", "--sft_check_every", "4", "--max_steps", "1"]  # seed 0's SFT writes calls by step 4
     args += ["--batch_size", "1", "--num_generations", "4", "--gradient_accumulation_steps", "1", "--n_eval", "4"]
     assert main(args) == 0
     # the warm start ran on the named model and RL started from it (the checkpoint records where it started)
@@ -37,7 +37,7 @@ def test_the_agent_main_job_warms_the_named_model_then_trains_it_through_the_age
     for ep in episodes:  # every episode was the agent's: its calls recorded, its chat the agent's tools and prompt
         assert ep["agent"]["calls"] >= 1
         assert ep["messages"][0]["content"].startswith("Use the tools to answer.")
-    # after two SFT steps on expert conversations the model already writes tool calls in the agent's episodes
+    # after four SFT steps on expert conversations the model writes tool calls in the agent's episodes
     assert any(m.get("tool_calls") for ep in episodes for m in ep["messages"] if m["role"] == "assistant")
     before, after = _lines(out / "eval" / "before.jsonl"), _lines(out / "eval" / "after.jsonl")
     assert len(before) == len(after) == 4 and all("agent" in r for r in before + after)
