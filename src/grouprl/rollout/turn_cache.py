@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grouprl.rollout.decode import generate_kwargs
+from grouprl.rollout.decode import common_prefix_length, generate_kwargs
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, SamplingParams, stop_token_ids
 from grouprl.policy.cache_keyword import cache_keyword
@@ -248,12 +248,7 @@ def common_prefix(chunk: list[list[int]]) -> tuple[int, ...]:
     """The longest prefix the chunk's distinct prompts share, leaving each at least one token (``()`` when there are
     fewer than two distinct prompts)."""
     distinct = list({tuple(p): None for p in chunk})
-    if len(distinct) < 2:
-        return ()
-    n, shortest = 0, min(len(p) for p in distinct) - 1
-    while n < shortest and all(p[n] == distinct[0][n] for p in distinct):
-        n += 1
-    return distinct[0][:n]
+    return distinct[0][: common_prefix_length([list(p) for p in distinct])] if len(distinct) > 1 else ()
 
 
 def _remember_shared(store: TurnCache, entry: _Entry) -> None:
