@@ -5,6 +5,8 @@ Parts (bench/device/parts.py), in this order, each in its own process with its o
 - ``train_tiny``, ``train_qwen05b``: bf16 grouprl training steps (Trainer: HF generation, grouped scoring, the
   Learner's update) on the tiny Qwen2 and on Qwen2.5-0.5B's architecture (random weights, built there):
   step time, tokens/s, peak GPU memory (``torch.cuda.max_memory_allocated``);
+- ``captured_decode``: grouprl's decode loop vs the static-cache loop, eager and captured as a CUDA graph
+  (``speed.captured_decode``; bench/device/captured_decode.py): time, tokens/s, rows equal to the loop's;
 - ``scoring``: grouped (block mask, prefix cache) vs padded log-probs on the device, fp32 and bf16, sdpa and eager;
 - ``lm_head``: one update's peak GPU memory and time, chunked LM head vs whole logits (151,936-token vocabulary);
 - ``trl_tiny``, ``trl_qwen05b``: TRL's GRPOTrainer on the same work as the ``train_*`` parts (HF generation);
@@ -43,9 +45,19 @@ from pathlib import Path
 from bench.common import child_pythonpath
 
 HERE = Path(__file__).resolve().parent
-ORDER = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b", "async_judge"]
+ORDER = [
+    "train_tiny",
+    "captured_decode",
+    "scoring",
+    "lm_head",
+    "train_qwen05b",
+    "trl_tiny",
+    "trl_qwen05b",
+    "async_judge",
+]
 CAPS_S = {
     "train_tiny": 75,
+    "captured_decode": 90,
     "scoring": 60,
     "lm_head": 60,
     "train_qwen05b": 120,

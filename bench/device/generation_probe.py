@@ -2,9 +2,10 @@
 
 For a lent GPU session, beside bench/device/check.py: builds the check's model (``tiny`` or ``qwen05b``, random
 weights, bf16 on CUDA), takes the prompts of one real Trainer step, then times the same ``generate`` call
-through grouprl's decode loop (both draws, oneDNN on and off) and through HF ``generate`` (``prefill_once``
-off), and on CUDA once more with cuDNN's attention allowed and forbidden in the same process (the
-``model.cudnn_attention`` switch, speed/cuda_attention.py). ``--profile``: cProfile and torch.profiler tables of
+through grouprl's decode loop (both draws, oneDNN on and off), its static-cache variant
+(``speed.captured_decode``: a CUDA graph per step on CUDA) and HF ``generate`` (``prefill_once`` off), and on CUDA
+once more with cuDNN's attention allowed and forbidden in the same process (the ``model.cudnn_attention`` switch,
+speed/cuda_attention.py). ``--profile``: cProfile and torch.profiler tables of
 the default path. docs/performance.md, "third session", has its figures on an H100.
 
     python3 -m bench.device.generation_probe --device cuda --models tiny --out $OUT/probe.json
@@ -87,6 +88,8 @@ def probe(name: str, args) -> dict:
         "loop inverse_cdf": HFBackend(m, tok, device, True, onednn=True, draw_with="inverse_cdf"),
         "loop multinomial": HFBackend(m, tok, device, True, onednn=True, draw_with="multinomial"),
         "loop no onednn": HFBackend(m, tok, device, True, onednn=False, draw_with="inverse_cdf"),
+        # the static-cache loop (rollout/static_decode.py), its step a CUDA graph on CUDA, eager on a CPU
+        "captured decode": HFBackend(m, tok, device, True, onednn=True, draw_with="inverse_cdf", captured=True),
         "hf generate": HFBackend(m, tok, device, False, onednn=False),
     }
     repeats = args.repeats

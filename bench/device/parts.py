@@ -9,7 +9,9 @@ so far, so a part stopped at its time cap still leaves its finished steps.
   through ``bench.vs_trl.workers.worker_grouprl``: step time, tokens/s, peak GPU memory;
 - ``trl_<model>``: TRL's GRPOTrainer on the same work (``bench.vs_trl.workers.worker_trl``);
 - ``scoring``: grouped (block mask, prefix cache) vs padded log-probs and entropies of the same batch;
-- ``lm_head``: one update's scoring forward + backward, chunked LM head vs whole logits: peak memory and time.
+- ``lm_head``: one update's scoring forward + backward, chunked LM head vs whole logits: peak memory and time;
+- ``captured_decode``: the decode loop vs the static-cache loop, eager and as a CUDA graph
+  (``bench/device/captured_decode.py``).
 """
 
 from __future__ import annotations
@@ -338,8 +340,17 @@ def part_lm_head(spec: dict, report) -> dict:
     }
 
 
+def part_captured_decode(spec: dict, report) -> dict:
+    """The decode loop vs the static-cache loop, eager and captured, on the training parts' models and work."""
+    from bench.device.captured_decode import measure
+
+    shapes = FAST_TRAIN_SHAPES if spec["fast"] else TRAIN_SHAPES
+    return measure(spec, report, {name: saved_model(spec, name) for name in shapes}, shapes)
+
+
 PARTS = {
     "train_tiny": train_part("grouprl", "tiny"),
+    "captured_decode": part_captured_decode,  # bench/device/captured_decode.py
     "scoring": part_scoring,
     "lm_head": part_lm_head,
     "train_qwen05b": train_part("grouprl", "qwen05b"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from bench.device.captured_decode import table as captured_table
+
 
 def _f(value, fmt: str = "{:.3f}") -> str:
     return "" if value is None else fmt.format(value)
@@ -99,6 +101,7 @@ def render(record: dict) -> str:
         "",
     ]
     lines += _training(parts, record.get("comparison", {})) + [""]
+    lines += captured_table(parts.get("captured_decode") or {}) + [""]
     lines += _scoring(parts.get("scoring") or {}) + [""]
     lines += _lm_head(parts.get("lm_head") or {}) + [""]
     lines += _async(parts.get("async_judge") or {}) + [""]

@@ -16,7 +16,16 @@ import pytest
 
 from bench.common import child_pythonpath
 
-PARTS = ["train_tiny", "scoring", "lm_head", "train_qwen05b", "trl_tiny", "trl_qwen05b", "async_judge"]
+PARTS = [
+    "train_tiny",
+    "captured_decode",
+    "scoring",
+    "lm_head",
+    "train_qwen05b",
+    "trl_tiny",
+    "trl_qwen05b",
+    "async_judge",
+]
 
 
 def run_check(out: Path, *extra: str) -> subprocess.CompletedProcess:
@@ -94,6 +103,20 @@ def test_scoring_and_lm_head_parts_check_what_they_claim(fast_check):
     assert head["loss_abs_diff"] < 1e-2  # the same batch, the same loss, up to bf16 rounding
 
 
+def test_captured_decode_part_times_each_loop_on_each_model(fast_check):
+    """On a CPU there is no graph: the default loop and the eager static loop, greedy and sampled, on both models;
+    the rows equal to the loop's are counted (token equality itself: tests/rollout/test_static_decode.py)."""
+    r = fast_check[0]["parts"]["captured_decode"]["result"]
+    assert set(r["models"]) == {"tiny", "qwen05b"}
+    for model in r["models"].values():
+        paths = model["paths"]
+        assert set(paths) == {f"{p} {s}" for p in ("loop", "static") for s in ("greedy", "sampled")}
+        for label, p in paths.items():
+            assert p["tokens"] > 0 and p["median_ms"] > 0 and p["first_call_ms"] > 0, label
+            assert 0.5 <= p["rows_equal_to_loop"] <= 1.0, label
+        assert paths["loop greedy"]["rows_equal_to_loop"] == 1.0
+
+
 def test_async_part_runs_sync_then_async_on_the_same_work(fast_check):
     """Two real `grouprl train` runs against a judge server on 127.0.0.1: the sync one, then the async one (its
     batches one version stale); every update made (random weights score 0: the skip is off)."""
@@ -138,6 +161,7 @@ def test_markdown_has_every_table(fast_check):
     for heading in (
         "# grouprl GPU check: cpu",
         "## Training steps",
+        "## Decode loop vs static cache vs captured step",
         "## Grouped vs padded scoring",
         "## One update's scoring",
         "## Asynchronous rollouts",
@@ -170,7 +194,13 @@ def test_generation_probe_runs_on_cpu(tmp_path):
         ["--device", "cpu", "--fast", "--repeats", "1", "--threads", "1", "--profile", "--out", str(out)]
     )
     tiny = results["tiny"]
-    assert set(tiny["paths"]) == {"loop inverse_cdf", "loop multinomial", "loop no onednn", "hf generate"}
+    assert set(tiny["paths"]) == {
+        "loop inverse_cdf",
+        "loop multinomial",
+        "loop no onednn",
+        "captured decode",
+        "hf generate",
+    }
     for timing in tiny["paths"].values():
         assert timing["tokens"] > 0 and timing["median_ms"] > 0
     assert "decode" in tiny["profile"]

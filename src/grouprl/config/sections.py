@@ -218,6 +218,12 @@ class SpeedConfig(Section):
         "exponential per vocabulary entry, HF generate's own draws, so a seed gives generate's tokens); "
         "the same distribution",
     )
+    captured_decode: Literal["auto", "on", "off"] = Field(
+        "off",
+        description="hf decode loop: a static KV cache with every row kept to the end, the one-token step replayed "
+        "as a CUDA graph on CUDA (same tokens as the default loop; tested on CPU, its GPU speed not yet "
+        "measured, so off by default until bench/device/check.py has); auto = on for a policy on CUDA, off on CPU",
+    )
     sampling_correction: Literal["token_truncate", "token_mask", "sequence_truncate", "sequence_mask", "none"] = Field(
         "token_truncate",
         description="when the backend reports sampling log-probs (vllm): weight each token's "

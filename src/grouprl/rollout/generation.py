@@ -8,6 +8,7 @@ Backends are registered by name in :data:`BACKENDS` and chosen by ``generation_b
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Callable
 
 import torch
@@ -16,6 +17,7 @@ from grouprl.registry import Registry
 from grouprl.rollout.decode import decode, generate_kwargs, sampling_warpers
 from grouprl.rollout.prefill import left_pad, shared_prefill
 from grouprl.rollout.sampling import Completion, GenerationBackend, SamplingParams, stop_token_ids
+from grouprl.rollout.static_decode import can_capture, static_decode, supports_static
 from grouprl.policy.cache_keyword import cache_keyword
 from grouprl.speed.onednn_linear import onednn_linears
 
@@ -45,6 +47,7 @@ def generate(
     record_logprobs: bool = False,
     onednn: bool = True,
     draw_with: str = "inverse_cdf",
+    captured: bool = False,
 ) -> list[Completion]:
     """HF ``generate`` on left-padded chunks of ``params.batch_size`` prompts; with ``prefill_once``,
     consecutive identical prompts (a group's K copies) are prefilled once (``prefill.shared_prefill``); with a
@@ -53,7 +56,9 @@ def generate(
     grouprl's decode loop carry their tokens' sampling log-probs (``Completion.logprobs``); the other paths
     (greedy, ``model.generate``, the turn cache) leave them None. ``onednn``: fp32 CPU linear layers through
     oneDNN while generating (``speed/onednn_linear.py``: 1.2-1.3x faster decoding here, same fp32 math).
-    ``draw_with``: the decode loop's draw, ``inverse_cdf`` or ``multinomial`` (``rollout/decode.py``)."""
+    ``draw_with``: the decode loop's draw, ``inverse_cdf`` or ``multinomial`` (``rollout/decode.py``).
+    ``captured``: the static-cache loop instead (``rollout/static_decode.py``: the same tokens, every row kept to
+    the end, the step replayed as a CUDA graph on CUDA), where the model suits it."""
     # FSDP2 all-gathers parameters into buffers it reuses in the training forward: made under
     # inference_mode they would be inference tensors that the backward refuses. no_grad there.
     from torch.distributed.fsdp import FSDPModule
@@ -64,7 +69,9 @@ def generate(
             from grouprl.rollout.turn_cache import generate_with_turn_cache
 
             return generate_with_turn_cache(model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once)
-        return _generate(model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs, draw_with)
+        return _generate(
+            model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs, draw_with, captured
+        )
 
 
 def _generate(
@@ -76,6 +83,7 @@ def _generate(
     prefill_once: bool = True,
     record_logprobs: bool = False,
     draw_with: str = "inverse_cdf",
+    captured: bool = False,
 ) -> list[Completion]:
     stops = stop_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id
@@ -85,6 +93,9 @@ def _generate(
     # progress per step) where it samples as generate would; prefill_once off keeps generate itself
     warpers = sampling_warpers(model, params) if prefill_once else None
     keep_logprobs = record_logprobs and warpers is not None and not params.greedy  # where the loop samples
+    loop = decode
+    if captured and supports_static(model):  # the same tokens from a static cache (rollout/static_decode.py)
+        loop = functools.partial(static_decode, capture=can_capture(model, device))
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
         chunk = prompt_ids[start : start + params.batch_size]
@@ -100,7 +111,7 @@ def _generate(
                     )
                 )
             )
-            new_rows = decode(model, chunk, params, warpers, stops, pad, device, report, logprobs, draw_with)
+            new_rows = loop(model, chunk, params, warpers, stops, pad, device, report, logprobs, draw_with)
         else:
             new_rows = _hf_generate(model, chunk, params, stops, pad, device, prefill_once)
         rows, cut = [], []
@@ -152,7 +163,8 @@ class HFBackend:
     ``record_logprobs``: sampled completions carry their behaviour log-probs where the decode loop drew them
     (the asynchronous producer's copy; off for the learner's own backend, whose samples need no correction).
     ``onednn``: CPU fp32 linear layers through oneDNN while generating (``speed.onednn_generation``).
-    ``draw_with``: the decode loop's draw (``speed.sampling_draw``: ``inverse_cdf`` or ``multinomial``)."""
+    ``draw_with``: the decode loop's draw (``speed.sampling_draw``: ``inverse_cdf`` or ``multinomial``).
+    ``captured``: the static-cache decode loop, captured as a CUDA graph on CUDA (``speed.captured_decode``)."""
 
     def __init__(
         self,
@@ -164,10 +176,11 @@ class HFBackend:
         record_logprobs: bool = False,
         onednn: bool = True,
         draw_with: str = "inverse_cdf",
+        captured: bool = False,
     ):
         self.model, self.tokenizer, self.device, self.prefill_once = model, tokenizer, device, prefill_once
         self.turn_cache, self.record_logprobs, self.onednn = turn_cache, record_logprobs, onednn
-        self.draw_with = draw_with
+        self.draw_with, self.captured = draw_with, captured
 
     def generate(self, prompt_ids: list[list[int]], params: SamplingParams) -> list[Completion]:
         return generate(
@@ -181,6 +194,7 @@ class HFBackend:
             self.record_logprobs,
             self.onednn,
             self.draw_with,
+            self.captured,
         )
 
     def load_weights(self, model) -> None:
@@ -216,7 +230,14 @@ def _hf_backend(policy, cfg: "Config") -> GenerationBackend:
         turn_cache,
         onednn=cfg.speed.onednn_generation,
         draw_with=cfg.speed.sampling_draw,
+        captured=captured_decode(cfg.speed.captured_decode, torch.device(policy.device)),
     )
+
+
+def captured_decode(mode: str, device: torch.device) -> bool:
+    """``speed.captured_decode``: ``on``, ``off``, or ``auto`` = on for a policy on CUDA (where the decode loop is
+    bound by kernel launches), off elsewhere (on a CPU the graph does not apply and ``decode`` drops finished rows)."""
+    return mode == "on" or (mode == "auto" and device.type == "cuda")
 
 
 # A factory (policy, cfg) -> backend: built-ins import their engine inside it; a user's is named

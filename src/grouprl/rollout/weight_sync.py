@@ -104,6 +104,7 @@ class GeneratorCopy:
             record_logprobs=True,
             onednn=hf_backend.onednn,
             draw_with=hf_backend.draw_with,
+            captured=hf_backend.captured,
         )
         return cls(
             backend, version, own_model=model, pad_id=hf_backend.tokenizer.pad_token_id, trainer_backend=hf_backend
