@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import resource
+import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -28,14 +29,39 @@ PLOT = ROOT / "docs" / "agent_main_job.png"
 
 
 def run(seed: int, out: Path) -> Path:
-    """One seed, as a person runs it; the job's peak RSS written beside its summary (``peak_rss_gb``)."""
+    """One seed, as a person runs it. Beside its summary (``job.json``): the job's own peak RSS (``wait4``: this
+    child and what it waited for, not earlier seeds), its wall time, and an RSS timeline sampled every second
+    (``[seconds since start, GB]``) to place the peak against the job's log (``job.log``, timestamped lines)."""
     cmd = [sys.executable, "-m", "grouprl.cli", "train", "--config", str(RECIPE), "--seed", str(seed)]
     cmd += ["--output_dir", str(out), "--overwrite_output_dir", "true"]
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True)
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20  # the largest child so far, in GB
-    (out / "job.json").write_text(json.dumps({"peak_rss_gb": peak, "wall_s": time.perf_counter() - start}))
+    out.mkdir(parents=True, exist_ok=True)
+    log = (out.parent / f"{out.name}.log").open("w")
+    start, started = time.perf_counter(), time.time()
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    timeline: list[list[float]] = []
+    sampler = threading.Thread(target=sample_rss, args=(proc, start, timeline), daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    log.close()
+    if proc.returncode:
+        raise SystemExit(f"seed {seed} failed (exit {proc.returncode}); its log: {log.name}")
+    (out / "job.json").write_text(
+        json.dumps({"peak_rss_gb": usage.ru_maxrss / 2**20, "wall_s": time.perf_counter() - start, "started": started, "rss": timeline})
+    )
     return out
+
+
+def sample_rss(proc: subprocess.Popen, start: float, timeline: list[list[float]]) -> None:
+    """The job's resident memory once a second, while it runs."""
+    status = Path(f"/proc/{proc.pid}/status")
+    while proc.returncode is None:
+        try:
+            kb = next(int(line.split()[1]) for line in status.read_text().splitlines() if line.startswith("VmRSS"))
+        except (OSError, StopIteration):
+            return
+        timeline.append([round(time.perf_counter() - start, 1), round(kb / 2**20, 2)])
+        time.sleep(1.0)
 
 
 def tools_by_kind(path: Path) -> dict[str, dict[str, int]]:

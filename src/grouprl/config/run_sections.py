@@ -45,6 +45,13 @@ class TrainConfig(Section):
         "reaches this (checked every 10 steps; empty = run all sft_steps); "
         "environments with expert demonstrations: sampled success rate",
     )
+    sft_target_max: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="tool conversations: where the first check at or above sft_target_accuracy is above this, "
+        "move back along the last stretch of SFT until sampled success is inside the band (job/sft_band.py)",
+    )
     sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
     sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
     sft_demonstrations: Literal["random", "expert"] = Field(

@@ -12,6 +12,7 @@ deliberately unfinished imitation.
 from __future__ import annotations
 
 import dataclasses
+import json
 import random
 from pathlib import Path
 from typing import Any, Callable
@@ -21,6 +22,7 @@ import torch
 from grouprl.config import ConfigError
 from grouprl.policy.scoring import completion_logps
 from grouprl.job.evaluate import ENV_CHECK_EPISODES, check_accuracy
+from grouprl.job.sft_band import SuccessBand
 from grouprl.records import Episode
 from grouprl.rollout.conversation import ConversationSettings, run_conversation_episodes
 from grouprl.rollout.generation import SamplingParams
@@ -102,6 +104,8 @@ def tool_sft(
     n_steps = sum(len(ep.steps) for ep in episodes)
     batch = pack_conversations(episodes, torch.zeros(n_steps), tokenizer.pad_token_id, mask_truncated=False).batch
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
+    if isinstance(stop_when, SuccessBand):
+        stop_when.start(model)
     rng = random.Random(seed)
     order: list[int] = []
     model.train()
@@ -118,6 +122,9 @@ def tool_sft(
             if stop_when is not None and step % check_every == 0:
                 model.eval()
                 stop = stop_when(model, tokenizer)
+                if stop and isinstance(stop_when, SuccessBand) and stop_when.overshot:
+                    optimizer.state.clear()  # the line search trains nothing: Adam's moments (2x the weights) go
+                    stop_when.settle(model, tokenizer)
                 model.train()
                 if stop:
                     if console is not None:
@@ -126,6 +133,8 @@ def tool_sft(
     out = Path(out_dir)
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    if isinstance(stop_when, SuccessBand):  # every check, the line search's too: where the warm start ended
+        (out / "warm_start_checks.json").write_text(json.dumps(stop_when.history))
     return out
 
 
@@ -139,14 +148,17 @@ def sft_conversations(cfg, task, scorer, start: str, settings: ConversationSetti
         params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
         measure = check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES], params, settings)
 
-        def stop_when(model, tokenizer) -> bool:
-            success = measure(model, tokenizer)["success_rate"]
-            console.log(f"tool SFT check: sampled success {success:.0%} on {ENV_CHECK_EPISODES} training rows")
-            return success >= train.sft_target_accuracy
+        def success(model, tokenizer) -> float:
+            rate = measure(model, tokenizer)["success_rate"]
+            console.log(f"tool SFT check: sampled success {rate:.0%} on {ENV_CHECK_EPISODES} training rows")
+            return rate
 
+        stop_when = SuccessBand(success, train.sft_target_accuracy, train.sft_target_max, log=console.log)
     console.log(
         f"tool SFT warm start: {train.sft_demo_episodes} expert conversations, up to {train.sft_steps} "
-        "steps" + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else "")
+        "steps"
+        + (f", stopping at {train.sft_target_accuracy:.0%} sampled success" if stop_when is not None else "")
+        + (f" (at most {train.sft_target_max:.0%}: line search)" if stop_when and train.sft_target_max else "")
     )
     return tool_sft(
         start,

@@ -1,0 +1,88 @@
+"""The warm start's success band: the line search over the last stretch of SFT lands inside [low, high]."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grouprl.job.sft_band import SuccessBand, blend_into, float_weights
+
+
+def model_at(value: float) -> torch.nn.Module:
+    model = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        model.weight.fill_(value)
+        model.bias.fill_(-value)
+    return model
+
+
+def success(model, tokenizer) -> float:
+    """A stand-in check whose 'success' is the weight itself: the search's arithmetic is then exact."""
+    return float(model.weight.mean())
+
+
+def test_blend_is_the_straight_line_between_two_checkpoints():
+    model = model_at(0.0)
+    below = float_weights(model)
+    above = float_weights(model_at(2.0))
+    blend_into(model, below, above, 0.25)
+    assert torch.allclose(model.weight, torch.full_like(model.weight, 0.5))
+    assert torch.allclose(model.bias, torch.full_like(model.bias, -0.5))
+
+
+def test_under_the_band_keeps_going_and_records_the_weights_to_come_back_to():
+    band = SuccessBand(success, low=0.2, high=0.4, log=lambda _: None)
+    model = model_at(0.0)
+    band.start(model)
+    assert band(model, None) is False  # 0.0: keep training
+    with torch.no_grad():
+        model.weight.fill_(0.1)
+    assert band(model, None) is False  # 0.1: still under; this is now the stretch's start
+    with torch.no_grad():
+        model.weight.fill_(0.9)  # one step overshoots the band
+    assert band(model, None) is True and band.overshot
+    band.settle(model, None)
+    # 0.1 + a (0.9 - 0.1): a = 0.5 -> 0.5 (over), a = 0.25 -> 0.3 (inside): kept
+    assert [label for label, _ in band.history] == ["check 1", "check 2", "check 3", "a = 0.5", "a = 0.25"]
+    assert [value for _, value in band.history] == pytest.approx([0.0, 0.1, 0.9, 0.5, 0.3])
+    assert float(model.weight.mean()) == pytest.approx(0.3)
+
+
+def test_a_check_inside_the_band_stops_without_a_search():
+    band = SuccessBand(success, low=0.2, high=0.4, log=lambda _: None)
+    model = model_at(0.0)
+    band.start(model)
+    with torch.no_grad():
+        model.weight.fill_(0.3)
+    assert band(model, None) is True and not band.overshot
+    assert [label for label, _ in band.history] == ["check 1"]
+    assert float(model.weight.mean()) == pytest.approx(0.3)
+
+
+def test_no_point_inside_keeps_the_smallest_step_at_or_above_the_bottom():
+    # A band too narrow for 2 tries: a = 0.5 -> 0.5 (over), a = 0.25 -> 0.25 (over); keeps a = 0.25, never a
+    # point under the band (RL needs some successes to have spread).
+    band = SuccessBand(success, low=0.2, high=0.21, tries=2, log=lambda _: None)
+    model = model_at(0.0)
+    band.start(model)
+    with torch.no_grad():
+        model.weight.fill_(1.0)
+    assert band(model, None) is True
+    band.settle(model, None)
+    assert float(model.weight.mean()) == pytest.approx(0.25)
+    assert float(model.weight.mean()) >= band.low
+
+
+def test_without_a_top_the_first_check_at_the_bottom_stops_as_it_is():
+    band = SuccessBand(success, low=0.2, log=lambda _: None)
+    model = model_at(0.0)
+    band.start(model)
+    with torch.no_grad():
+        model.weight.fill_(0.9)
+    assert band(model, None) is True and not band.overshot
+    assert float(model.weight.mean()) == pytest.approx(0.9)
+
+
+def test_a_band_upside_down_is_refused():
+    with pytest.raises(ValueError, match="top"):
+        SuccessBand(success, low=0.4, high=0.2)
