@@ -86,3 +86,42 @@ def test_without_a_top_the_first_check_at_the_bottom_stops_as_it_is():
 def test_a_band_upside_down_is_refused():
     with pytest.raises(ValueError, match="top"):
         SuccessBand(success, low=0.4, high=0.2)
+
+
+def test_tool_sft_line_searches_the_real_last_step_and_keeps_its_checks(tmp_path):
+    """The band inside the real tool SFT (tiny model, expert conversations): the step-2 check overshoots, the
+    optimizer's moments are freed, and the saved model is the blend the search kept, between the step-1 and step-2
+    weights; every check is in warm_start_checks.json."""
+    import json
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    import grouprl.tasks  # noqa: F401
+    from grouprl.job.tool_sft import tool_sft
+    from grouprl.models.tiny import init_tiny
+    from grouprl.rollout.runner import episode_settings
+    from grouprl.run_config import build_config
+    from grouprl.tasks import load_task
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny" / "tool_arithmetic.yaml"
+    cfg = build_config(recipe, {"output_dir": str(tmp_path)}, environ={})
+    task = load_task(cfg)
+    tiny = init_tiny(task.tokenizer_corpus(), tmp_path / "tiny", hidden=16, layers=1, heads=2, seed=0,
+                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)  # fmt: skip
+    readings = iter([0.0, 0.9, 0.6, 0.3])  # step 1 under, step 2 over, then a = 0.5 over, a = 0.25 inside
+    seen: list[dict[str, torch.Tensor]] = []
+
+    def measure(model, tokenizer) -> float:
+        seen.append(float_weights(model))
+        return next(readings)
+
+    band = SuccessBand(measure, low=0.2, high=0.4, log=lambda _: None)
+    out = tool_sft(str(tiny), task, episode_settings(cfg, task), tmp_path / "sft", steps=5, learning_rate=1e-2,
+                   batch_size=4, seed=0, n_episodes=8, stop_when=band, check_every=1)  # fmt: skip
+    assert [label for label, _ in band.history] == ["check 1", "check 2", "a = 0.5", "a = 0.25"]
+    saved = AutoModelForCausalLM.from_pretrained(out).state_dict()
+    step1, step2 = seen[0], seen[1]
+    name = next(k for k in step1 if not torch.equal(step1[k], step2[k]))  # a weight the second step moved
+    assert torch.allclose(saved[name], torch.lerp(step1[name], step2[name], 0.25), atol=1e-6)
+    assert json.loads((out / "warm_start_checks.json").read_text())[-1] == ["a = 0.25", 0.3]

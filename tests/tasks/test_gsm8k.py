@@ -213,3 +213,17 @@ def test_gold_completions_of_real_rows_earn_full_reward(gsm8k_dir):
         rows = load_split(str(gsm8k_dir), split)
         bad = [r for r in rows if gsm8k_final(r["gold_completion"], r["ground_truth"]) != 1.0]
         assert not bad, [(r["gold_completion"][-80:], r["ground_truth"]) for r in bad[:3]]
+
+
+def test_format_rate_counts_the_completions_whose_final_line_parses():
+    from grouprl.records import Episode, Step
+    from grouprl.tasks.base import SingleTurnTask
+
+    task = SingleTurnTask("gsm8k", [], [], None, ["gsm8k_final"], "gsm8k_final", predict=extract_final)
+
+    def episode(text: str) -> Episode:
+        return Episode(0, 0, {}, [Step("q", [1], text, [2], False, None)])
+
+    texts = ["2 + 2 = 4\nFinal: 4", "Final: 5\nthen more", "Final: $5", "so 1,000\nFinal: 1,000", "cut mid-sen"]
+    assert task.eval_metrics([episode(t) for t in texts]) == {"format_rate": 2 / 5}
+    assert SingleTurnTask("x", [], [], None, [], "x").eval_metrics([episode("Final: 4")]) == {}

@@ -43,6 +43,14 @@ class SingleTurnTask(Task):
     def seed_of(self, row: dict[str, Any]) -> int | None:
         return None
 
+    def eval_metrics(self, episodes) -> dict[str, float]:
+        """``format_rate``: the share of completions whose answer parses (``predict``; GSM8K: a last line
+        ``Final: <number>``, what its reward's 0.1 pays for), beside accuracy; {} for a task with no parser."""
+        if self.predict is None or not episodes:
+            return {}
+        parsed = sum(self.predict(ep.steps[-1].action_text) is not None for ep in episodes if ep.steps)
+        return {"format_rate": parsed / len(episodes)}
+
     def tokenizer_corpus(self) -> str:
         """Every character the task can show or expect: its rows, its system prompt, ``corpus_extra``."""
         chars = {c for r in self.train_rows + self.eval_rows for c in r["question"] + r["gold_completion"]}
