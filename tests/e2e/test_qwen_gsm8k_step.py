@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from grouprl.cli import main
+from grouprl.rewards.builtin.gsm8k import gsm8k_final
 from grouprl.tasks.gsm8k import SYSTEM_PROMPT
 from real_model import qwen_coder_dir  # noqa: F401 - the session fixture
 
@@ -35,9 +36,10 @@ def test_first_step_of_the_gsm8k_recipe_on_qwen_coder(qwen_coder_dir, gsm8k_dir,
     assert metrics["samples"] == 2 and metrics["update_time"] > 0
     episodes = [json.loads(line) for line in (out / "rollouts" / "rollouts.jsonl").read_text().splitlines()]
     assert len(episodes) == 2 and all(SYSTEM_PROMPT in e["prompt"] for e in episodes)
-    # 24 tokens cannot reach a Final line on GSM8K: each reply is cut, so its reward is 0.0 (not the 0.1 of a format)
-    assert all(e["reward"] == 0.0 for e in episodes)
+    # each reply is scored by the seed's strict rule (untrained, the model often answers with a bare 'Final: N')
+    assert all(e["reward"] == gsm8k_final(e["completion"], e["ground_truth"], strict=True) for e in episodes)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["n_eval"] == 2 and summary["accuracy_before"] == 0.0
-    assert summary["eval_before"]["format_rate"] == 0.0 and summary["eval_after"]["format_rate"] == 0.0
+    assert summary["n_eval"] == 2
+    for phase in ("eval_before", "eval_after"):  # a right answer has the format: accuracy <= format rate
+        assert summary[phase]["accuracy"] <= summary[phase]["format_rate"] <= 1.0
     assert (out / "checkpoint-1" / "adapter_model.safetensors").is_file()  # LoRA: the adapters alone

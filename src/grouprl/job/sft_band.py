@@ -87,7 +87,7 @@ class SuccessBand:
             a = (lo + hi) / 2
             blend_into(model, self._below, above, a)
             success = self._check(model, tokenizer, f"a = {a:.3g}")
-            self.log(f"warm start above the band: {a:.3g} of the last stretch -> sampled success {success:.0%}")
+            self.log(f"warm start line search: {a:.3g} of the last stretch -> sampled success {success:.0%}")
             if success < self.low:
                 lo = a
             elif success > self.high:
