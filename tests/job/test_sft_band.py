@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from grouprl.job.sft_band import SuccessBand, blend_into, float_weights
+from grouprl.job.sft_band import SuccessBand, float_weights, into_delta, step_towards
 
 
 def model_at(value: float) -> torch.nn.Module:
@@ -21,13 +21,15 @@ def success(model, tokenizer) -> float:
     return float(model.weight.mean())
 
 
-def test_blend_is_the_straight_line_between_two_checkpoints():
-    model = model_at(0.0)
-    below = float_weights(model)
-    above = float_weights(model_at(2.0))
-    blend_into(model, below, above, 0.25)
+def test_the_search_moves_on_the_straight_line_between_two_checkpoints():
+    below = float_weights(model_at(0.0))
+    model = model_at(2.0)  # theta_above, where the model stands
+    delta = into_delta(model, below)  # the one copy kept: theta_above - theta_below
+    step_towards(model, delta, 0.25 - 1.0)  # a = 0.25
     assert torch.allclose(model.weight, torch.full_like(model.weight, 0.5))
     assert torch.allclose(model.bias, torch.full_like(model.bias, -0.5))
+    step_towards(model, delta, 0.75 - 0.25)  # on to a = 0.75, from where it stands
+    assert torch.allclose(model.weight, torch.full_like(model.weight, 1.5))
 
 
 def test_under_the_band_keeps_going_and_records_the_weights_to_come_back_to():

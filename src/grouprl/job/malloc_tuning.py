@@ -27,6 +27,9 @@ import ctypes.util
 import platform
 
 from grouprl.job.observer import TrainObserver
+from grouprl.speed.free_heap import release_free_heap
+
+__all__ = ["ReleaseFreeHeap", "release_free_heap", "tune_malloc"]
 
 M_TRIM_THRESHOLD = -1  # <malloc.h>
 M_MMAP_THRESHOLD = -3
@@ -55,18 +58,6 @@ def tune_malloc() -> bool:
     trim_ok = mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD) == 1
     _applied = mmap_ok and trim_ok
     return _applied
-
-
-def release_free_heap() -> bool:
-    """Hand the free pages of every malloc arena back to the kernel (glibc ``malloc_trim(0)``); whether it could.
-    Costs milliseconds; call it where a phase that allocated much has ended, not per op."""
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        return bool(libc.malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
 
 
 class ReleaseFreeHeap(TrainObserver):

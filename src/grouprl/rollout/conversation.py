@@ -37,6 +37,7 @@ from typing import Any
 
 from grouprl.config import Config, ConfigError
 from grouprl.records import Episode, grouped_episodes, Step
+from grouprl.rollout.turn_cache import episodes_ended
 from grouprl.rollout.env_pool import EnvFactory, EnvPool, LocalEnvPool
 from grouprl.rollout.generation import GenerationBackend, SamplingParams
 from grouprl.tools import INVALID_KINDS, Tool, ToolOutcome, ToolSession, get_parser, parse_turn
@@ -206,6 +207,7 @@ def run_conversation_episodes(
                 episodes[i].done = True
                 _end(episodes[i], live, i, "answer")
         turn += 1
+    episodes_ended(backend)  # no kept conversation has another turn: its KV cache goes before the update
     return episodes
 
 

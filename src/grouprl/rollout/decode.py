@@ -36,6 +36,9 @@ from grouprl.rollout.sampling import SamplingParams
 
 # (rows finished, rows, tokens generated) after each decode step
 StepProgress = Callable[[int, int, int], None]
+# (row of the chunk, its new tokens so far, the cache, that row's index in it, its attention mask): a row has ended;
+# the cache holds its prompt and every new token but the last (never fed back) at the mask's real slots
+RowKept = Callable[[int, list[int], object, int, torch.Tensor], None]
 
 # generation-config fields that make HF ``generate`` add a logits processor this loop does not have, with the
 # values that add none; any of them set to something else sends the chunk to ``model.generate`` instead
@@ -180,15 +183,20 @@ def decode(
     progress: StepProgress | None = None,
     logprobs: list[list[float]] | None = None,
     draw_with: str = "inverse_cdf",
+    start: Callable | None = None,
+    keep: RowKept | None = None,
 ) -> list[list[int]]:
     """Each prompt's new tokens, up to and including its first stop id (at most ``params.max_new_tokens``).
     ``logprobs`` (one empty list per prompt; sampling only): filled with each drawn token's log-prob under
     the warped distribution it was drawn from. It reads the same logits and draws nothing, so the tokens
-    are the same with or without it. ``draw_with``: ``inverse_cdf`` or ``multinomial`` (module docstring)."""
+    are the same with or without it. ``draw_with``: ``inverse_cdf`` or ``multinomial`` (module docstring).
+    ``start``: what builds the first cache, ``prefill``'s contract (the turn cache's kept conversations,
+    ``rollout/turn_cache.py``); ``keep``: called for each row as it ends (a stop, or the cap) with the cache
+    that still holds it (``RowKept``)."""
     if draw_with not in DRAWS:
         raise ValueError(f"draw_with: {draw_with!r}; expected one of {', '.join(DRAWS)}")
     keyword = cache_keyword(model)
-    cache, mask, tokens, positions = prefill(model, chunk, pad, device)
+    cache, mask, tokens, positions = (start or prefill)(model, chunk, pad, device)
     rows = len(chunk)
     out: list[list[int]] = [[] for _ in chunk]
     alive = list(range(rows))  # the chunk's rows still decoding, in order: row j of the batch is alive[j]
@@ -204,17 +212,23 @@ def decode(
         for row, token in zip(alive, chosen.tolist()):
             out[row].append(token)
         if bool(ended.any()):
-            keep = (~ended).nonzero().flatten()
-            alive = [alive[j] for j in keep.tolist()]
+            if keep is not None:
+                for j in ended.nonzero().flatten().tolist():
+                    keep(alive[j], out[alive[j]], cache, j, mask[j])
+            live = (~ended).nonzero().flatten()
+            alive = [alive[j] for j in live.tolist()]
             if not alive:
                 _report(progress, rows, rows, generated)
                 break
-            cache.batch_select_indices(keep)
-            mask, chosen, positions = mask[keep], chosen[keep], positions[keep]
+            cache.batch_select_indices(live)
+            mask, chosen, positions = mask[live], chosen[live], positions[live]
         if step + 1 < params.max_new_tokens:
             _report(progress, rows - len(alive), rows, generated)
         tokens, positions = chosen, positions + 1
     else:  # the cap: every row is done
+        if keep is not None:
+            for j, row in enumerate(alive):
+                keep(row, out[row], cache, j, mask[j])
         _report(progress, rows, rows, generated)
     return out
 

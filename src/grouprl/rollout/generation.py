@@ -65,10 +65,12 @@ def generate(
 
     no_grad = torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode()
     with no_grad, onednn_linears(model, onednn):
-        if turn_cache is not None:
+        if turn_cache is not None and sampling_warpers(model, params) is not None:  # (on the decode loop)
             from grouprl.rollout.turn_cache import generate_with_turn_cache
 
-            return generate_with_turn_cache(model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once)
+            return generate_with_turn_cache(
+                model, tokenizer, prompt_ids, params, device, turn_cache, prefill_once, record_logprobs, draw_with
+            )
         return _generate(
             model, tokenizer, prompt_ids, params, device, prefill_once, record_logprobs, draw_with, captured
         )

@@ -149,6 +149,36 @@ def test_sixteen_episodes_in_flight_are_batched(tokenizer):
     assert sum(backend.batches) == 16 and max(backend.batches) > 1
 
 
+def test_no_more_agents_run_than_one_batch_holds(tokenizer):
+    """16 episodes, a 4-call batch: 4 agents at a time (a waiting agent would only hold its conversation in memory),
+    each next one starting as one ends; every episode is played."""
+    in_flight, peak = [0], [0]
+
+    async def counts(client, row, model, **extras):
+        in_flight[0] += 1
+        peak[0] = max(peak[0], in_flight[0])
+        messages = [{"role": "user", "content": row["question"]}]
+        response = await client.chat.completions.create(model=model, messages=messages)
+        await asyncio.sleep(0.01)
+        in_flight[0] -= 1
+        return 1.0 if response.choices[0].message.tool_calls else 0.0
+
+    backend = Recorded(tokenizer)
+    task_rows = rows(8)
+    episodes = run_agent_episodes(
+        [lambda r=r: ToolAnswerEnv(r["question"], r["ground_truth"]) for r in task_rows],
+        task_rows,
+        2,
+        backend,
+        tokenizer,
+        SamplingParams(max_new_tokens=200, batch_size=4),
+        AgentSettings(agent=counts, batch_window_s=5.0),
+        [r["seed"] for r in task_rows],
+    )
+    assert peak[0] == 4 and all(ep.agent.calls == 1 and ep.agent.failure is None for ep in episodes)
+    assert sum(backend.batches) == 16 and max(backend.batches) <= 4
+
+
 async def raises(client, row, **_):
     await client.chat.completions.create(model="policy", messages=[{"role": "user", "content": row["question"]}])
     raise RuntimeError("the agent's own bug")

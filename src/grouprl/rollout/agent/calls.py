@@ -61,6 +61,7 @@ class EpisodeCalls:
     refused: Counter = field(default_factory=Counter)  # error kind -> requests answered with it
     admitted: int = 0  # calls let through to the batcher (max_calls counts these)
     closed: bool = False  # its agent returned, failed or timed out: every later call is refused, never recorded
+    started: bool = True  # its agent runs (the runner holds agents past the endpoint's batch until a slot frees)
     over_limit: bool = False  # a call past max_calls was asked for
     responses: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # Responses API: id -> its items
     response_objects: dict[str, dict[str, Any]] = field(default_factory=dict)  # id -> the response (GET by id)

@@ -152,9 +152,9 @@ class AgentEndpoint:
         return self.episodes[episode_id].key
 
     def live_episodes(self) -> int:
-        """Episodes whose agents may still call (the batcher flushes once all of them wait)."""
+        """Episodes whose agents run and may still call (the batcher flushes once all of them wait)."""
         with self._lock:
-            return sum(not e.closed for e in self.episodes.values())
+            return sum(e.started and not e.closed for e in self.episodes.values())
 
     def close_episode(self, episode_id: str) -> EpisodeCalls:
         """Its agent returned, failed or timed out: every later call is refused (``episode_closed``), never

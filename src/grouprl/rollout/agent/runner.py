@@ -34,6 +34,7 @@ from typing import Any, Callable
 from grouprl.config import Config, ConfigError
 from grouprl.records import AgentRun, Episode, grouped_episodes, Step
 from grouprl.rewards.guard import finite_score
+from grouprl.rollout.turn_cache import episodes_ended
 from grouprl.rollout.agent.calls import EpisodeCalls, call_segments, calls_to_steps
 from grouprl.rollout.agent.endpoint import AgentEndpoint
 from grouprl.rollout.agent.failures import FAILURES, agent_traceback, raised_message, report_first_failures
@@ -125,15 +126,23 @@ def run_agent_episodes(
         window_s=settings.batch_window_s,
     ) as endpoint:
         records = [endpoint.open_episode(ep.episode_id) for ep in episodes]
+        # at most one batch of agents at a time: the endpoint serves no more calls at once, and an agent waiting
+        # for a batch holds its conversation (and, with the turn cache, its keys and values) in memory
+        in_flight = max(params.batch_size, 1)
+        for record in records[in_flight:]:
+            record.started = False
         outcomes = _play_all(
             settings,
             [endpoint.base_url(ep.episode_id) for ep in episodes],
             [record.key for record in records],
             [ep.row for ep in episodes],
             [functools.partial(endpoint.close_episode, ep.episode_id) for ep in episodes],
+            [functools.partial(setattr, record, "started", True) for record in records],
+            in_flight,
         )
         for ep in episodes:
             endpoint.close_episode(ep.episode_id)
+    episodes_ended(backend)  # no kept conversation has another turn: its KV cache goes before the update
     for g, ep in enumerate(episodes):
         _finish(ep, records[g], outcomes[g], factories[g // group_size], tokenizer, settings)
         if settings.inspect is not None:
@@ -157,12 +166,22 @@ def _play_all(
     keys: list[str],
     rows: list[dict[str, Any]],
     finished: list[Callable[[], Any]],
+    started: list[Callable[[], Any]],
+    in_flight: int,
 ) -> list[_Outcome]:
-    """Every agent run concurrently; each episode closes (``finished[i]``) the moment its agent returns, raises or
-    times out, so a thread it left behind cannot add calls to it. Each agent holds its own episode's key."""
+    """Every agent run, ``in_flight`` at a time (each marked ``started[i]`` as it begins); each episode closes
+    (``finished[i]``) the moment its agent returns, raises or times out, so a thread it left behind cannot add calls
+    to it. Each agent holds its own episode's key; its ``episode_timeout`` counts from its start."""
     outcomes = [_Outcome() for _ in base_urls]
+    slots: asyncio.Semaphore | None = None
 
     async def play(i: int) -> None:
+        assert slots is not None
+        async with slots:
+            started[i]()
+            await play_one(i)
+
+    async def play_one(i: int) -> None:
         import openai
 
         client = openai.AsyncOpenAI(
@@ -189,11 +208,14 @@ def _play_all(
             await client.close()
 
     async def play_all() -> None:
+        nonlocal slots
+        slots = asyncio.Semaphore(in_flight)
         await asyncio.gather(*(play(i) for i in range(len(base_urls))))
 
     thread = threading.Thread(target=asyncio.run, args=(play_all(),), name="grouprl-agents", daemon=True)
     thread.start()
-    thread.join(settings.episode_timeout + _GRACE_S)  # an agent that blocks the loop is abandoned here
+    waves = -(-len(base_urls) // in_flight)
+    thread.join(waves * settings.episode_timeout + _GRACE_S)  # an agent that blocks the loop is abandoned here
     return outcomes
 
 
