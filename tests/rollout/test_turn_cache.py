@@ -237,3 +237,19 @@ def test_sampled_turns_carry_their_log_probs():
     for a, b in zip(with_store, plain):
         assert a.logprobs is not None and len(a.logprobs) == len(a.ids)
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5)
+
+
+def test_ended_episodes_free_their_conversations_and_keep_the_shared_prefix():
+    """After a rollout no kept conversation has another turn: ``episodes_ended`` drops them before the update (the
+    agent main job's peak was the update beside a rollout's caches), the shared system prefix stays."""
+    from grouprl.rollout.turn_cache import episodes_ended
+
+    model, tokenizer = tiny()
+    cpu = torch.device("cpu")
+    backend = HFBackend(model, tokenizer, cpu, turn_cache=TurnCache())
+    system = "<|im_start|>system\n" + "Use the tools to answer. End with: Answer: <number> " * 4 + "<|im_end|>\n"
+    prompts = [ids(tokenizer, f"{system}<|im_start|>user\nWhat is {n} * 3?<|im_end|>\n") for n in (10, 20)]
+    backend.generate(prompts, SamplingParams(max_new_tokens=4, greedy=True))
+    assert backend.turn_cache.own and backend.turn_cache.shared
+    episodes_ended(backend)
+    assert backend.turn_cache.own == [] and backend.turn_cache.shared
