@@ -317,6 +317,8 @@ def test_tool_conversations_run_async_with_a_version_per_turn(warm_tool_model, t
                 "1",
                 "--max_inflight",
                 "2",
+                "--temperature",  # the 40-step warm model's turns: about half of them invalid calls at 0.4, each
+                "0.4",  # penalized, so groups disagree and the update runs (at 1.0 nearly every reward is 0)
             ]
         )
         == 0
