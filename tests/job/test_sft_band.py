@@ -127,3 +127,51 @@ def test_tool_sft_line_searches_the_real_last_step_and_keeps_its_checks(tmp_path
     name = next(k for k in step1 if not torch.equal(step1[k], step2[k]))  # a weight the second step moved
     assert torch.allclose(saved[name], torch.lerp(step1[name], step2[name], 0.25), atol=1e-6)
     assert json.loads((out / "warm_start_checks.json").read_text())[-1] == ["a = 0.25", 0.3]
+
+
+def test_steps_before_the_first_check_only_train(tmp_path):
+    """first_check = 3, every 2: checks after steps 3 and 5 of 6, and the first sees exactly the weights three
+    uninterrupted SFT steps make."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    import grouprl.tasks  # noqa: F401
+    from grouprl.job.tool_sft import tool_sft
+    from grouprl.models.tiny import init_tiny
+    from grouprl.rollout.runner import episode_settings
+    from grouprl.run_config import build_config
+    from grouprl.tasks import load_task
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny" / "tool_arithmetic.yaml"
+    cfg = build_config(recipe, {"output_dir": str(tmp_path)}, environ={})
+    task = load_task(cfg)
+    tiny = init_tiny(task.tokenizer_corpus(), tmp_path / "tiny", hidden=16, layers=1, heads=2, seed=0,
+                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)  # fmt: skip
+    seen: list[dict[str, torch.Tensor]] = []
+
+    def never(model, tokenizer) -> bool:
+        seen.append(float_weights(model))
+        return False
+
+    common = dict(learning_rate=1e-2, batch_size=4, seed=0, n_episodes=8)
+    settings = episode_settings(cfg, task)
+    tool_sft(str(tiny), task, settings, tmp_path / "checked", steps=6, stop_when=never, check_every=2, first_check=3,
+             **common)  # fmt: skip
+    three = tool_sft(str(tiny), task, settings, tmp_path / "three", steps=3, **common)
+    assert len(seen) == 2  # steps 3 and 5
+    after_three = AutoModelForCausalLM.from_pretrained(three).state_dict()
+    assert all(torch.equal(seen[0][k], after_three[k]) for k in seen[0])
+    assert any(not torch.equal(seen[1][k], after_three[k]) for k in seen[1])
+
+
+def test_every_check_draws_the_same_numbers_and_leaves_the_generator_alone():
+    from grouprl.job.tool_sft import common_draws
+
+    check = common_draws(lambda model, tokenizer: torch.rand(4), seed=7)
+    torch.manual_seed(0)
+    state = torch.random.get_rng_state()
+    first, second = check(None, None), check(None, None)
+    assert torch.equal(first, second)
+    assert torch.equal(torch.random.get_rng_state(), state)  # training's draws go on as if no check ran
+    assert not torch.equal(common_draws(lambda m, t: torch.rand(4), seed=8)(None, None), first)

@@ -37,6 +37,12 @@ class TrainConfig(Section):
     sft_check_every: int | None = Field(
         None, gt=0, description="SFT steps between early-stop checks (empty: 10, tool conversations 50)"
     )
+    sft_first_check: int | None = Field(
+        None,
+        gt=0,
+        description="tool conversations: the SFT step of the first early-stop check, then every sft_check_every "
+        "(empty: sft_check_every); steps before it only train",
+    )
     sft_target_accuracy: float | None = Field(
         0.2,
         gt=0,

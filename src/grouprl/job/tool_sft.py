@@ -77,6 +77,12 @@ def sft_update(model, optimizer, part) -> float:
     return loss.item()
 
 
+def check_due(step: int, every: int, first: int | None = None) -> bool:
+    """SFT's early-stop checks: at step ``first`` (empty: ``every``), then every ``every`` steps."""
+    start = first or every
+    return step >= start and (step - start) % every == 0
+
+
 def tool_sft(
     model_dir: str,
     task,
@@ -90,6 +96,7 @@ def tool_sft(
     stop_when: Callable[[Any, Any], bool] | None = None,
     check_every: int = 20,
     console=None,
+    first_check: int | None = None,
 ) -> Path:
     from rich.progress import Progress
     from transformers import AutoModelForCausalLM
@@ -119,7 +126,7 @@ def tool_sft(
             rows, order = order[:batch_size], order[batch_size:]
             loss = sft_update(model, optimizer, batch.slice(torch.tensor(rows)))
             progress.update(bar, advance=1, description=f"tool SFT loss {loss:.3f}")
-            if stop_when is not None and step % check_every == 0:
+            if stop_when is not None and check_due(step, check_every, first_check):
                 model.eval()
                 stop = stop_when(model, tokenizer)
                 if stop and isinstance(stop_when, SuccessBand) and stop_when.overshot:
@@ -138,6 +145,19 @@ def tool_sft(
     return out
 
 
+def common_draws(measure: Callable[[Any, Any], Any], seed: int) -> Callable[[Any, Any], Any]:
+    """``measure`` drawing the same random numbers at every call (common random numbers): two checks differ by
+    their weights, not by their draws; a check's result does not depend on how many ran before it, and it takes
+    nothing from the generator training and RL sample from."""
+
+    def measured(model, tokenizer):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return measure(model, tokenizer)
+
+    return measured
+
+
 def sft_conversations(cfg, task, scorer, start: str, settings: ConversationSettings, console) -> Path:
     """``prepare_tiny``'s warm start for conversation tasks: tool SFT on expert traces (``sft_demo_episodes``
     of them), stopping once sampled success on 32 training rows reaches ``sft_target_accuracy`` (if set;
@@ -147,6 +167,8 @@ def sft_conversations(cfg, task, scorer, start: str, settings: ConversationSetti
     if train.sft_target_accuracy:
         params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
         measure = check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES], params, settings)
+
+        measure = common_draws(measure, train.seed)
 
         def success(model, tokenizer) -> float:
             rate = measure(model, tokenizer)["success_rate"]
@@ -173,4 +195,5 @@ def sft_conversations(cfg, task, scorer, start: str, settings: ConversationSetti
         stop_when,
         check_every=train.sft_check_every or 50,
         console=console,
+        first_check=train.sft_first_check,
     )

@@ -33,6 +33,7 @@ import torch
 
 from grouprl.policy.cache_keyword import cache_keyword
 from grouprl.rollout.sampling import SamplingParams
+from grouprl.speed.kv_room import reserve
 
 # (rows finished, rows, tokens generated) after each decode step
 StepProgress = Callable[[int, int, int], None]
@@ -197,6 +198,7 @@ def decode(
         raise ValueError(f"draw_with: {draw_with!r}; expected one of {', '.join(DRAWS)}")
     keyword = cache_keyword(model)
     cache, mask, tokens, positions = (start or prefill)(model, chunk, pad, device)
+    reserve(cache, params.max_new_tokens)  # each step writes its keys and values in place (speed/kv_room.py)
     rows = len(chunk)
     out: list[list[int]] = [[] for _ in chunk]
     alive = list(range(rows))  # the chunk's rows still decoding, in order: row j of the batch is alive[j]
