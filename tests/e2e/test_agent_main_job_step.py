@@ -24,12 +24,14 @@ def _lines(path: Path) -> list[dict]:
 def test_the_agent_main_job_warms_the_named_model_then_trains_it_through_the_agent(smollm2_dir, tmp_path):
     out = tmp_path / "run"
     args = ["train", "--config", str(RECIPE), "--model_name_or_path", str(smollm2_dir), "--output_dir", str(out)]
-    args += ["--sft_steps", "4", "--sft_check_every", "4", "--max_steps", "1"]  # seed 0's SFT writes calls by step 4
+    args += ["--sft_steps", "4", "--sft_first_check", "4", "--max_steps", "1"]  # seed 0's SFT writes calls by step 4
     args += ["--sft_target_max", "1.0"]  # the check at step 4 ends it as it is (the band: tests/job/test_sft_band.py)
     args += ["--batch_size", "1", "--num_generations", "4", "--gradient_accumulation_steps", "1", "--n_eval", "4"]
     assert main(args) == 0
     # the warm start ran on the named model and RL started from it (the checkpoint records where it started)
     assert (out / "sft_model" / "config.json").is_file()
+    checks = json.loads((out / "sft_model" / "warm_start_checks.json").read_text())
+    assert [label for label, _ in checks] == ["check 1"]  # steps 1-3 only trained: one check, at step 4
     [metrics] = _lines(out / "metrics.jsonl")
     assert metrics["samples"] == 4 and metrics["update_time"] > 0
     assert metrics["agent/failed_episodes"] == 0 and metrics["agent/calls_per_episode"] >= 1

@@ -151,6 +151,8 @@ def _run(
     try:
         trainer.observers += observers(cfg, sink, task.eval_rows, task.multi_step, preemption)
         trainer.train(sink)
+        trainer.learner.release()  # checkpointed: Adam's moments are not held through the evaluation after
+        release_free_heap()
         after = held_out.evaluate("after", trainer.backend) if held_out.rows else None
         summary = _summary(trainer, held_out, after, model_path, folder.out, main, start)
         sink.summary(summary)

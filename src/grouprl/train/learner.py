@@ -1,13 +1,11 @@
 """The update phase: packed samples in, one or more optimizer steps, statistics out.
 
-The learner owns everything a distributed wrapper (accelerate: DDP, FSDP) needs to own: the
-optimizer and scheduler, the micro-batch split, the loss aggregation across micro-batches,
-gradient clipping and the optimizer step. With several processes (``train/parallel.py``)
-the sample and token counts a loss averages over are the whole batch's, each loss is weighted
-so that DDP's gradient average equals the single-process gradient, and gradients are
-all-reduced once per optimizer step. One step's rollout batch is reused for
-``num_iterations`` optimizer steps, each accumulated over ``gradient_accumulation_steps``
-micro-batches.
+The learner owns everything a distributed wrapper (accelerate: DDP, FSDP) needs to own: the optimizer and
+scheduler, the micro-batch split, the loss aggregation across micro-batches, gradient clipping and the optimizer
+step. With several processes (``train/parallel.py``) the sample and token counts a loss averages over are the whole
+batch's, each loss is weighted so that DDP's gradient average equals the single-process gradient, and gradients are
+all-reduced once per optimizer step. One step's rollout batch is reused for ``num_iterations`` optimizer steps, each
+accumulated over ``gradient_accumulation_steps`` micro-batches.
 """
 
 from __future__ import annotations
@@ -345,3 +343,7 @@ class Learner:
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         return grad_norm
+
+    def release(self) -> None:
+        """Training over, the final checkpoint written: Adam's moments (2x the trainable weights) go."""
+        self.optimizer.state.clear()
