@@ -46,6 +46,10 @@ def test_out_of_room_crop_and_layers_it_does_not_know_turn_plain():
     reserve(cache, 4)
     cache.crop(-2)
     assert type(cache.layers[0]) is DynamicLayer and cache.get_seq_length() == 3
+    cache = filled(layers=1)
+    reserve(cache, 4)
+    cache.reset()
+    assert type(cache.layers[0]) is DynamicLayer and cache.get_seq_length() == 0
     assert reserve(DynamicCache(), 4) == 0 and reserve(filled(), 0) == 0  # nothing filled, or no room asked
 
 

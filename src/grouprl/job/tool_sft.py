@@ -166,9 +166,9 @@ def sft_conversations(cfg, task, scorer, start: str, settings: ConversationSetti
     stop_when = None
     if train.sft_target_accuracy:
         params = SamplingParams.for_rollout(cfg, batch_size=ENV_CHECK_EPISODES)
-        measure = check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES], params, settings)
-
-        measure = common_draws(measure, train.seed)
+        measure = common_draws(
+            check_accuracy(task, scorer, task.train_rows[:ENV_CHECK_EPISODES], params, settings), train.seed
+        )
 
         def success(model, tokenizer) -> float:
             rate = measure(model, tokenizer)["success_rate"]

@@ -3,7 +3,7 @@
 Why: transformers' ``DynamicLayer`` appends a step's keys and values with ``torch.cat``, a copy of the whole layer,
 every step, in every layer. With long contexts the copy is a large share of a step: the agent main job's held-out
 evaluation (50 conversations of up to ~1,400 SmolLM2-135M tokens, 30 layers, fp32) spent 15 % of its generation
-time in that ``cat`` (py-spy, 2 cores; docs/performance_tools.md). Here, once the prompt is in the cache, each layer
+time in that ``cat`` (py-spy, 2 cores; docs/performance.md, "Room in the KV cache"). Here, once the prompt is in the cache, each layer
 moves into one buffer with room for ``max_new_tokens`` more positions; a step writes one column, and attention reads
 a view of the filled part. The keys and values are the same numbers at the same positions, so the logits are too.
 
@@ -83,6 +83,7 @@ if DynamicLayer is not None:
             self._plain()
             DynamicLayer.batch_repeat_interleave(self, repeats)
 
-        def reset(self) -> None:
-            self._plain()
+        def reset(self) -> None:  # the contents go: no copy of them first
+            del self.room_keys, self.room_values, self.used
+            self.__class__ = DynamicLayer
             DynamicLayer.reset(self)
