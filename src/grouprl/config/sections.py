@@ -206,6 +206,12 @@ class SpeedConfig(Section):
         "and prefill only what the last turn added (same tokens; off: every turn re-encodes the "
         "whole conversation)",
     )
+    skip_zero_advantage_samples: bool = Field(
+        True,
+        description="leave samples whose trained tokens all have advantage 0 out of the update's forward and "
+        "backward where their gradient is zero (no KL/entropy term, a built-in loss, not bnpo; one process); "
+        "the loss keeps the whole batch's denominators, so the gradient is unchanged",
+    )
     onednn_generation: bool = Field(
         True,
         description="hf generation on CPU: fp32 linear layers through oneDNN (1.2-1.3x faster decoding than "

@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 
 from grouprl.policy.cache_keyword import cache_keyword
+from grouprl.rollout.keyed_draws import keyed_uniform
 from grouprl.rollout.sampling import SamplingParams
 from grouprl.speed.kv_room import reserve
 
@@ -189,25 +190,25 @@ def decode(
 ) -> list[list[int]]:
     """Each prompt's new tokens, up to and including its first stop id (at most ``params.max_new_tokens``).
     ``logprobs`` (one empty list per prompt; sampling only): filled with each drawn token's log-prob under
-    the warped distribution it was drawn from. It reads the same logits and draws nothing, so the tokens
-    are the same with or without it. ``draw_with``: ``inverse_cdf`` or ``multinomial`` (module docstring).
+    the warped distribution it was drawn from (the same tokens with or without it). ``draw_with``: ``inverse_cdf``
+    or ``multinomial`` (module docstring); with ``params.seeds``, each row's keyed draws (``keyed_draws.py``).
     ``start``: what builds the first cache, ``prefill``'s contract (the turn cache's kept conversations,
-    ``rollout/turn_cache.py``); ``keep``: called for each row as it ends (a stop, or the cap) with the cache
-    that still holds it (``RowKept``)."""
+    ``rollout/turn_cache.py``); ``keep``: called for each row as it ends (stop or cap) with its cache (``RowKept``)."""
     if draw_with not in DRAWS:
         raise ValueError(f"draw_with: {draw_with!r}; expected one of {', '.join(DRAWS)}")
     keyword = cache_keyword(model)
     cache, mask, tokens, positions = (start or prefill)(model, chunk, pad, device)
     reserve(cache, params.max_new_tokens)  # each step writes its keys and values in place (speed/kv_room.py)
-    rows = len(chunk)
+    rows, generated = len(chunk), 0
     out: list[list[int]] = [[] for _ in chunk]
     alive = list(range(rows))  # the chunk's rows still decoding, in order: row j of the batch is alive[j]
     stop_ids = torch.tensor(stops, device=device)
-    generated = 0
+    seeds = None if params.seeds is None or params.greedy else torch.tensor(params.seeds, device=device)  # (keyed)
     for step in range(params.max_new_tokens):
         mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+        draws = None if seeds is None else keyed_uniform(seeds[alive], step)  # each row's own stream
         chosen = _next_tokens(
-            model, tokens, mask, positions, {keyword: cache}, warpers, params, draw_with, alive, rows, logprobs
+            model, tokens, mask, positions, {keyword: cache}, warpers, params, draw_with, alive, rows, logprobs, draws
         )
         generated += len(alive)
         ended = torch.isin(chosen, stop_ids)
@@ -235,9 +236,12 @@ def decode(
     return out
 
 
-def _next_tokens(model, tokens, mask, positions, cache_kwargs, warpers, params, draw_with, alive, rows, logprobs):
+def _next_tokens(
+    model, tokens, mask, positions, cache_kwargs, warpers, params, draw_with, alive, rows, logprobs, draws=None
+):
     """One decode step: the live rows' logits, warped as ``generate`` warps them, then the argmax or a draw
-    (and each drawn token's log-prob under the warped distribution, where asked)."""
+    (and each drawn token's log-prob under the warped distribution, where asked). ``draws``: the live rows' keyed
+    uniform numbers (``params.seeds``), inverted as ``inverse_cdf`` inverts torch's."""
     logits = (
         model(
             input_ids=tokens[:, None],
@@ -254,7 +258,10 @@ def _next_tokens(model, tokens, mask, positions, cache_kwargs, warpers, params, 
     if params.greedy:
         return torch.argmax(logits, dim=-1)
     probs = torch.softmax(logits, dim=-1)
-    chosen = draw_inverse_cdf(probs) if draw_with == "inverse_cdf" else draw(probs, alive, rows)
+    if draws is not None:
+        chosen = draw_inverse_cdf(probs, draws)
+    else:
+        chosen = draw_inverse_cdf(probs) if draw_with == "inverse_cdf" else draw(probs, alive, rows)
     if logprobs is not None:
         picked = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).squeeze(1)
         for row, value in zip(alive, picked.tolist()):
@@ -265,7 +272,7 @@ def _next_tokens(model, tokens, mask, positions, cache_kwargs, warpers, params, 
 DRAWS = ("inverse_cdf", "multinomial")
 
 
-def draw_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
+def draw_inverse_cdf(probs: torch.Tensor, uniform: torch.Tensor | None = None) -> torch.Tensor:
     """One index per row of ``probs`` (rows, vocab), index i with probability probs[i] / sum(probs): the
     first i whose cumulative sum exceeds u * sum, u uniform on [0, 1). One random number per row; the sum in
     float64 so that a token's share is its probability to ~1e-16, not to float32's ~1e-7 over 150k entries.
@@ -275,7 +282,9 @@ def draw_inverse_cdf(probs: torch.Tensor) -> torch.Tensor:
     total = cdf[:, -1:]
     if not bool(torch.isfinite(total).all()) or bool((total <= 0).any()):
         raise RuntimeError("probability tensor contains inf, nan or no positive entry")
-    u = torch.rand(total.shape, dtype=torch.float64, device=probs.device) * total
+    if uniform is None:
+        uniform = torch.rand(total.shape, dtype=torch.float64, device=probs.device)
+    u = uniform.reshape(total.shape).to(torch.float64) * total
     u = torch.minimum(u, torch.nextafter(total, torch.zeros_like(total)))
     return torch.searchsorted(cdf, u, right=True).squeeze(1)
 

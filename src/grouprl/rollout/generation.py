@@ -96,7 +96,7 @@ def _generate(
     warpers = sampling_warpers(model, params) if prefill_once else None
     keep_logprobs = record_logprobs and warpers is not None and not params.greedy  # where the loop samples
     loop = decode
-    if captured and supports_static(model):  # the same tokens from a static cache (rollout/static_decode.py)
+    if captured and supports_static(model) and params.seeds is None:  # the same tokens from a static cache
         loop = functools.partial(static_decode, capture=can_capture(model, device))
     out: list[Completion] = []
     for start in range(0, len(prompt_ids), params.batch_size):
@@ -113,7 +113,8 @@ def _generate(
                     )
                 )
             )
-            new_rows = loop(model, chunk, params, warpers, stops, pad, device, report, logprobs, draw_with)
+            part = params.rows(start, start + len(chunk))  # (each prompt's seed, where given)
+            new_rows = loop(model, chunk, part, warpers, stops, pad, device, report, logprobs, draw_with)
         else:
             new_rows = _hf_generate(model, chunk, params, stops, pad, device, prefill_once)
         rows, cut = [], []

@@ -3,7 +3,7 @@ protocol (``generate``, ``load_weights``), and the ids a completion stops at. Ba
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable, Protocol
 
 if TYPE_CHECKING:
@@ -33,6 +33,13 @@ class SamplingParams:
     # (sequences finished, sequences, tokens generated), called by the hf backend after each decode step
     # (a long evaluation's progress from inside one batched generation); other backends ignore it
     progress: Callable[[int, int, int], None] | None = field(default=None, compare=False, repr=False)
+    # one seed per prompt: the decode loop's draws for that row come from its own keyed stream, whatever batch it
+    # is in (rollout/keyed_draws.py; the agent endpoint sets them); None: torch's generator, in batch order
+    seeds: list[int] | None = field(default=None, repr=False)
+
+    def rows(self, start: int, stop: int) -> "SamplingParams":
+        """These parameters for the prompts ``start:stop`` (their seeds)."""
+        return self if self.seeds is None else replace(self, seeds=self.seeds[start:stop])
 
     @classmethod
     def for_rollout(cls, cfg: "Config", batch_size: int | None = None) -> "SamplingParams":

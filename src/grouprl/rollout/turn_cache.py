@@ -174,7 +174,7 @@ def generate_with_turn_cache(
             rows = decode(
                 model,
                 chunk,
-                params,
+                params.rows(start, start + len(chunk)),
                 warpers,
                 stops,
                 pad,

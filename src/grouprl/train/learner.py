@@ -28,6 +28,7 @@ from grouprl.policy.grouped_scoring import (
     shared_prefix_logps,
     supports_grouped_scoring,
 )
+from grouprl.models.checkpointing import enable_checkpointing
 from grouprl.models.loading import Policy
 from grouprl.policy.scoring import TokenBatch, completion_logps, pack
 from grouprl.records import Episode
@@ -35,7 +36,7 @@ from grouprl.train.objective import entropy_bonus_of, resolve_loss
 from grouprl.train.distillation import Distiller
 from grouprl.train.parallel import SINGLE, DataParallel
 from grouprl.train.step_samples import StepSamples
-from grouprl.train.zero_advantage import skip_zero_advantage_update
+from grouprl.train.zero_advantage import rows_that_train, skip_zero_advantage_update
 
 log = logging.getLogger(__name__)
 
@@ -94,16 +95,6 @@ def pack_samples(episodes: list[Episode], advantages: torch.Tensor, pad_id: int,
             logprobs = s.logprobs or []  # every step has them (checked above)
             sampler[i, : len(logprobs)] = torch.tensor(logprobs, dtype=torch.float32)
     return StepSamples(batch, advantages.to(torch.float32), sampler)
-
-
-def enable_checkpointing(model) -> None:
-    """Recompute each decoder layer's activations in the backward (non-reentrant: works under DDP/FSDP)."""
-    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x names it so
-        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    if hasattr(model, "enable_input_require_grads"):  # LoRA: frozen embeddings, yet the recompute needs grads
-        model.enable_input_require_grads()
 
 
 class Learner:
@@ -190,19 +181,28 @@ class Learner:
 
     def update_batch(self, samples: StepSamples) -> UpdateBatch:
         """The samples on the device, their micro-batches, the whole batch's counts and how to score them."""
-        parallel, speed, rollout = self.parallel, self.cfg.speed, self.cfg.rollout
-        tokens = samples.batch.to(self.policy.device)
+        parallel, speed, rollout, device = self.parallel, self.cfg.speed, self.cfg.rollout, self.policy.device
+        tokens, advantages = samples.batch.to(device), samples.advantages.to(device)
+        sampler = None if speed.sampling_correction == "none" else samples.sampler_logps
+        sampler = None if sampler is None else sampler.to(device)
         n = len(tokens)
         accum = parallel.micro_batches(n, self.cfg.train.gradient_accumulation_steps)
-        bounds = torch.linspace(0, n, accum + 1).round().long().tolist()
-        sampler = None if speed.sampling_correction == "none" else samples.sampler_logps
+        n_all, total_tokens = parallel.total(n), parallel.total(float(tokens.completion_mask.sum()))
+        if (rows := rows_that_train(self, advantages, tokens.completion_mask)) is not None:  # the rest: zero grad
+            tokens, advantages, sampler = (
+                tokens.slice(rows),
+                advantages[rows],
+                None if sampler is None else sampler[rows],
+            )
+            accum = math.ceil(len(rows) / math.ceil(n / accum))  # micro-batches no larger than configured
+        bounds = torch.linspace(0, len(tokens), accum + 1).round().long().tolist()
         return UpdateBatch(
             tokens=tokens,
-            advantages=samples.advantages.to(self.policy.device),
-            sampler_logps=None if sampler is None else sampler.to(self.policy.device),
+            advantages=advantages,
+            sampler_logps=sampler,
             micro=[slice(bounds[i], bounds[i + 1]) for i in range(accum)],
-            n_all=parallel.total(n),  # the whole batch's samples and tokens (one process: its own)
-            total_tokens=parallel.total(float(tokens.completion_mask.sum())),
+            n_all=n_all,  # the whole batch's samples and tokens (one process: its own), left-out samples included
+            total_tokens=total_tokens,
             n_micro=parallel.total(float(accum)),  # every process's micro-batches (bnpo averages over them)
             score=self.score_conversations if tokens.completion_attention is not None else self.score_completions,
             # top-k / top-p: pi and pi_old renormalised over the kept tokens, as the engine's log-probs are

@@ -10,6 +10,14 @@ bonus (neither a static coefficient nor an adaptive one), and a built-in loss (a
 have a term that does not go through A). The schedule still advances, once per optimizer step the
 update would have taken, so the learning rate of every later step (and of a resumed run, whose
 scheduler state is checkpointed) is the one it would have been; the optimizer state is untouched.
+
+Under the same conditions, an update that does run leaves out the samples with nothing to learn
+(``rows_that_train``: a GRPO group whose K rewards were equal, a truncated completion under
+``mask_truncated_completions``): their terms and gradients are zero, so only their forward and backward
+would be paid. The loss's denominators stay the whole batch's (``n_all`` samples for grpo/dr_grpo,
+``total_tokens`` for dapo), so the gradient is the one the whole batch gives, up to summation order. bnpo
+divides each micro-batch by its own token count, which leaving rows out would change: it keeps every row.
+One process only (several must agree on their micro-batch counts).
 """
 
 from __future__ import annotations
@@ -20,6 +28,12 @@ import torch
 
 # Losses whose per-token terms are zero, with zero gradient, wherever A = 0.
 ZERO_AT_ZERO_ADVANTAGE = frozenset({"ppo_clip", "two_sided_clip", "gspo", "gspo_token", "cispo", "sapo"})
+
+
+def zero_at_zero_advantage(cfg, bonus, loss_name: str) -> bool:
+    """True when every term of the loss is zero, with zero gradient, on a token whose advantage is zero."""
+    entropy = bool(bonus.enabled or bonus.applied_coef())
+    return cfg.algorithm.beta == 0.0 and not entropy and loss_name in ZERO_AT_ZERO_ADVANTAGE
 
 
 def nothing_to_learn(
@@ -61,3 +75,22 @@ def skip_zero_advantage_update(learner, advantages: torch.Tensor, mask: torch.Te
         "skipped_updates": float(learner.skipped_updates),
         "skipped_zero_advantage": 1.0,
     }
+
+
+def rows_that_train(learner, advantages: torch.Tensor, mask: torch.Tensor) -> torch.Tensor | None:
+    """The indices of the samples with a trained token (``mask`` (N, T)) whose advantage ((N,) or (N, T)) is not
+    zero, where leaving the others out changes no gradient; None to keep every sample (all of them train, none
+    does, or leaving rows out would change the loss)."""
+    cfg = learner.cfg
+    if (
+        not cfg.speed.skip_zero_advantage_samples
+        or learner.parallel.distributed
+        or learner.distill is not None
+        or cfg.algorithm.loss_type == "bnpo"
+        or not zero_at_zero_advantage(cfg, learner.entropy_bonus, learner.loss.name)
+    ):
+        return None
+    adv = advantages if advantages.dim() == 2 else advantages.unsqueeze(-1)
+    trains = ((adv.float() != 0) & mask.bool()).any(-1)  # NaN != 0: a NaN advantage trains (and is caught)
+    rows = trains.nonzero().squeeze(-1)
+    return None if rows.numel() in (0, len(trains)) else rows

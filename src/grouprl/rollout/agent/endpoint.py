@@ -86,6 +86,7 @@ class AgentEndpoint:
         max_request_bytes: int = 32 * 1024 * 1024,
         read_deadline_s: float = 60.0,
         max_connections: int = 256,
+        draw_seed: int | None = None,
     ):
         self.api_key, self.max_calls, self.params = api_key, max_calls, params
         self.max_request_bytes, self.read_deadline_s = max_request_bytes, read_deadline_s
@@ -102,6 +103,7 @@ class AgentEndpoint:
             policy_version,
             window_s,
             self.live_episodes,
+            draw_seed=draw_seed,
         )
         self.episodes: dict[str, EpisodeCalls] = {}
         self._by_key: dict[bytes, EpisodeCalls] = {}  # sha256 of an episode's key -> the episode

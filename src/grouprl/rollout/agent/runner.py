@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import torch
+
 from grouprl.config import Config, ConfigError
 from grouprl.records import AgentRun, Episode, grouped_episodes, Step
 from grouprl.rewards.guard import finite_score
@@ -124,6 +126,8 @@ def run_agent_episodes(
         max_calls=settings.max_calls,
         policy_version=policy_version,
         window_s=settings.batch_window_s,
+        # drawn here, in the caller's order: each call's sample then depends on the seed, not on other agents' timing
+        draw_seed=None if params.greedy else int(torch.randint(0, 2**62, ()).item()),
     ) as endpoint:
         records = [endpoint.open_episode(ep.episode_id) for ep in episodes]
         # at most one batch of agents at a time: the endpoint serves no more calls at once, and an agent waiting

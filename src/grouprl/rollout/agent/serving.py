@@ -6,6 +6,7 @@ or until every episode that may still call is waiting (``live_episodes``), rende
 tool-call opening when ``tool_choice`` asks for a call), makes one ``backend.generate`` call per distinct
 length cap (a request with ``n`` > 1 puts its prompt in it ``n`` times), reads each completion
 (``chat_answer.make_turn``: stop strings, tool calls) and records each sample as its own call of its episode.
+With a ``draw_seed``, each sample draws from its own keyed stream (``rollout/keyed_draws.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from typing import Any, Callable
 from grouprl.rollout.agent.chat_answer import Turn, chat_completion, forced_opening, make_turn
 from grouprl.rollout.agent.calls import CallRecord, render_call
 from grouprl.rollout.agent.chat_request import ChatRequest, EndpointError
+from grouprl.rollout.keyed_draws import call_seed
 from grouprl.rollout.sampling import Completion, SamplingParams
 from grouprl.tools.parsers import get_parser
 
@@ -41,11 +43,15 @@ class CallBatcher:
         window_s: float = 0.05,
         live_episodes: Callable[[], int] | None = None,
         max_wait_s: float = 5.0,
+        draw_seed: int | None = None,
     ):
         self.backend, self.tokenizer, self.params = backend, tokenizer, params
         self.parser, self.template_kwargs, self.max_context = get_parser(parser), template_kwargs, max_context
         self.policy_version, self.window_s, self.max_wait_s = policy_version, window_s, max_wait_s
         self.live_episodes = live_episodes  # how many episodes may still send a request (None: unknown)
+        # each sample's draws keyed by (draw_seed, episode, call, sample), not by the batch it lands in, so an
+        # agent's conversation does not depend on the other agents' timing (rollout/keyed_draws.py); None: torch's
+        self.draw_seed = draw_seed
         self.requests: queue.Queue[ChatRequest | None] = queue.Queue()
         self.batches: list[int] = []  # the size of every batch served (the bench reads it)
         self._thread = threading.Thread(target=self._loop, name="grouprl-agent-batcher", daemon=True)
@@ -110,8 +116,15 @@ class CallBatcher:
                 _refuse(request, err)
         for cap in sorted({r.max_new_tokens for r, *_ in ready}):
             group = [entry for entry in ready if entry[0].max_new_tokens == cap]
-            params = dataclasses.replace(self.params, max_new_tokens=cap)
             prompts = [ids for request, _, ids, _, _ in group for _ in range(request.n)]
+            seeds = None
+            if self.draw_seed is not None:  # (only this thread appends to an episode's calls)
+                seeds = [
+                    call_seed(self.draw_seed, r.episode.episode_id, len(r.episode.calls), i)
+                    for r, *_ in group
+                    for i in range(r.n)
+                ]
+            params = dataclasses.replace(self.params, max_new_tokens=cap, seeds=seeds)
             completions = iter(self.backend.generate(prompts, params))
             for request, text, ids, extends, opening in group:
                 samples = [next(completions) for _ in range(request.n)]

@@ -128,11 +128,13 @@ def group_identical(prompt_ids: list[list[int]]) -> list[tuple[list[int], int]]:
     return runs
 
 
-def _sampling(params: SamplingParams, n: int, stops: int | list[int]):
+def _sampling(params: SamplingParams, n: int, stops: int | list[int], seed: int | None = None):
     from vllm import SamplingParams as VSamplingParams
 
     stops = [stops] if isinstance(stops, int) else list(stops)
     common = dict(n=n, max_tokens=params.max_new_tokens, logprobs=0, stop_token_ids=stops, skip_special_tokens=True)
+    if seed is not None:  # vLLM's per-request generator: this request's draws, whatever else is in the batch
+        common["seed"] = seed
     if params.greedy:
         return VSamplingParams(temperature=0.0, **common)
     return VSamplingParams(temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or 0, **common)
@@ -143,12 +145,17 @@ def sample(
 ) -> list[tuple[list[int], list[float] | None]]:
     """(token ids, their sampling log-probs, None where vLLM gave none) per prompt, in order. Identical prompts become one request
     with ``n`` samples: vLLM prefills the prompt once and forks its KV cache, instead of K prefills.
-    ``lora_request``: the adapter every request is sampled under (``vllm_lora.AdapterSlot``)."""
-    runs = group_identical(prompt_ids)
+    ``lora_request``: the adapter every request is sampled under (``vllm_lora.AdapterSlot``). ``params.seeds``:
+    each prompt its own request with its own seed (vLLM's ``seed``), so its sample does not depend on the batch."""
+    seeds = None if params.greedy else params.seeds
+    runs = group_identical(prompt_ids) if seeds is None else [(p, 1) for p in prompt_ids]
     requests = [{"prompt_token_ids": list(p)} for p, _ in runs]
     # greedy: vLLM refuses n > 1, and identical prompts decode identically: one sample, copied n times
     copies = [n if params.greedy else 1 for _, n in runs]
-    sampling = [_sampling(params, 1 if params.greedy else n, eos) for _, n in runs]
+    sampling = [
+        _sampling(params, 1 if params.greedy else n, eos, None if seeds is None else seeds[i])
+        for i, (_, n) in enumerate(runs)
+    ]
     outputs = llm.generate(requests, sampling, use_tqdm=False, lora_request=lora_request)
     samples: list[tuple[list[int], list[float] | None]] = []
     for out, times in zip(outputs, copies):

@@ -178,6 +178,7 @@ class VLLMServerBackend:
             "top_p": params.top_p,
             "top_k": params.top_k,
             "greedy": params.greedy,
+            **({} if params.seeds is None else {"seeds": params.seeds}),  # one per prompt (keyed draws)
         }
         tokens = len(prompt_ids) * params.max_new_tokens
         answer = self._request("/generate", payload, max_bytes=MAX_BYTES + 64 * tokens)

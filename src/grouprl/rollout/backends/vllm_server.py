@@ -71,7 +71,17 @@ def parse_generate(body) -> tuple[list[list[int]], SamplingParams, int | list[in
         top_p=float(_field(body, "top_p", (int, float), 1.0)),
         top_k=_field(body, "top_k", int, 0),
         greedy=_field(body, "greedy", bool, False),
+        seeds=body.get("seeds"),  # absent: the engine's own generator
     )
+    seeds = params.seeds
+    if seeds is not None and (
+        not isinstance(seeds, list)
+        or len(seeds) != len(prompts)
+        or not all(isinstance(v, int) and not isinstance(v, bool) for v in seeds)
+    ):
+        raise BadRequest(
+            f"field 'seeds': expected one integer per prompt ({len(prompts)}), found {params.seeds!r}"[:300]
+        )
     if params.max_new_tokens < 1:
         raise BadRequest(f"field 'max_new_tokens': expected >= 1, found {params.max_new_tokens}")
     eos = _field(body, "eos_token_id", (int, list))  # one id, or every stop id of the model (a turn ends on any)
