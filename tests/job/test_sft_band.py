@@ -129,6 +129,44 @@ def test_tool_sft_line_searches_the_real_last_step_and_keeps_its_checks(tmp_path
     assert json.loads((out / "warm_start_checks.json").read_text())[-1] == ["a = 0.25", 0.3]
 
 
+def test_a_first_check_that_overshoots_searches_back_to_the_step_before_it(tmp_path):
+    """first_check = 3: the check at step 3 overshoots, and the line search runs between the step-2 weights (taken as
+    under the band, never checked) and the step-3 weights, not from the weights SFT started from."""
+    from pathlib import Path
+
+    from transformers import AutoModelForCausalLM
+
+    import grouprl.tasks  # noqa: F401
+    from grouprl.job.tool_sft import tool_sft
+    from grouprl.models.tiny import init_tiny
+    from grouprl.rollout.runner import episode_settings
+    from grouprl.run_config import build_config
+    from grouprl.tasks import load_task
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "tiny" / "tool_arithmetic.yaml"
+    cfg = build_config(recipe, {"output_dir": str(tmp_path)}, environ={})
+    task = load_task(cfg)
+    tiny = init_tiny(task.tokenizer_corpus(), tmp_path / "tiny", hidden=16, layers=1, heads=2, seed=0,
+                     tokenizer=task.tiny_tokenizer, max_positions=task.tiny_max_positions)  # fmt: skip
+    readings = iter([0.9, 0.3])  # step 3 over the band, a = 0.5 inside it
+    seen: list[dict[str, torch.Tensor]] = []
+
+    def measure(model, tokenizer) -> float:
+        seen.append(float_weights(model))
+        return next(readings)
+
+    common = dict(learning_rate=1e-2, batch_size=4, seed=0, n_episodes=8)
+    settings = episode_settings(cfg, task)
+    band = SuccessBand(measure, low=0.2, high=0.4, log=lambda _: None)
+    out = tool_sft(str(tiny), task, settings, tmp_path / "sft", steps=5, stop_when=band, check_every=1, first_check=3,
+                   **common)  # fmt: skip
+    two = AutoModelForCausalLM.from_pretrained(tool_sft(str(tiny), task, settings, tmp_path / "two", steps=2, **common))
+    assert [label for label, _ in band.history] == ["check 1", "a = 0.5"]
+    saved, step2, step3 = AutoModelForCausalLM.from_pretrained(out).state_dict(), two.state_dict(), seen[0]
+    name = next(k for k in step3 if not torch.equal(step2[k], step3[k]))
+    assert torch.allclose(saved[name], torch.lerp(step2[name], step3[name], 0.5), atol=1e-6)
+
+
 def test_steps_before_the_first_check_only_train(tmp_path):
     """first_check = 3, every 2: checks after steps 3 and 5 of 6, and the first sees exactly the weights three
     uninterrupted SFT steps make."""

@@ -69,6 +69,9 @@ class SuccessBand:
             raise ValueError(f"the success band's top ({self.high}) is below its bottom ({self.low})")
 
     def start(self, model) -> None:
+        """Weights taken as under the band: the line search's lower end until a check under the band replaces
+        them. The caller passes the weights SFT starts from, then those of the step before the first check (the
+        steps a later first check skips are the ones whose checks read under the band: ``sft_first_check``)."""
         if self.high is not None:
             self._below = float_weights(model)
 

@@ -126,6 +126,8 @@ def tool_sft(
             rows, order = order[:batch_size], order[batch_size:]
             loss = sft_update(model, optimizer, batch.slice(torch.tensor(rows)))
             progress.update(bar, advance=1, description=f"tool SFT loss {loss:.3f}")
+            if isinstance(stop_when, SuccessBand) and step == (first_check or check_every) - 1:
+                stop_when.start(model)  # the step before the first check: taken as under the band (SuccessBand.start)
             if stop_when is not None and check_due(step, check_every, first_check):
                 model.eval()
                 stop = stop_when(model, tokenizer)
