@@ -79,6 +79,21 @@ def test_greedy_on_identical_prompts_is_one_request_copied(setup):
     assert vl[1].ids != vl[0].ids
 
 
+def test_seeded_prompts_sample_the_same_tokens_in_any_batch(setup):
+    """``SamplingParams.seeds`` (the agent endpoint's keyed draws): each prompt is its own request with vLLM's
+    ``seed``, so its sample is the same whichever prompts share the call, and identical prompts with other seeds
+    are sampled apart."""
+    _, _, engine, prompts = setup
+    a, b, c = prompts[0], prompts[2], prompts[4]
+    params = SamplingParams(max_new_tokens=12, temperature=1.0)
+    first = engine.generate([a, b], SamplingParams(**{**params.__dict__, "seeds": [11, 12]}))
+    second = engine.generate([c, b, a, a], SamplingParams(**{**params.__dict__, "seeds": [13, 12, 11, 14]}))
+    assert second[2].ids == first[0].ids and second[1].ids == first[1].ids
+    assert second[2].logprobs == pytest.approx(first[0].logprobs, abs=1e-4)
+    many = engine.generate([a] * 8, SamplingParams(**{**params.__dict__, "seeds": list(range(8))}))
+    assert len({tuple(x.ids) for x in many}) > 1  # the same prompt under 8 seeds: not one sample copied
+
+
 def test_engine_follows_the_trainer_after_load_weights(setup):
     model, tok, engine, prompts = setup
     params = SamplingParams(max_new_tokens=10, temperature=1.0)

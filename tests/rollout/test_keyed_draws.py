@@ -81,3 +81,16 @@ def test_agent_samples_do_not_depend_on_how_the_requests_were_batched(tokenizer)
         runs.append([[s.action_ids for s in ep.steps] for ep in episodes])
     assert runs[0] == runs[1]
     assert len({str(ep) for ep in runs[0]}) > 1  # the episodes differ from each other
+
+
+def test_the_vllm_server_reads_one_seed_per_prompt():
+    import pytest
+
+    from grouprl.rollout.backends.vllm_server import BadRequest, parse_generate
+
+    body = {"prompts": [[1, 2], [3]], "eos_token_id": 0, "max_new_tokens": 4}
+    assert parse_generate(body)[1].seeds is None  # absent: the engine's own generator
+    assert parse_generate({**body, "seeds": [5, 2**62]})[1].seeds == [5, 2**62]
+    for bad in ([5], [5, "6"], [5, True], 7):
+        with pytest.raises(BadRequest, match="field 'seeds'"):
+            parse_generate({**body, "seeds": bad})
