@@ -70,8 +70,8 @@ class SuccessBand:
 
     def start(self, model) -> None:
         """Weights taken as under the band: the line search's lower end until a check under the band replaces
-        them. The caller passes the weights SFT starts from, then those of the step before the first check (the
-        steps a later first check skips are the ones whose checks read under the band: ``sft_first_check``)."""
+        them. The caller passes the weights just before the first checked step (the weights SFT starts from when
+        that is step 1; a later first check, ``sft_first_check``, skips steps whose checks read under the band)."""
         if self.high is not None:
             self._below = float_weights(model)
 

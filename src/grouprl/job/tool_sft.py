@@ -111,14 +111,14 @@ def tool_sft(
     n_steps = sum(len(ep.steps) for ep in episodes)
     batch = pack_conversations(episodes, torch.zeros(n_steps), tokenizer.pad_token_id, mask_truncated=False).batch
     optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate)
-    if isinstance(stop_when, SuccessBand):
-        stop_when.start(model)
     rng = random.Random(seed)
     order: list[int] = []
     model.train()
     with Progress(console=console, transient=True) as progress:
         bar = progress.add_task("tool SFT", total=steps)
         for step in range(1, steps + 1):
+            if isinstance(stop_when, SuccessBand) and step == (first_check or check_every):
+                stop_when.start(model)  # the weights before the first checked step: under the band (SuccessBand.start)
             if len(order) < batch_size:
                 fresh = list(range(len(batch)))
                 rng.shuffle(fresh)
@@ -126,8 +126,6 @@ def tool_sft(
             rows, order = order[:batch_size], order[batch_size:]
             loss = sft_update(model, optimizer, batch.slice(torch.tensor(rows)))
             progress.update(bar, advance=1, description=f"tool SFT loss {loss:.3f}")
-            if isinstance(stop_when, SuccessBand) and step == (first_check or check_every) - 1:
-                stop_when.start(model)  # the step before the first check: taken as under the band (SuccessBand.start)
             if stop_when is not None and check_due(step, check_every, first_check):
                 model.eval()
                 stop = stop_when(model, tokenizer)
