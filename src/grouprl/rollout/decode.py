@@ -258,10 +258,8 @@ def _next_tokens(
     if params.greedy:
         return torch.argmax(logits, dim=-1)
     probs = torch.softmax(logits, dim=-1)
-    if draws is not None:
-        chosen = draw_inverse_cdf(probs, draws)
-    else:
-        chosen = draw_inverse_cdf(probs) if draw_with == "inverse_cdf" else draw(probs, alive, rows)
+    keyed_or_inverse = draws is not None or draw_with == "inverse_cdf"  # (draws None: torch's stream)
+    chosen = draw_inverse_cdf(probs, draws) if keyed_or_inverse else draw(probs, alive, rows)
     if logprobs is not None:
         picked = torch.log_softmax(logits, dim=-1).gather(1, chosen[:, None]).squeeze(1)
         for row, value in zip(alive, picked.tolist()):
