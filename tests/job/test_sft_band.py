@@ -213,3 +213,32 @@ def test_every_check_draws_the_same_numbers_and_leaves_the_generator_alone():
     assert torch.equal(first, second)
     assert torch.equal(torch.random.get_rng_state(), state)  # training's draws go on as if no check ran
     assert not torch.equal(common_draws(lambda m, t: torch.rand(4), seed=8)(None, None), first)
+
+
+def test_a_check_that_calls_tools_in_a_loop_counts_as_under_the_band():
+    """Seed 0's third SFT step (docs/agent_main_job.md): 9 % sampled success, but 2.41 tool calls per conversation
+    against the expert's 1.52. Counted as 0 %, the band trains on; then the line search treats a looping point as
+    under the band and moves towards the next check."""
+    from grouprl.job.tool_sft import counted_success
+
+    quiet = lambda _: None  # noqa: E731
+    assert counted_success(0.09, 2.41, 1.52, 1.4, quiet) == 0.0
+    assert counted_success(0.16, 1.81, 1.52, 1.4, quiet) == 0.16  # seed 2's third step: a start RL moves
+    assert counted_success(0.16, 2.12, 1.52, 1.4, quiet) == 0.16  # at the limit: kept
+
+    calls = {0.1: 2.4, 0.9: 1.0, 0.5: 1.9, 0.3: 2.3, 0.4: 1.4}  # calls per conversation fall as SFT learns to answer
+
+    def looping_aware(model, tokenizer) -> float:
+        value = round(float(model.weight.mean()), 6)
+        return counted_success(value, calls[value], 1.5, 1.4, quiet)
+
+    band = SuccessBand(looping_aware, low=0.05, high=0.4, log=quiet)
+    model = model_at(0.1)
+    band.start(model)
+    assert band(model, None) is False  # 10 % success but looping: under the band, training goes on
+    with torch.no_grad():
+        model.weight.fill_(0.9)
+    assert band(model, None) is True and band.overshot
+    band.settle(model, None)
+    # a = 0.5 -> 0.5 (over), a = 0.25 -> 0.3 but looping (under), a = 0.375 -> 0.4 (inside)
+    assert [value for _, value in band.history] == pytest.approx([0.0, 0.9, 0.5, 0.0, 0.4])

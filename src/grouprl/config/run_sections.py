@@ -58,6 +58,12 @@ class TrainConfig(Section):
         description="tool conversations: where the first check at or above sft_target_accuracy is above this, "
         "move back along the last stretch of SFT until sampled success is inside the band (job/sft_band.py)",
     )
+    sft_max_calls_ratio: float | None = Field(
+        None,
+        gt=0,
+        description="tool conversations: a check whose sampled conversations call tools more than this many times "
+        "as often as the expert's counts as under the band (a model calling in a loop is no start; empty = off)",
+    )
     sft_learning_rate: float = Field(3e-3, gt=0, description="tiny default: SFT learning rate")
     sft_batch_size: int = Field(64, gt=0, description="tiny default: SFT batch size")
     sft_demonstrations: Literal["random", "expert"] = Field(
