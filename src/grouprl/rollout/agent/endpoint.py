@@ -50,6 +50,7 @@ from grouprl.rollout.agent import responses
 from grouprl.rollout.agent.calls import EpisodeCalls
 from grouprl.rollout.agent.chat_request import ChatRequest, EndpointError, read_request
 from grouprl.rollout.agent.http_server import EndpointServer, handler_for
+from grouprl.rollout.agent.run_progress import RunProgress
 from grouprl.rollout.agent.serving import CallBatcher
 from grouprl.rollout.agent.streaming import EventStream, chat_chunks, response_events
 from grouprl.rollout.sampling import GenerationBackend, SamplingParams
@@ -87,6 +88,7 @@ class AgentEndpoint:
         read_deadline_s: float = 60.0,
         max_connections: int = 256,
         draw_seed: int | None = None,
+        progress: RunProgress | None = None,
     ):
         self.api_key, self.max_calls, self.params = api_key, max_calls, params
         self.max_request_bytes, self.read_deadline_s = max_request_bytes, read_deadline_s
@@ -104,6 +106,7 @@ class AgentEndpoint:
             window_s,
             self.live_episodes,
             draw_seed=draw_seed,
+            progress=progress,
         )
         self.episodes: dict[str, EpisodeCalls] = {}
         self._by_key: dict[bytes, EpisodeCalls] = {}  # sha256 of an episode's key -> the episode

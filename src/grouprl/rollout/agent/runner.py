@@ -40,6 +40,7 @@ from grouprl.rollout.turn_cache import episodes_ended
 from grouprl.rollout.agent.calls import EpisodeCalls, call_segments, calls_to_steps
 from grouprl.rollout.agent.endpoint import AgentEndpoint
 from grouprl.rollout.agent.failures import FAILURES, agent_traceback, raised_message, report_first_failures
+from grouprl.rollout.agent.run_progress import RunProgress
 from grouprl.rollout.conversation import ConversationSettings, conversation_settings, initial_prompt
 from grouprl.rollout.env_pool import EnvFactory
 from grouprl.rollout.sampling import GenerationBackend, SamplingParams
@@ -114,6 +115,7 @@ def run_agent_episodes(
         raise ValueError("AgentSettings.agent is not set")
     ensure_tool_template(tokenizer, settings.chat_template)
     episodes = grouped_episodes(rows, group_size, seeds, first_group, conversation=True)
+    progress = RunProgress(params.progress, len(episodes)) if params.progress is not None else None
     with AgentEndpoint(
         backend,
         tokenizer,
@@ -128,6 +130,7 @@ def run_agent_episodes(
         window_s=settings.batch_window_s,
         # drawn here, in the caller's order: each call's sample then depends on the seed, not on other agents' timing
         draw_seed=None if params.greedy else int(torch.randint(0, 2**62, ()).item()),
+        progress=progress,  # counted in episodes, not in each call's rows
     ) as endpoint:
         records = [endpoint.open_episode(ep.episode_id) for ep in episodes]
         # at most one batch of agents at a time: the endpoint serves no more calls at once, and an agent waiting
@@ -140,7 +143,7 @@ def run_agent_episodes(
             [endpoint.base_url(ep.episode_id) for ep in episodes],
             [record.key for record in records],
             [ep.row for ep in episodes],
-            [functools.partial(endpoint.close_episode, ep.episode_id) for ep in episodes],
+            [functools.partial(_close, endpoint, ep.episode_id, progress) for ep in episodes],
             [functools.partial(setattr, record, "started", True) for record in records],
             in_flight,
         )
@@ -153,6 +156,12 @@ def run_agent_episodes(
             settings.inspect(ep.episode_id, list(records[g].calls))
     report_first_failures(episodes, [o.trace for o in outcomes], settings.reported)
     return episodes
+
+
+def _close(endpoint: AgentEndpoint, episode_id: str, progress: RunProgress | None) -> None:
+    endpoint.close_episode(episode_id)
+    if progress is not None:
+        progress.episode_ended()
 
 
 # --- playing -----------------------------------------------------------------------------------------

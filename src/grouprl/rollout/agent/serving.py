@@ -21,6 +21,7 @@ from typing import Any, Callable
 from grouprl.rollout.agent.chat_answer import Turn, chat_completion, forced_opening, make_turn
 from grouprl.rollout.agent.calls import CallRecord, render_call
 from grouprl.rollout.agent.chat_request import ChatRequest, EndpointError
+from grouprl.rollout.agent.run_progress import RunProgress
 from grouprl.rollout.keyed_draws import call_seed
 from grouprl.rollout.sampling import Completion, SamplingParams
 from grouprl.tools.parsers import get_parser
@@ -44,8 +45,10 @@ class CallBatcher:
         live_episodes: Callable[[], int] | None = None,
         max_wait_s: float = 5.0,
         draw_seed: int | None = None,
+        progress: RunProgress | None = None,
     ):
         self.backend, self.tokenizer, self.params = backend, tokenizer, params
+        self.progress = progress  # the run's progress in episodes (run_progress.py); None: params.progress as is
         self.parser, self.template_kwargs, self.max_context = get_parser(parser), template_kwargs, max_context
         self.policy_version, self.window_s, self.max_wait_s = policy_version, window_s, max_wait_s
         self.live_episodes = live_episodes  # how many episodes may still send a request (None: unknown)
@@ -125,7 +128,11 @@ class CallBatcher:
                     for i in range(r.n)
                 ]
             params = dataclasses.replace(self.params, max_new_tokens=cap, seeds=seeds)
+            if self.progress is not None:
+                params = self.progress.call_params(params)
             completions = iter(self.backend.generate(prompts, params))
+            if self.progress is not None:
+                self.progress.call_ended()
             for request, text, ids, extends, opening in group:
                 samples = [next(completions) for _ in range(request.n)]
                 self._answer(request, text, ids, extends, opening, samples)
