@@ -7,8 +7,9 @@
 ``max_tokens``/``max_completion_tokens`` (they only lower the run's ``max_new_tokens``). Read and ignored:
 the sampling knobs (``temperature``, ``top_p``, ``seed``: the run's sampling produced the log-probs the
 update corrects against, and the run seeds each call, ``serving.py``) and bookkeeping (``user``, ``metadata``,
-``store``, ``service_tier``). Refused, naming the parameter: what the recorded sample could not show -- logit biases, penalties, structured output
-(``response_format`` other than text), legacy ``functions``, audio, predicted outputs.
+``store``, ``service_tier``). Refused, naming the parameter: what the recorded sample could not show -- logit
+biases, penalties, structured output (``response_format`` other than text), legacy ``functions``, audio, predicted
+outputs.
 """
 
 from __future__ import annotations
