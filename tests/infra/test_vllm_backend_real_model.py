@@ -47,7 +47,7 @@ def test_two_steps_on_the_real_model_follow_the_trainer(smollm2_dir, tmp_path, l
     two_steps_follow_the_trainer(trainer, policy)
 
 
-def test_cli_run_checkpoints_resumes_and_evaluates(smollm2_dir, tmp_path):
+def test_cli_run_checkpoints_resumes_and_evaluates(smollm2_dir, tmp_path, capsys):
     out = tmp_path / "run"
     run = [
         "train",
@@ -82,8 +82,9 @@ def test_cli_run_checkpoints_resumes_and_evaluates(smollm2_dir, tmp_path):
         "--torch_dtype",
         "float32",
     ]
-    assert main([*run, "--max_steps", "2"]) == 0
-    assert main([*run, "--max_steps", "3", "--resume_from_checkpoint", "last"]) == 0
+    # A run that stops says why in one line on stderr: the assertion shows it (the log's tail may not).
+    assert main([*run, "--max_steps", "2"]) == 0, capsys.readouterr().err[-1500:]
+    assert main([*run, "--max_steps", "3", "--resume_from_checkpoint", "last"]) == 0, capsys.readouterr().err[-1500:]
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert [s for s in steps if s] == [1, 2, 3]
     report = tmp_path / "eval.jsonl"
