@@ -60,6 +60,25 @@ def test_held_out_prompts_greedy_are_token_identical_to_generate(real):
     assert any(not c.truncated for c in ours) and any(c.truncated for c in ours)  # rows left the batch early
 
 
+def test_a_long_generation_on_packed_weights_is_token_identical(real, monkeypatch):
+    """Past ``PACK_AFTER_CALLS`` decode passes the linears run on oneDNN's packed copies: the same tokens, sampled."""
+    from grouprl.speed import onednn_linear
+
+    model, tok = real
+    prompts = main_job_prompts(tok, 4, seed=1)
+    params = SamplingParams(max_new_tokens=14, temperature=0.9)
+    monkeypatch.setattr(onednn_linear, "PACK_AFTER_CALLS", 10**9)
+    unpacked = run(model, tok, prompts, params, True, seed=3)
+    packs: list[int] = []
+    reorder = onednn_linear._reorder
+    monkeypatch.setattr(onednn_linear, "_reorder", lambda w, rows: packs.append(rows) or reorder(w, rows))
+    monkeypatch.setattr(onednn_linear, "PACK_AFTER_CALLS", 4)
+    packed = run(model, tok, prompts, params, True, seed=3)
+    assert len(packs) == 211  # SmolLM2's 30 x 7 linears and its head, each packed once
+    assert [c.ids for c in packed] == [c.ids for c in unpacked]
+    assert max(len(c.ids) for c in packed) > 6
+
+
 def test_training_groups_sampled_make_generates_draws(real):
     model, tok = real
     prompts = [p for p in main_job_prompts(tok, 2, seed=1) for _ in range(8)]  # 2 prompts x K=8

@@ -105,3 +105,35 @@ def test_an_error_inside_closes_the_block():
         with onednn_linears(net):
             raise ValueError("boom")
     assert onednn_linear._state.open == 0
+
+
+def test_a_layer_called_often_in_one_block_runs_on_a_packed_copy_with_the_same_products():
+    net, x = model(), torch.randn(8, 576)
+    with torch.no_grad(), onednn_linears(net):
+        plain = [net(x) for _ in range(onednn_linear.PACK_AFTER_CALLS)]
+        assert not onednn_linear._state.packed  # a generation this short never pays for a repack
+        packed = [net(x) for _ in range(3)]
+        held = set(onednn_linear._state.packed)
+        assert held == {id(net[0]), id(net[2])}  # the 576 -> 64 layer is under MIN_WEIGHTS: never packed
+        assert all(torch.equal(out, plain[0]) for out in plain + packed)  # oneDNN's blocked layout: the same sums
+        net[0].weight.mul_(0.5)  # a weight pushed into the model mid-block: packed again, not served stale
+        halved = net(x)
+        net[0].weight.mul_(2.0)
+    assert not onednn_linear._state.packed  # dropped when the block closes: the next update changes the weights
+    with torch.no_grad():
+        net[0].weight.mul_(0.5)
+        expected = net(x)
+    assert torch.allclose(halved, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_block_whose_cap_leaves_too_few_passes_never_repacks():
+    net, x = model(), torch.randn(8, 576)
+    after = onednn_linear.PACK_AFTER_CALLS
+    with torch.no_grad(), onednn_linears(net, passes=2 * after - 1):  # at call after + 1, after - 2 passes are left
+        for _ in range(2 * after - 1):
+            net(x)
+        assert not onednn_linear._state.packed
+    with torch.no_grad(), onednn_linears(net, passes=2 * after + 1):
+        for _ in range(after + 1):
+            net(x)
+        assert set(onednn_linear._state.packed) == {id(net[0]), id(net[2])}

@@ -64,7 +64,8 @@ def generate(
     from torch.distributed.fsdp import FSDPModule
 
     no_grad = torch.no_grad() if isinstance(model, FSDPModule) else torch.inference_mode()
-    with no_grad, onednn_linears(model, onednn):
+    chunks = -(-len(prompt_ids) // max(1, params.batch_size))
+    with no_grad, onednn_linears(model, onednn, passes=params.max_new_tokens * max(1, chunks)):
         if turn_cache is not None and sampling_warpers(model, params) is not None:  # (on the decode loop)
             from grouprl.rollout.turn_cache import generate_with_turn_cache
 

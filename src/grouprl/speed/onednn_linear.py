@@ -31,6 +31,11 @@ import torch.nn.functional as F
 from torch import nn
 
 MIN_WEIGHTS = 100_000  # SmolLM2's 192 x 576 key/value projections and up take oneDNN; the tiny model's do not
+# After this many calls of a layer inside one generation block, its weight is repacked into oneDNN's blocked
+# layout (bit-identical products from 2 rows up). The break-even measured on 2 quiet cores: a repack costs what
+# 8-10 decode passes gain from it (SmolLM2 and Qwen2.5-0.5B, 8 and 16 rows: passes 1.5-1.9x faster; the figures
+# in docs/performance.md, "oneDNN's packed weights").
+PACK_AFTER_CALLS = 10
 
 _state = threading.local()  # per thread: how many onednn_linears blocks are open
 
@@ -45,6 +50,7 @@ def _find_kernel():
 
 
 _KERNEL = _find_kernel()
+_reorder = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None) if _KERNEL is not None else None
 _PLAIN = (torch.Tensor, nn.Parameter)  # not a DTensor (FSDP shards), not a quantized or other subclass
 
 
@@ -64,8 +70,28 @@ class OneDNNLinear(nn.Linear):
             and weight.numel() >= MIN_WEIGHTS
             and input.dim() >= 2
         ):
-            return _KERNEL(input, weight, self.bias, "none", [], "")
+            return _KERNEL(input, _weight_for_this_call(self, weight, input), self.bias, "none", [], "")
         return F.linear(input, weight, self.bias)
+
+
+def _weight_for_this_call(layer: nn.Linear, weight: torch.Tensor, input: torch.Tensor) -> torch.Tensor:
+    """The plain weight for a block's first ``PACK_AFTER_CALLS`` calls of ``layer``, then oneDNN's packed copy of it.
+
+    Ski rental: a generation's length is not known until it ends, so the repack (the price of buying) is paid
+    once the calls already made would have paid for it, and only where the block's cap on passes leaves as many
+    again to come; a generation that stops early never pays, a long one loses at most one repack's worth. The copy is dropped when the outermost block closes: the weights change
+    with the next update, and the update's own peak memory is not raised by it."""
+    key = id(layer)
+    calls = _state.calls[key] = _state.calls.get(key, 0) + 1
+    passes = _state.passes
+    if calls <= PACK_AFTER_CALLS or _reorder is None or (passes is not None and passes - calls < PACK_AFTER_CALLS):
+        return weight
+    stamp = (weight.data_ptr(), weight._version)
+    held = _state.packed.get(key)
+    if held is None or held[0] != stamp:  # a weight changed inside the block (a push into this copy): pack it again
+        rows = max(1, input.numel() // input.size(-1))
+        held = _state.packed[key] = (stamp, _reorder(weight, rows))
+    return held[1]
 
 
 def use_onednn_layers(model: nn.Module) -> None:
@@ -78,15 +104,21 @@ def use_onednn_layers(model: nn.Module) -> None:
 
 
 @contextmanager
-def onednn_linears(model: nn.Module, enabled: bool = True) -> Iterator[None]:
+def onednn_linears(model: nn.Module, enabled: bool = True, passes: int | None = None) -> Iterator[None]:
     """Inside the block, this thread's no-grad forwards of ``model``'s fp32 CPU linear layers run through
-    oneDNN. A no-op where ``enabled`` is false or this torch build has no oneDNN."""
+    oneDNN. A no-op where ``enabled`` is false or this torch build has no oneDNN. ``passes``: the most forward
+    passes the block can make (a generation's token cap), when known: a layer is not repacked where the passes
+    left could not pay for it."""
     if not enabled or _KERNEL is None:
         yield
         return
     use_onednn_layers(model)  # every call: layers added since (LoRA adapters) are turned too
     _state.open = getattr(_state, "open", 0) + 1
+    if _state.open == 1:
+        _state.calls, _state.packed, _state.passes = {}, {}, passes
     try:
         yield
     finally:
         _state.open -= 1
+        if _state.open == 0:
+            _state.calls, _state.packed = {}, {}
