@@ -19,6 +19,7 @@ from torch.utils.checkpoint import checkpoint
 
 from grouprl.policy.fused_head import fused_head_scores
 from grouprl.policy.logprobs import scored_entropy, selective_log_softmax, truncate_logits
+from grouprl.speed.onednn_linear import OneDNNLinear
 
 LM_HEAD_CHUNK = 512  # rows per chunk: 512 x 49,152 float32 logits = 100 MB (151k vocabulary: 310 MB)
 # On the CPU the fused head keeps its chunks' log-softmax from the forward for the backward up to this size
@@ -79,5 +80,6 @@ def head_scores(
 
 
 def _plain_linear(head: torch.nn.Module) -> bool:
-    """A bare ``nn.Linear`` (not a LoRA or quantised subclass) with no hooks: the fused path computes exactly it."""
-    return type(head) is torch.nn.Linear and not (head._forward_hooks or head._forward_pre_hooks)
+    """A bare ``nn.Linear`` (not a LoRA or quantised subclass; ``OneDNNLinear`` is ``F.linear`` outside generation)
+    with no hooks: the fused path computes exactly it."""
+    return type(head) in (torch.nn.Linear, OneDNNLinear) and not (head._forward_hooks or head._forward_pre_hooks)
