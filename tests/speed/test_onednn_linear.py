@@ -137,3 +137,13 @@ def test_a_block_whose_cap_leaves_too_few_passes_never_repacks():
         for _ in range(after + 1):
             net(x)
         assert set(onednn_linear._state.packed) == {id(net[0]), id(net[2])}
+
+
+def test_one_row_waits_for_its_own_longer_break_even():
+    net, x = model(), torch.randn(1, 576)
+    with torch.no_grad(), onednn_linears(net):
+        for _ in range(onednn_linear.PACK_AFTER_CALLS_ONE_ROW):
+            net(x)
+        assert not onednn_linear._state.packed  # a lone row gains little a pass: 10 calls do not pay for a repack
+        net(x)
+        assert set(onednn_linear._state.packed) == {id(net[0]), id(net[2])}

@@ -36,6 +36,7 @@ MIN_WEIGHTS = 100_000  # SmolLM2's 192 x 576 key/value projections and up take o
 # 8-10 decode passes gain from it (SmolLM2 and Qwen2.5-0.5B, 8 and 16 rows: passes 1.5-1.9x faster; the figures
 # in docs/performance.md, "oneDNN's packed weights").
 PACK_AFTER_CALLS = 10
+PACK_AFTER_CALLS_ONE_ROW = 35  # one row (an agent's lone call): SmolLM2's pass 27.3 -> 24.1 ms, break-even 34 passes
 
 _state = threading.local()  # per thread: how many onednn_linears blocks are open
 
@@ -83,13 +84,13 @@ def _weight_for_this_call(layer: nn.Linear, weight: torch.Tensor, input: torch.T
     with the next update, and the update's own peak memory is not raised by it."""
     key = id(layer)
     calls = _state.calls[key] = _state.calls.get(key, 0) + 1
-    passes = _state.passes
-    if calls <= PACK_AFTER_CALLS or _reorder is None or (passes is not None and passes - calls < PACK_AFTER_CALLS):
+    passes, rows = _state.passes, max(1, input.numel() // input.size(-1))
+    after = PACK_AFTER_CALLS if rows > 1 or key in _state.packed else PACK_AFTER_CALLS_ONE_ROW
+    if calls <= after or _reorder is None or (passes is not None and passes - calls < after):
         return weight
     stamp = (weight.data_ptr(), weight._version)
     held = _state.packed.get(key)
     if held is None or held[0] != stamp:  # a weight changed inside the block (a push into this copy): pack it again
-        rows = max(1, input.numel() // input.size(-1))
         held = _state.packed[key] = (stamp, _reorder(weight, rows))
     return held[1]
 
