@@ -23,9 +23,11 @@ from grouprl.speed.onednn_linear import OneDNNLinear
 
 LM_HEAD_CHUNK = 512  # rows per chunk: 512 x 49,152 float32 logits = 100 MB (151k vocabulary: 310 MB)
 # On the CPU the fused head keeps its chunks' log-softmax from the forward for the backward up to this size
-# instead of making them again (the head's matmul over again: ~3 s of a GSM8K-shaped update on 2 cores); an
-# accelerator's memory is the scarcer of the two, so there the chunks are always made again.
-KEEP_ON_CPU_BYTES = 4 << 30
+# instead of making them again (the head's matmul over again: ~3 s of a GSM8K-shaped update on 2 cores, whose
+# 2,048 x 151,936 floats are 1.24 GB); larger updates make them again, so that a job's peak memory (the agent
+# main job's 8 GB budget) does not grow with its batch. An accelerator's memory is the scarcer of the two, so
+# there the chunks are always made again.
+KEEP_ON_CPU_BYTES = 3 << 29  # 1.5 GiB
 _AFTER_HEAD = ("final_logit_softcapping", "logit_scale", "logits_scaling")  # config keys that change logits
 
 
