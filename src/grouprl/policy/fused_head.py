@@ -94,7 +94,8 @@ def fused_head_scores(
     chunk: int,
     keep: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(log pi(target), entropy metric or None) per row of ``hidden`` (N, H) through ``head``, ``chunk`` rows at a time."""
+    """(log pi(target), entropy metric or None) per row of ``hidden`` (N, H) through ``head``, ``chunk`` rows at a
+    time; ``keep``: the chunks' log-softmax held from the forward for the backward instead of made again."""
     logps, entropy = _HeadLogProbs.apply(
         hidden, head.weight, head.bias, targets, float(temperature), int(chunk), bool(with_entropy), bool(keep)
     )

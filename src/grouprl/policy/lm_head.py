@@ -14,6 +14,8 @@ the whole-logits path.
 
 from __future__ import annotations
 
+from typing import TypeGuard
+
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -59,7 +61,7 @@ def head_scores(
     """(log pi(target), entropy or None) per row of ``hidden`` (N, H): logits = head(hidden) / temperature,
     renormalised over ``support`` (top_k, top_p) when given, ``chunk`` (default ``LM_HEAD_CHUNK``) rows at a time."""
     chunk = chunk or LM_HEAD_CHUNK
-    if support is None and with_entropy != "grad" and isinstance(head, torch.nn.Linear) and _plain_linear(head):
+    if support is None and with_entropy != "grad" and _plain_linear(head):
         keep = hidden.device.type == "cpu" and hidden.size(0) * head.weight.size(0) * 4 <= KEEP_ON_CPU_BYTES
         return fused_head_scores(hidden, head, targets, temperature, bool(with_entropy), chunk, keep=keep)
 
@@ -81,7 +83,7 @@ def head_scores(
     return logps, (torch.cat([p[1] for p in parts]) if with_entropy else None)
 
 
-def _plain_linear(head: torch.nn.Module) -> bool:
+def _plain_linear(head: torch.nn.Module) -> TypeGuard[torch.nn.Linear]:
     """A bare ``nn.Linear`` (not a LoRA or quantised subclass; ``OneDNNLinear`` is ``F.linear`` outside generation)
     with no hooks: the fused path computes exactly it."""
     return type(head) in (torch.nn.Linear, OneDNNLinear) and not (head._forward_hooks or head._forward_pre_hooks)

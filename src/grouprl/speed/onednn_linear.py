@@ -80,8 +80,9 @@ def _weight_for_this_call(layer: nn.Linear, weight: torch.Tensor, input: torch.T
 
     Ski rental: a generation's length is not known until it ends, so the repack (the price of buying) is paid
     once the calls already made would have paid for it, and only where the block's cap on passes leaves as many
-    again to come; a generation that stops early never pays, a long one loses at most one repack's worth. The copy is dropped when the outermost block closes: the weights change
-    with the next update, and the update's own peak memory is not raised by it."""
+    again to come; a generation that stops early never pays, a long one loses at most one repack's worth. The copy
+    is dropped when the outermost block closes: the weights change with the next update, and the update's own peak
+    memory is not raised by it."""
     key = id(layer)
     calls = _state.calls[key] = _state.calls.get(key, 0) + 1
     passes, rows = _state.passes, max(1, input.numel() // input.size(-1))
